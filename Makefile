@@ -1,0 +1,37 @@
+# Two commands do all set-up: `make run` and `make test`. Both create .venv when it is missing and
+# reinstall only when pyproject.toml changed (the stamp file below).
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(CURDIR)/$(VENV)/bin
+STAMP := $(VENV)/.installed
+CORES ?= 2
+# Machines without an NVIDIA driver get the CPU build of torch that lies on local disk.
+TORCH_PIN := $(if $(shell command -v nvidia-smi 2>/dev/null),,torch==2.13.0)
+
+export PATH := $(BIN):$(PATH)
+
+.PHONY: run test lint install clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(VENV)/bin/python -m pip install --quiet $(TORCH_PIN) -e '.[dev]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	snakemake --cores $(CORES)
+	snakemake --cores $(CORES) --report results/report.html
+
+test: $(STAMP)
+	pytest
+
+lint: $(STAMP)
+	ruff check .
+	ruff format --check .
+	snakefmt --check Snakefile workflow
+	snakemake --lint
+
+clean:
+	rm -rf results .snakemake

@@ -1,0 +1,62 @@
+"""`gpuflow <step> ...`: every workflow step, callable by hand inside or outside Snakemake.
+
+Steps are registered by `register(subparsers)` functions in the `steps` module of each family
+package (and `gpuflow.steps` for the shared ones). Registration imports only argparse-level code,
+so `gpuflow --help` stays fast; each step imports torch and friends when it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+from collections.abc import Callable, Iterator
+from types import ModuleType
+
+import gpuflow
+from gpuflow.errors import GpuflowError
+
+StepMain = Callable[[argparse.Namespace], int | None]
+
+
+def lazy(target: str) -> StepMain:
+    """A step entry point 'module:function' imported only when the step runs."""
+
+    def run(args: argparse.Namespace) -> int | None:
+        module_name, function_name = target.split(":")
+        return getattr(importlib.import_module(module_name), function_name)(args)
+
+    return run
+
+
+def step_modules() -> Iterator[ModuleType]:
+    """`gpuflow.steps` and every `gpuflow.<family>.steps` module, in name order."""
+    yield importlib.import_module("gpuflow.steps")
+    for info in sorted(pkgutil.iter_modules(gpuflow.__path__), key=lambda i: i.name):
+        if info.ispkg and importlib.util.find_spec(f"gpuflow.{info.name}.steps") is not None:
+            yield importlib.import_module(f"gpuflow.{info.name}.steps")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `gpuflow` argument parser with every registered step."""
+    parser = argparse.ArgumentParser(prog="gpuflow", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=gpuflow.__version__)
+    subparsers = parser.add_subparsers(dest="step", required=True, metavar="<step>")
+    for module in step_modules():
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one step; a GpuflowError becomes one clear line on stderr and exit status 2."""
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.run(args) or 0)
+    except GpuflowError as error:
+        print(f"gpuflow {args.step}: error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

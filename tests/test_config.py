@@ -1,0 +1,55 @@
+"""The config is checked against the JSON schema before any job starts."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+
+from gpuflow.config import load_config, validate_config
+from gpuflow.errors import ConfigError
+from tests.conftest import REPO
+
+
+def shipped(name: str) -> dict:
+    return yaml.safe_load((REPO / "config" / name).read_text())
+
+
+def test_the_embedded_default_is_valid_and_gets_every_default():
+    config = load_config(REPO / "config" / "config.yaml")
+    assert config["fluency"]["resources"]["fluency_perplexity"]["gpu"] == 0
+    assert config["fluency"]["texts"]["text_column"] == "text"
+
+
+def test_paper_scale_merges_over_the_default_and_is_valid():
+    config = load_config(REPO / "config" / "config.yaml", REPO / "config" / "paper.yaml")
+    assert config["fluency"]["perplexity"]["dtype"] == "float16"
+    assert config["fluency"]["resources"]["fluency_perplexity"]["gpu"] == 4
+
+
+@pytest.mark.parametrize(
+    ("change", "key", "words"),
+    [
+        (
+            lambda c: c["fluency"]["perplexity"].update(shards="2"),
+            "fluency.perplexity.shards",
+            "is not of type 'integer'",
+        ),
+        (lambda c: c["fluency"].update(shard_count=3), "fluency", "shard_count"),
+        (
+            lambda c: c["fluency"]["perplexity"].update(token_budget=-5),
+            "fluency.perplexity.token_budget",
+            "less than the minimum",
+        ),
+        (lambda c: c.update(families=[]), "families", "should be non-empty"),
+        (lambda c: c["fluency"].update(device="tpu"), "fluency.device", "is not one of"),
+    ],
+)
+def test_a_bad_value_names_its_key_and_the_problem(change, key, words):
+    config = copy.deepcopy(shipped("config.yaml"))
+    change(config)
+    with pytest.raises(ConfigError) as raised:
+        validate_config(config)
+    assert f"config key '{key}'" in str(raised.value)
+    assert words in str(raised.value)

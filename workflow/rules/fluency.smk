@@ -1,0 +1,283 @@
+"""Fluency-toxicity analysis: perplexity and toxicity per text, their correlation, a report."""
+
+FLUENCY = config["fluency"]
+FLUENCY_DIR = "results/fluency"
+FLUENCY_SHARDS = [str(i) for i in range(FLUENCY["perplexity"]["shards"])]
+
+if FLUENCY["lm"]["path"] is not None:
+    check_model_reference("fluency.lm.path", FLUENCY["lm"]["path"])
+if FLUENCY["toxicity"]["scorer"] == "huggingface":
+    if FLUENCY["toxicity"]["model_path"] is None:
+        raise WorkflowError(
+            "config key 'fluency.toxicity.model_path': required when scorer is 'huggingface'"
+        )
+    check_model_reference("fluency.toxicity.model_path", FLUENCY["toxicity"]["model_path"])
+if FLUENCY["texts"]["source"] == "files" and not FLUENCY["texts"]["files"]:
+    raise WorkflowError(
+        "config key 'fluency.texts.files': empty, but source is 'files' (expected text files)"
+    )
+
+
+def fluency_model():
+    """The LM folder or cached id to score with: the user's, or the embedded one trained here."""
+    return FLUENCY["lm"]["path"] or f"{FLUENCY_DIR}/lm"
+
+
+def fluency_texts_args():
+    texts = FLUENCY["texts"]
+    if texts["source"] == "embedded":
+        return (
+            f"--n-texts {texts['n_texts']} --corpus {quoted(texts['corpus'])} "
+            f"--max-words {texts['max_words']} --seed {texts['seed']} "
+            + ("--shuffled-twins" if texts["shuffled_twins"] else "")
+        )
+    id_column = texts["id_column"]
+    return (
+        f"--files {quoted(texts['files'])} --text-column {shlex.quote(texts['text_column'])} "
+        + (f"--id-column {shlex.quote(id_column)} " if id_column else "")
+        + (
+            f"--group-columns {quoted(texts['group_columns'])}"
+            if texts["group_columns"]
+            else ""
+        )
+    )
+
+
+def fluency_group_columns():
+    if FLUENCY["texts"]["source"] == "embedded":
+        return ["condition", "source"]
+    return FLUENCY["texts"]["group_columns"]
+
+
+def fluency_targets():
+    return [
+        f"{FLUENCY_DIR}/summary.md",
+        f"{FLUENCY_DIR}/figures/logppl_vs_toxicity.png",
+        f"{FLUENCY_DIR}/figures/binned_means.png",
+        f"{FLUENCY_DIR}/figures/by_group.png",
+    ]
+
+
+FAMILY_TARGETS["fluency"] = fluency_targets
+
+
+localrules:
+    fluency_split,
+    fluency_merge,
+    fluency_report,
+
+
+rule fluency_texts:
+    output:
+        texts=f"{FLUENCY_DIR}/texts.csv",
+    params:
+        source=fluency_texts_args(),
+    log:
+        f"{FLUENCY_DIR}/logs/texts.log",
+    benchmark:
+        f"{FLUENCY_DIR}/benchmarks/texts.tsv"
+    resources:
+        **rule_resources("fluency", "fluency_texts"),
+    conda:
+        CONDA_ENV
+    shell:
+        "gpuflow fluency-texts {params.source} --out {output.texts:q} > {log:q} 2>&1"
+
+
+rule fluency_train_lm:
+    input:
+        scored=f"{FLUENCY_DIR}/texts.csv",
+    output:
+        model=directory(f"{FLUENCY_DIR}/lm"),
+    params:
+        train=as_json(FLUENCY["lm"]["train"]),
+    log:
+        f"{FLUENCY_DIR}/logs/train_lm.log",
+    benchmark:
+        f"{FLUENCY_DIR}/benchmarks/train_lm.tsv"
+    resources:
+        **rule_resources("fluency", "fluency_train_lm"),
+    conda:
+        CONDA_ENV
+    shell:
+        "gpuflow fluency-train-lm --exclude {input.scored:q} --settings {params.train}"
+        " --out {output.model:q} > {log:q} 2>&1"
+
+
+rule fluency_split:
+    input:
+        texts=f"{FLUENCY_DIR}/texts.csv",
+    output:
+        shards=expand(f"{FLUENCY_DIR}/shards/shard~{{shard}}.csv", shard=FLUENCY_SHARDS),
+    log:
+        f"{FLUENCY_DIR}/logs/split.log",
+    conda:
+        CONDA_ENV
+    shell:
+        "gpuflow fluency-split --texts {input.texts:q} --out {output.shards:q} > {log:q} 2>&1"
+
+
+rule fluency_perplexity:
+    input:
+        texts=f"{FLUENCY_DIR}/shards/shard~{{shard}}.csv",
+        model=fluency_model(),
+    output:
+        scores=f"{FLUENCY_DIR}/perplexity/shard~{{shard}}.csv",
+    params:
+        device=FLUENCY["device"],
+        cpu_workers=FLUENCY["cpu_workers"],
+        dtype=FLUENCY["perplexity"]["dtype"],
+        token_budget=FLUENCY["perplexity"]["token_budget"],
+        stride=(
+            f"--stride {FLUENCY['perplexity']['stride']}"
+            if FLUENCY["perplexity"]["stride"]
+            else ""
+        ),
+        trust=("--trust-remote-code" if FLUENCY["lm"]["trust_remote_code"] else ""),
+    log:
+        f"{FLUENCY_DIR}/logs/perplexity/shard~{{shard}}.log",
+    benchmark:
+        f"{FLUENCY_DIR}/benchmarks/perplexity/shard~{{shard}}.tsv"
+    resources:
+        **rule_resources("fluency", "fluency_perplexity"),
+    conda:
+        CONDA_ENV
+    shell:
+        "gpuflow perplexity --texts {input.texts:q} --model {input.model:q}"
+        " --device {params.device} --cpu-workers {params.cpu_workers} --dtype {params.dtype}"
+        " --token-budget {params.token_budget} {params.stride} {params.trust}"
+        " --out {output.scores:q} > {log:q} 2>&1"
+
+
+rule fluency_toxicity:
+    input:
+        texts=f"{FLUENCY_DIR}/shards/shard~{{shard}}.csv",
+    output:
+        scores=f"{FLUENCY_DIR}/toxicity/shard~{{shard}}.csv",
+    params:
+        scorer=FLUENCY["toxicity"]["scorer"],
+        model=(
+            f"--model {shlex.quote(FLUENCY['toxicity']['model_path'])}"
+            if FLUENCY["toxicity"]["model_path"]
+            else ""
+        ),
+        label=shlex.quote(FLUENCY["toxicity"]["toxic_label"]),
+        batch_size=FLUENCY["toxicity"]["batch_size"],
+        device=FLUENCY["device"],
+    log:
+        f"{FLUENCY_DIR}/logs/toxicity/shard~{{shard}}.log",
+    benchmark:
+        f"{FLUENCY_DIR}/benchmarks/toxicity/shard~{{shard}}.tsv"
+    resources:
+        **rule_resources("fluency", "fluency_toxicity"),
+    conda:
+        CONDA_ENV
+    shell:
+        "gpuflow toxicity --texts {input.texts:q} --scorer {params.scorer} {params.model}"
+        " --toxic-label {params.label} --batch-size {params.batch_size}"
+        " --device {params.device} --out {output.scores:q} > {log:q} 2>&1"
+
+
+rule fluency_merge:
+    input:
+        texts=f"{FLUENCY_DIR}/texts.csv",
+        perplexity=expand(f"{FLUENCY_DIR}/perplexity/shard~{{shard}}.csv", shard=FLUENCY_SHARDS),
+        toxicity=expand(f"{FLUENCY_DIR}/toxicity/shard~{{shard}}.csv", shard=FLUENCY_SHARDS),
+    output:
+        scores=f"{FLUENCY_DIR}/scores.csv",
+        summary=f"{FLUENCY_DIR}/perplexity_summary.json",
+    params:
+        groups=quoted(fluency_group_columns()),
+    log:
+        f"{FLUENCY_DIR}/logs/merge.log",
+    conda:
+        CONDA_ENV
+    shell:
+        "gpuflow fluency-merge --texts {input.texts:q} --perplexity {input.perplexity:q}"
+        " --toxicity {input.toxicity:q} --group-columns {params.groups}"
+        " --out {output.scores:q} --summary {output.summary:q} > {log:q} 2>&1"
+
+
+rule fluency_stats:
+    input:
+        scores=f"{FLUENCY_DIR}/scores.csv",
+    output:
+        correlations=f"{FLUENCY_DIR}/stats/correlations.csv",
+        correlations_json=f"{FLUENCY_DIR}/stats/correlations.json",
+        binned=f"{FLUENCY_DIR}/stats/binned.csv",
+    params:
+        groups=quoted(fluency_group_columns()),
+        stats=as_json(FLUENCY["stats"]),
+    log:
+        f"{FLUENCY_DIR}/logs/stats.log",
+    benchmark:
+        f"{FLUENCY_DIR}/benchmarks/stats.tsv"
+    resources:
+        **rule_resources("fluency", "fluency_stats"),
+    conda:
+        CONDA_ENV
+    shell:
+        "gpuflow fluency-stats --scores {input.scores:q} --group-columns {params.groups}"
+        " --settings {params.stats} --out-correlations {output.correlations:q}"
+        " --out-json {output.correlations_json:q} --out-binned {output.binned:q} > {log:q} 2>&1"
+
+
+rule fluency_figures:
+    input:
+        scores=f"{FLUENCY_DIR}/scores.csv",
+        binned=f"{FLUENCY_DIR}/stats/binned.csv",
+    output:
+        scatter=report(
+            f"{FLUENCY_DIR}/figures/logppl_vs_toxicity.png",
+            caption="../report/fluency_scatter.rst",
+            category="Fluency-toxicity",
+            labels={"figure": "log-perplexity vs toxicity"},
+        ),
+        binned=report(
+            f"{FLUENCY_DIR}/figures/binned_means.png",
+            caption="../report/fluency_binned.rst",
+            category="Fluency-toxicity",
+            labels={"figure": "binned means"},
+        ),
+        by_group=report(
+            f"{FLUENCY_DIR}/figures/by_group.png",
+            caption="../report/fluency_by_group.rst",
+            category="Fluency-toxicity",
+            labels={"figure": "per group"},
+        ),
+    params:
+        groups=quoted(fluency_group_columns()),
+    log:
+        f"{FLUENCY_DIR}/logs/figures.log",
+    benchmark:
+        f"{FLUENCY_DIR}/benchmarks/figures.tsv"
+    resources:
+        **rule_resources("fluency", "fluency_figures"),
+    conda:
+        CONDA_ENV
+    shell:
+        "gpuflow fluency-figures --scores {input.scores:q} --binned {input.binned:q}"
+        " --group-columns {params.groups} --out-scatter {output.scatter:q}"
+        " --out-binned {output.binned:q} --out-by-group {output.by_group:q} > {log:q} 2>&1"
+
+
+rule fluency_report:
+    input:
+        summary=f"{FLUENCY_DIR}/perplexity_summary.json",
+        correlations=f"{FLUENCY_DIR}/stats/correlations.csv",
+        binned=f"{FLUENCY_DIR}/stats/binned.csv",
+    output:
+        report=report(
+            f"{FLUENCY_DIR}/summary.md",
+            caption="../report/fluency_summary.rst",
+            category="Fluency-toxicity",
+            labels={"figure": "summary"},
+        ),
+    log:
+        f"{FLUENCY_DIR}/logs/report.log",
+    conda:
+        CONDA_ENV
+    shell:
+        "gpuflow fluency-report --summary {input.summary:q}"
+        " --correlations {input.correlations:q} --binned {input.binned:q}"
+        " --out {output.report:q} > {log:q} 2>&1"

@@ -1,0 +1,1 @@
+"""The scaling family: not built yet."""

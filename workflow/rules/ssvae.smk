@@ -1,0 +1,1 @@
+"""The ssvae family: not built yet."""

@@ -1,0 +1,1 @@
+"""The sweep family: not built yet."""

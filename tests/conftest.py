@@ -53,6 +53,16 @@ def snakemake(
     return result
 
 
+def job_counts(dry_run_output: str) -> dict[str, int]:
+    """Jobs per rule from the 'Job stats' table that `snakemake --dry-run` prints."""
+    counts = {}
+    for line in dry_run_output.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1].isdigit() and parts[0] != "total":
+            counts[parts[0]] = int(parts[1])
+    return counts
+
+
 @pytest.fixture
 def run_snakemake() -> Callable[..., subprocess.CompletedProcess[str]]:
     """`run_snakemake(workdir, config, *args)` runs the real workflow (see `snakemake`)."""

@@ -11,15 +11,13 @@ import argparse
 import importlib.metadata
 import json
 import shutil
-from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
-import yaml
 
+from gpuflow.config import load_config
 from gpuflow.data.embedded import mnist5k_path, movie_reviews_path
-from gpuflow.errors import ConfigError
 
 LIBRARIES = ("torch", "transformers", "tokenizers", "snakemake", "snakemake-executor-plugin-slurm")
 SLURM_COMMANDS = ("sbatch", "srun", "squeue", "sacct", "scancel", "sinfo")
@@ -81,18 +79,13 @@ def config_usage(config: dict[str, Any]) -> dict[str, Any]:
         section = config.get(family, {})
         usage[family] = {
             "device": section.get("device", "auto"),
-            "rules": section.get("resources", {}),
+            "rules": {
+                rule: f"gpu={r['gpu']} cpus={r['cpus_per_task']} mem={r['mem_mb']}MB "
+                f"runtime={r['runtime']}min"
+                for rule, r in section.get("resources", {}).items()
+            },
         }
     return usage
-
-
-def load_config(path: str | Path) -> dict[str, Any]:
-    """Read a workflow config file with yaml.safe_load."""
-    config_path = Path(path)
-    if not config_path.is_file():
-        raise ConfigError("--configfile", f"no such file: {config_path}")
-    with open(config_path, encoding="utf-8") as handle:
-        return yaml.safe_load(handle) or {}
 
 
 def format_report(report: dict[str, Any]) -> str:
@@ -131,8 +124,8 @@ def main(args: argparse.Namespace) -> int:
     """Print the doctor's report."""
     report = {
         "machine": machine_report(),
-        "configfile": args.configfile,
-        "config": config_usage(load_config(args.configfile)),
+        "configfile": " + ".join(args.configfile),
+        "config": config_usage(load_config(*args.configfile)),
     }
     print(json.dumps(report, indent=2) if args.json else format_report(report))
     return 0

@@ -12,6 +12,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     doctor = subparsers.add_parser(
         "doctor", help="what this machine offers and what the config will use"
     )
-    doctor.add_argument("--configfile", default="config/config.yaml", help="config to explain")
+    doctor.add_argument(
+        "--configfile",
+        nargs="+",
+        default=["config/config.yaml"],
+        help="config files to explain, later ones merged over earlier (as Snakemake does)",
+    )
     doctor.add_argument("--json", action="store_true", help="print the report as JSON")
     doctor.set_defaults(run=lazy("gpuflow.doctor:main"))

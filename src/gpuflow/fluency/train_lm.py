@@ -1,0 +1,188 @@
+"""Train the embedded reference LM: a byte-level BPE tokenizer and a small GPT-2 on review text.
+
+The training reviews are disjoint from the scored texts. The result is saved with
+`save_pretrained`, so scoring loads it exactly as it loads any Hugging Face model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tokenizers import ByteLevelBPETokenizer
+from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+
+from gpuflow.atomic import atomic_path
+from gpuflow.data.embedded import load_movie_reviews
+from gpuflow.errors import ConfigError
+from gpuflow.fluency.texts import clean_review, read_texts
+
+END_OF_TEXT = "<|endoftext|>"
+PREFIX_WORDS = 20
+VALIDATION_SHARE = 0.05
+
+
+@dataclass(frozen=True)
+class LMSettings:
+    """The `fluency.lm.train` config block."""
+
+    n_texts: int = 4000
+    vocab_size: int = 2000
+    n_layer: int = 2
+    n_embd: int = 128
+    n_head: int = 4
+    n_positions: int = 128
+    steps: int = 500
+    batch_size: int = 16
+    learning_rate: float = 3e-3
+    seed: int = 0
+
+    @classmethod
+    def from_json(cls, text: str) -> LMSettings:
+        """Settings from a JSON object; unknown keys are errors."""
+        values: dict[str, Any] = json.loads(text)
+        unknown = sorted(set(values) - set(cls.__dataclass_fields__))
+        if unknown:
+            raise ConfigError("fluency.lm.train", f"unknown keys {unknown}")
+        settings = cls(**values)
+        if settings.n_embd % settings.n_head:
+            raise ConfigError(
+                "fluency.lm.train.n_head",
+                f"{settings.n_head} does not divide n_embd={settings.n_embd}",
+            )
+        return settings
+
+
+def _prefix(text: str) -> str:
+    return " ".join(text.split()[:PREFIX_WORDS])
+
+
+def training_texts(excluded: list[str], n_texts: int, seed: int) -> list[str]:
+    """`n_texts` cleaned reviews whose opening words match none of the `excluded` texts."""
+    excluded_prefixes = {_prefix(t) for t in excluded}
+    reviews = [clean_review(t) for t in load_movie_reviews()["text"]]
+    candidates = [t for t in reviews if _prefix(t) not in excluded_prefixes]
+    if len(candidates) < n_texts:
+        raise ConfigError(
+            "fluency.lm.train.n_texts",
+            f"{n_texts} asked for but only {len(candidates)} reviews are not scored",
+        )
+    picked = np.random.default_rng(seed).choice(len(candidates), size=n_texts, replace=False)
+    return [candidates[i] for i in sorted(picked)]
+
+
+def train_tokenizer(texts: list[str], vocab_size: int) -> PreTrainedTokenizerFast:
+    """A byte-level BPE tokenizer with GPT-2's end-of-text token as BOS, EOS and padding."""
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(texts, vocab_size=vocab_size, special_tokens=[END_OF_TEXT])
+    return PreTrainedTokenizerFast(
+        tokenizer_object=bpe._tokenizer,
+        bos_token=END_OF_TEXT,
+        eos_token=END_OF_TEXT,
+        pad_token=END_OF_TEXT,
+        unk_token=END_OF_TEXT,
+    )
+
+
+def token_blocks(texts: list[str], tokenizer: PreTrainedTokenizerFast, block: int) -> torch.Tensor:
+    """All texts as one stream (each preceded by end-of-text), cut into rows of `block` tokens."""
+    eos = tokenizer.eos_token_id
+    stream: list[int] = []
+    for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]:
+        stream.append(eos)
+        stream.extend(ids)
+    usable = len(stream) // block * block
+    return torch.tensor(stream[:usable], dtype=torch.long).view(-1, block)
+
+
+def learning_rate(step: int, settings: LMSettings) -> float:
+    """Linear warm-up over 5% of the steps, then cosine decay to a tenth of the peak."""
+    warmup = max(1, settings.steps // 20)
+    if step < warmup:
+        return settings.learning_rate * (step + 1) / warmup
+    progress = (step - warmup) / max(1, settings.steps - warmup)
+    return settings.learning_rate * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+@torch.no_grad()
+def validation_perplexity(model: GPT2LMHeadModel, blocks: torch.Tensor, batch: int) -> float:
+    """Token-level perplexity of `blocks` under `model`."""
+    model.eval()
+    total, count = 0.0, 0
+    for start in range(0, len(blocks), batch):
+        rows = blocks[start : start + batch]
+        loss = model(input_ids=rows, attention_mask=torch.ones_like(rows), labels=rows).loss
+        n = rows.numel() - len(rows)
+        total, count = total + loss.item() * n, count + n
+    model.train()
+    return math.exp(total / count)
+
+
+def train_lm(excluded: list[str], settings: LMSettings, out: Path) -> dict[str, Any]:
+    """Train tokenizer and model, save both to `out` atomically; return the training summary."""
+    torch.manual_seed(settings.seed)
+    texts = training_texts(excluded, settings.n_texts, settings.seed)
+    tokenizer = train_tokenizer(texts, settings.vocab_size)
+    blocks = token_blocks(texts, tokenizer, settings.n_positions)
+    order = torch.randperm(len(blocks), generator=torch.Generator().manual_seed(settings.seed))
+    n_valid = max(1, int(len(blocks) * VALIDATION_SHARE))
+    valid, train = blocks[order[:n_valid]], blocks[order[n_valid:]]
+    config = GPT2Config(
+        vocab_size=len(tokenizer),
+        n_positions=settings.n_positions,
+        n_embd=settings.n_embd,
+        n_layer=settings.n_layer,
+        n_head=settings.n_head,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+    )
+    model = GPT2LMHeadModel(config)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate, weight_decay=0.01)
+    sampler = torch.Generator().manual_seed(settings.seed + 1)
+    started = time.perf_counter()
+    for step in range(settings.steps):
+        rows = train[torch.randint(len(train), (settings.batch_size,), generator=sampler)]
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(step, settings)
+        loss = model(input_ids=rows, attention_mask=torch.ones_like(rows), labels=rows).loss
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        if step % 50 == 0 or step == settings.steps - 1:
+            print(f"step {step:5d}  train loss {loss.item():.3f}", flush=True)
+    summary = {
+        "settings": asdict(settings),
+        "training_texts": len(texts),
+        "training_tokens": int(train.numel()),
+        "validation_tokens": int(valid.numel()),
+        "validation_perplexity": validation_perplexity(model, valid, settings.batch_size),
+        "train_seconds": round(time.perf_counter() - started, 2),
+        "parameters": sum(p.numel() for p in model.parameters()),
+    }
+    with atomic_path(out) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        (tmp / "training_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def main(args: argparse.Namespace) -> int:
+    """`gpuflow fluency-train-lm`: train the embedded LM on reviews the scoring never sees."""
+    settings = LMSettings.from_json(args.settings)
+    scored = read_texts(args.exclude)
+    excluded = scored.loc[scored.get("condition", "") != "shuffled", "text"].tolist()
+    summary = train_lm(excluded, settings, Path(args.out))
+    print(json.dumps(summary, indent=2))
+    return 0

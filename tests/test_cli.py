@@ -1,0 +1,54 @@
+"""Every step is a `gpuflow <step>` command; the command line itself stays light."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from tests.conftest import REPO
+
+
+def test_the_step_list_loads_without_importing_torch_or_pandas():
+    probe = (
+        "import sys; from gpuflow.cli import build_parser; build_parser(); "
+        "print([m for m in ('torch', 'pandas', 'transformers') if m in sys.modules])"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert result.stdout.strip() == "[]", result.stderr
+
+
+def test_every_fluency_step_is_registered(run_gpuflow):
+    listing = run_gpuflow("--help").stdout
+    for step in (
+        "doctor",
+        "fluency-texts",
+        "fluency-train-lm",
+        "perplexity",
+        "toxicity",
+        "fluency-merge",
+        "fluency-stats",
+        "fluency-figures",
+        "fluency-report",
+    ):
+        assert step in listing
+
+
+def test_doctor_reports_machine_and_config_usage(run_gpuflow):
+    report = json.loads(
+        run_gpuflow("doctor", "--json", "--configfile", str(REPO / "config" / "config.yaml")).stdout
+    )
+    machine = report["machine"]
+    assert machine["distributed_backends"]["gloo"] is True
+    assert machine["cpu_matmul_ok"] is True
+    assert machine["versions"]["torch"]
+    assert all(path for path in machine["embedded_data"].values())
+    assert "fluency_perplexity" in report["config"]["fluency"]["rules"]
+
+
+def test_doctor_names_a_bad_config_key(tmp_path, run_gpuflow):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("families: [fluency]\nfluency: {cpu_workers: 0}\n")
+    result = run_gpuflow("doctor", "--configfile", str(bad), check=False)
+    assert result.returncode == 2
+    assert "config key 'fluency.cpu_workers'" in result.stderr

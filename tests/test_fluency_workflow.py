@@ -100,3 +100,12 @@ def test_a_bad_config_stops_before_any_job_and_names_the_key(tmp_path: Path, cas
     assert result.returncode != 0
     assert key in result.stderr and problem in result.stderr
     assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.workflow
+def test_the_snakemake_report_holds_every_fluency_figure(finished: Path):
+    snakemake(finished, TINY, "--report", "report.html")
+    html = (finished / "report.html").read_text(errors="replace")
+    for figure in ("logppl_vs_toxicity.png", "binned_means.png", "by_group.png", "summary.md"):
+        assert figure in html
+    assert "Fluency-toxicity" in html

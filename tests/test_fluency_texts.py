@@ -21,7 +21,8 @@ def test_embedded_texts_pair_every_review_with_a_word_shuffled_twin():
     for pair_id, original in originals.iterrows():
         twin = twins.loc[pair_id, "text"]
         assert sorted(twin.split()) == sorted(original["text"].split())
-        assert len(original["text"].split()) <= 50
+        assert twin != original["text"]
+        assert 8 <= len(original["text"].split()) <= 50
     assert set(texts["source"]) == {"imdb", "rotten_tomatoes"}
 
 

@@ -30,7 +30,8 @@ def fluency_texts_args():
     if texts["source"] == "embedded":
         return (
             f"--n-texts {texts['n_texts']} --corpus {quoted(texts['corpus'])} "
-            f"--max-words {texts['max_words']} --seed {texts['seed']} "
+            f"--max-words {texts['max_words']} --min-words {texts['min_words']} "
+            f"--seed {texts['seed']} "
             + ("--shuffled-twins" if texts["shuffled_twins"] else "")
         )
     id_column = texts["id_column"]

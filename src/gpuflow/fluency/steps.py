@@ -14,6 +14,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     texts.add_argument("--n-texts", type=int, default=400, help="embedded: original texts")
     texts.add_argument("--corpus", nargs="+", default=["imdb", "rotten_tomatoes"])
     texts.add_argument("--max-words", type=int, default=400, help="embedded: words kept per text")
+    texts.add_argument("--min-words", type=int, default=8, help="embedded: shortest text drawn")
     texts.add_argument("--seed", type=int, default=0)
     texts.add_argument("--shuffled-twins", action="store_true", help="add word-shuffled twins")
     texts.add_argument("--files", nargs="+", help="your own CSV/TSV/JSONL files instead")

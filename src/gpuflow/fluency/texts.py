@@ -28,25 +28,47 @@ def clean_review(text: str, max_words: int | None = None) -> str:
 
 
 def shuffle_words(text: str, rng: np.random.Generator) -> str:
-    """The same words in a random order (a fluency-destroying twin with the same vocabulary)."""
+    """The same words in another order (a fluency-destroying twin with the same vocabulary).
+
+    The order differs from the original whenever the text has two different words.
+    """
     words = text.split()
-    return " ".join(words[i] for i in rng.permutation(len(words)))
+    if len(set(words)) < 2:
+        return text
+    while True:
+        shuffled = " ".join(words[i] for i in rng.permutation(len(words)))
+        if shuffled != text:
+            return shuffled
 
 
 def embedded_texts(
-    n_texts: int, corpus: list[str], max_words: int, seed: int, shuffled_twins: bool
+    n_texts: int,
+    corpus: list[str],
+    max_words: int,
+    seed: int,
+    shuffled_twins: bool,
+    min_words: int = 8,
 ) -> pd.DataFrame:
-    """Original reviews drawn evenly from `corpus` sources, each optionally with a shuffled twin."""
+    """Original reviews drawn evenly from `corpus` sources, each optionally with a shuffled twin.
+
+    Only reviews of at least `min_words` words are drawn: shuffling two or three words says
+    little about fluency.
+    """
     rng = np.random.default_rng(seed)
     per_source = np.array_split(np.arange(n_texts), len(corpus))
     rows = []
     for source, share in zip(corpus, per_source, strict=True):
         reviews = load_movie_reviews(source)
-        picked = rng.choice(len(reviews), size=len(share), replace=False)
+        cleaned = [clean_review(text, max_words) for text in reviews["text"]]
+        eligible = [i for i, text in enumerate(cleaned) if len(text.split()) >= min_words]
+        if len(eligible) < len(share):
+            raise ConfigError(
+                "fluency.texts.n_texts",
+                f"{len(share)} {source} texts asked for, {len(eligible)} have {min_words} words",
+            )
+        picked = rng.choice(eligible, size=len(share), replace=False)
         for index in sorted(picked):
-            text = clean_review(reviews.loc[index, "text"], max_words)
-            if len(text.split()) < 2:
-                continue
+            text = cleaned[index]
             rows.append(
                 {
                     "text_id": f"{source}-{index:05d}",
@@ -126,7 +148,12 @@ def main(args: argparse.Namespace) -> int:
         if args.n_texts < 2:
             raise ConfigError("fluency.texts.n_texts", f"{args.n_texts} is too few", "at least 2")
         frame = embedded_texts(
-            args.n_texts, args.corpus, args.max_words, args.seed, args.shuffled_twins
+            args.n_texts,
+            args.corpus,
+            args.max_words,
+            args.seed,
+            args.shuffled_twins,
+            args.min_words,
         )
     write_csv(args.out, frame)
     print(f"wrote {len(frame)} texts to {args.out}")

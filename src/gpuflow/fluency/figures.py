@@ -22,6 +22,7 @@ from matplotlib.figure import Figure
 
 from gpuflow.atomic import save_figure
 from gpuflow.errors import DataError
+from gpuflow.fluency.report import is_proxy
 from gpuflow.fluency.stats import BINNED_COLUMNS, load_scores, point_estimates
 
 X_LABEL = "log perplexity (nats/token)"
@@ -34,7 +35,7 @@ def scorer_label(scores: pd.DataFrame) -> str:
     """The toxicity scorer(s) named in the scores, marking the profanity classifier a proxy."""
     names = sorted(scores["toxicity_scorer"].astype(str).unique())
     label = " + ".join(names)
-    if any("profanity" in name.lower() for name in names) and "proxy" not in label.lower():
+    if any(is_proxy(name) for name in names) and "proxy" not in label.lower():
         label += " (proxy for toxicity)"
     return label
 

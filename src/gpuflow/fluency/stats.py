@@ -140,9 +140,10 @@ def load_scores(path: str | Path, group_columns: list[str]) -> pd.DataFrame:
             bad |= values.to_numpy(dtype=float, na_value=np.nan) <= 0
         if bad.any():
             position = int(np.flatnonzero(bad)[0])
+            value = frame[column].iloc[position]
             raise DataError(
                 path,
-                f"bad {column} {frame[column].iloc[position]!r}",
+                f"bad {column} {value.item() if hasattr(value, 'item') else value!r}",
                 row=position + 2,
                 expected="a positive finite number" if column != "toxicity" else "a finite number",
             )

@@ -97,7 +97,10 @@ def read_table(path: str | Path, columns: list[str]) -> pd.DataFrame:
     """A CSV written by fluency-stats; DataError names a missing column."""
     try:
         table = pd.read_csv(
-            path, keep_default_na=False, na_values=[""], dtype={"group": str, "group_column": str}
+            path,
+            keep_default_na=False,
+            na_values=[""],
+            dtype={"group": str, "group_column": str, "reason": str},
         )
     except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as error:
         raise DataError(path, f"cannot read table ({error})") from None

@@ -116,30 +116,39 @@ def test_estimates_equal_scipy_and_bootstrap_cis_cover_the_true_correlation(tmp_
 def test_vectorised_bootstrap_statistics_equal_scipy_on_every_resample():
     rng = np.random.default_rng(0)
     x = rng.normal(size=60)
-    y = np.round(x + rng.normal(size=60), 1)  # ties in y, as toxicity of shuffled twins has
+    y = np.round(x + rng.normal(size=60), 1)  # ties in y, as the toxicity of shuffled twins has
+    z = np.log(rng.integers(5, 50, size=60))  # ties in length too
     index = rng.integers(0, 60, size=(25, 60))
-    pearson = stats.row_pearson(x[index], y[index])
-    spearman = stats.row_pearson(sps.rankdata(x[index], axis=1), sps.rankdata(y[index], axis=1))
-    kendall = stats.kendall_resamples(x, y, index, stats.kendall_signs(x, y))
+    variables = stats.Variable.of(x), stats.Variable.of(y), stats.Variable.of(z)
+    methods = list(stats.METHODS)
+    fast = stats.resample_statistics(*variables, index, methods, stats.kendall_signs(x, y))
+    slow = stats.resample_statistics(*variables, index, methods)
+
+    def residual(v: np.ndarray, covariate: np.ndarray) -> np.ndarray:
+        return v - np.polyval(np.polyfit(covariate, v, 1), covariate)
+
     for r, resample in enumerate(index):
-        a, b = x[resample], y[resample]
-        assert pearson[r] == pytest.approx(sps.pearsonr(a, b).statistic, abs=1e-12)
-        assert spearman[r] == pytest.approx(sps.spearmanr(a, b).statistic, abs=1e-12)
-        assert kendall[r] == pytest.approx(sps.kendalltau(a, b).statistic, abs=1e-12)
-    np.testing.assert_allclose(kendall, stats.kendall_resamples_scipy(x, y, index), atol=1e-12)
+        a, b, c = x[resample], y[resample], z[resample]
+        ra, rb, rc = (sps.rankdata(v) for v in (a, b, c))
+        expected = {
+            "pearson": sps.pearsonr(a, b).statistic,
+            "spearman": sps.spearmanr(a, b).statistic,
+            "kendall": sps.kendalltau(a, b).statistic,
+            "partial_pearson": sps.pearsonr(residual(a, c), residual(b, c)).statistic,
+            "partial_spearman": sps.pearsonr(residual(ra, rc), residual(rb, rc)).statistic,
+        }
+        for method, value in expected.items():
+            assert fast[method][r] == pytest.approx(value, abs=1e-10), method
+            assert slow[method][r] == pytest.approx(value, abs=1e-10), method
 
 
-def test_partial_correlation_is_the_correlation_of_regression_residuals():
-    rng = np.random.default_rng(2)
-    z = rng.normal(size=200)
-    x = z + rng.normal(size=200)
-    y = 0.5 * z + 0.3 * x + rng.normal(size=200)
-
-    def residual(v: np.ndarray) -> np.ndarray:
-        return v - np.polyval(np.polyfit(z, v, 1), z)
-
-    expected = sps.pearsonr(residual(x), residual(y)).statistic
-    assert float(stats.row_partial(x, y, z)) == pytest.approx(expected, abs=1e-12)
+def test_a_resample_with_a_single_distinct_value_gives_nan_not_a_number():
+    x, y, z = (stats.Variable.of(v) for v in ([1.0, 2.0, 3.0], [0.0, 0.5, 1.0], [1.0, 1.0, 2.0]))
+    index = np.array([[0, 0, 0], [1, 2, 1]])
+    got = stats.resample_statistics(x, y, z, index, ["pearson", "spearman", "kendall"])
+    assert np.isnan(got["pearson"][0]) and np.isnan(got["spearman"][0])
+    assert np.isnan(got["kendall"][0])
+    assert got["pearson"][1] == pytest.approx(1.0)
 
 
 def test_same_seed_gives_the_same_intervals_and_another_seed_different_ones(tmp_path):

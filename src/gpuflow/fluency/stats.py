@@ -9,9 +9,10 @@ Methods, each overall and per value of each group column:
 
 Confidence intervals are percentile intervals over `n_bootstrap` resamples of the texts (with
 replacement), drawn from a generator seeded by `seed` and the group, so the same settings give the
-same numbers. Pearson, Spearman and both partials are vectorised over the resample matrix; so is
-Kendall's tau-b up to 1,500 texts (exact matrix products over resample counts; above that, scipy
-once per resample). P-values come from scipy (partials: the t-test with n - 3 degrees of
+same numbers. All resamples of a chunk are computed at once from how often each text occurs in
+each (ranks from cumulative counts over the sorted distinct values, no sorting per resample);
+Kendall's tau-b too, up to 2,500 texts, by exact matrix products (above that, scipy once per
+resample). P-values come from scipy (partials: the t-test with n - 3 degrees of
 freedom). Degenerate cases (fewer texts than a method needs, a constant column) give NaN and say
 why in the `reason` column.
 """
@@ -38,6 +39,7 @@ from gpuflow.errors import ConfigError, DataError
 
 REQUIRED_COLUMNS = ("text_id", "ppl", "n_tokens", "toxicity", "toxicity_scorer")
 METHODS = ("pearson", "spearman", "kendall", "partial_pearson", "partial_spearman")
+PARTIAL_METHODS = ("partial_pearson", "partial_spearman")
 MIN_TEXTS = {"pearson": 3, "spearman": 3, "kendall": 3, "partial_pearson": 4, "partial_spearman": 4}
 OVERALL = "all"
 MISSING_GROUP = "(missing)"
@@ -72,10 +74,8 @@ BINNED_COLUMNS = [
 ]
 # Resample matrices are processed in chunks of at most this many cells (memory stays ~100 MB).
 CHUNK_CELLS = 2_000_000
-# A row is constant when its centred sum of squares is this small relative to its raw one.
-CONSTANT_TOLERANCE = 1e-26
 # Up to this many texts the bootstrap Kendall uses matrix products (rows * n^2), above it scipy.
-KENDALL_MATMUL_MAX_N = 1500
+KENDALL_MATMUL_MAX_N = 2500
 # Below this share of usable resamples (the others had a constant column) no CI is given.
 MIN_VALID_SHARE = 0.5
 
@@ -166,28 +166,66 @@ def _resample_chunks(rng: np.random.Generator, n: int, n_boot: int) -> Iterator[
         yield rng.integers(0, n, size=(min(rows, n_boot - start), n))
 
 
-def row_pearson(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Pearson r along the last axis; NaN where either row is constant."""
-    a_centred = a - a.mean(axis=-1, keepdims=True)
-    b_centred = b - b.mean(axis=-1, keepdims=True)
-    ss_a = (a_centred * a_centred).sum(axis=-1)
-    ss_b = (b_centred * b_centred).sum(axis=-1)
-    constant = (ss_a <= CONSTANT_TOLERANCE * (a * a).sum(axis=-1)) | (
-        ss_b <= CONSTANT_TOLERANCE * (b * b).sum(axis=-1)
-    )
+def _row_counts(codes: np.ndarray, n_codes: int, index: np.ndarray) -> np.ndarray:
+    """For each resample (row of index), how often each code occurs: shape (rows, n_codes)."""
+    rows = index.shape[0]
+    flat = (codes[index] + n_codes * np.arange(rows)[:, None]).ravel()
+    return np.bincount(flat, minlength=rows * n_codes).reshape(rows, n_codes).astype(float)
+
+
+@dataclass(frozen=True)
+class Variable:
+    """The values of one variable over the texts, with the code of each among its sorted
+    distinct values (equal values share a code: ties)."""
+
+    values: np.ndarray
+    codes: np.ndarray
+    n_distinct: int
+
+    @classmethod
+    def of(cls, values: np.ndarray) -> Variable:
+        """Code the values by rank among the distinct ones."""
+        values = np.asarray(values, dtype=float)
+        codes = np.unique(values, return_inverse=True)[1].ravel()
+        return cls(values, codes, int(codes.max()) + 1 if len(codes) else 0)
+
+    def counts(self, index: np.ndarray) -> np.ndarray:
+        """Copies of each distinct value in each resample: shape (rows, n_distinct)."""
+        return _row_counts(self.codes, self.n_distinct, index)
+
+    def ranks(self, counts: np.ndarray) -> np.ndarray:
+        """Average rank (1-based, ties averaged) of each text's value within each resample."""
+        upto = counts.cumsum(axis=1)
+        return (upto - (counts - 1) / 2)[:, self.codes]
+
+
+def weighted_pearson(
+    weights: np.ndarray, a: np.ndarray, b: np.ndarray, constant: np.ndarray
+) -> np.ndarray:
+    """Pearson r of each resample given as counts over the texts (rows of `weights`).
+
+    `a` and `b` hold each text's value, shared (n,) or per resample (rows, n); NaN where
+    `constant` says a resample has a single distinct value in a or b.
+    """
+    total = weights.sum(axis=1, keepdims=True)
+    a_centred = a - (weights * a).sum(axis=1, keepdims=True) / total
+    b_centred = b - (weights * b).sum(axis=1, keepdims=True) / total
+    covariance = (weights * a_centred * b_centred).sum(axis=1)
+    scale = np.sqrt((weights * a_centred**2).sum(axis=1) * (weights * b_centred**2).sum(axis=1))
     with np.errstate(divide="ignore", invalid="ignore"):
-        r = (a_centred * b_centred).sum(axis=-1) / np.sqrt(ss_a * ss_b)
-    return np.where(constant, np.nan, np.clip(r, -1.0, 1.0))
+        r = covariance / scale
+    return np.where(constant | (scale == 0), np.nan, np.clip(r, -1.0, 1.0))
 
 
-def row_partial(x: np.ndarray, y: np.ndarray, z: np.ndarray) -> np.ndarray:
-    """Partial Pearson r of x and y given z along the last axis.
+def partial_from(
+    r_xy: np.ndarray, r_xz: np.ndarray, r_yz: np.ndarray, z_constant: np.ndarray
+) -> np.ndarray:
+    """Partial r of x and y given z from the three correlations.
 
     Equal to the Pearson r of the residuals of x and y after least-squares fits on z (with
-    intercept). A constant z has nothing to remove: the result is then the plain r of x and y.
+    intercept). A constant z has nothing to remove: the result is then the plain r of x and y;
+    NaN where z explains x or y fully.
     """
-    r_xy, r_xz, r_yz = row_pearson(x, y), row_pearson(x, z), row_pearson(y, z)
-    z_constant = np.isnan(row_pearson(z, z))
     r_xz = np.where(z_constant, 0.0, r_xz)
     r_yz = np.where(z_constant, 0.0, r_yz)
     denominator = (1 - r_xz**2) * (1 - r_yz**2)
@@ -196,74 +234,79 @@ def row_partial(x: np.ndarray, y: np.ndarray, z: np.ndarray) -> np.ndarray:
     return np.where(denominator < 1e-12, np.nan, np.clip(r, -1.0, 1.0))
 
 
-def _rank(a: np.ndarray) -> np.ndarray:
-    return stats.rankdata(a, axis=-1)
-
-
-def _vector_estimates(
-    x: np.ndarray, y: np.ndarray, z: np.ndarray, methods: list[str]
-) -> dict[str, np.ndarray]:
-    """The vectorised methods for rows of x (log-ppl), y (toxicity), z (log length)."""
-    out: dict[str, np.ndarray] = {}
-    if "pearson" in methods:
-        out["pearson"] = row_pearson(x, y)
-    if "partial_pearson" in methods:
-        out["partial_pearson"] = row_partial(x, y, z)
-    if "spearman" in methods or "partial_spearman" in methods:
-        rx, ry = _rank(x), _rank(y)
-        if "spearman" in methods:
-            out["spearman"] = row_pearson(rx, ry)
-        if "partial_spearman" in methods:
-            out["partial_spearman"] = row_partial(rx, ry, _rank(z))
-    return out
-
-
-def _tie_codes(values: np.ndarray) -> tuple[np.ndarray, int]:
-    codes = np.unique(values, return_inverse=True)[1].ravel()
-    return codes, int(codes.max()) + 1
-
-
-def _row_counts(codes: np.ndarray, n_codes: int, index: np.ndarray) -> np.ndarray:
-    """For each resample (row of index), how often each code occurs: shape (rows, n_codes)."""
-    rows = index.shape[0]
-    flat = (codes[index] + n_codes * np.arange(rows)[:, None]).ravel()
-    return np.bincount(flat, minlength=rows * n_codes).reshape(rows, n_codes).astype(float)
-
-
 def kendall_signs(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """A[i, j] = sign(x_i - x_j) * sign(y_i - y_j): +1 concordant, -1 discordant, 0 tied."""
     return np.sign(x[:, None] - x[None, :]) * np.sign(y[:, None] - y[None, :])
 
 
-def kendall_resamples(
-    x: np.ndarray, y: np.ndarray, index: np.ndarray, signs: np.ndarray
+def kendall_from_counts(
+    weights: np.ndarray, signs: np.ndarray, x_counts: np.ndarray, y_counts: np.ndarray
 ) -> np.ndarray:
-    """Kendall tau-b of x and y for each resample (row of `index`), exactly, by matrix products.
+    """Kendall tau-b of each resample (counts w over the texts), exactly, by matrix products.
 
-    A resample is a vector w of counts over the n texts. With `signs` = kendall_signs(x, y) = A,
-    twice (concordant - discordant) pairs is w'Aw; the pairs tied in x are (sum of squared counts
-    per distinct x - N) / 2, likewise y, so tau_b = w'Aw / sqrt((N^2 - sum_x t^2)(N^2 - sum_y t^2)).
-    NaN where a resample is constant. Cost: rows * n^2 multiply-adds and an n x n matrix.
+    With A = kendall_signs(x, y), twice (concordant - discordant) pairs is w'Aw; the pairs tied
+    in x are (sum of squared counts per distinct x - N) / 2, likewise y, so that
+    tau_b = w'Aw / sqrt((N^2 - sum_x t^2)(N^2 - sum_y t^2)); NaN where a resample is constant.
+    Cost: rows * n^2 multiply-adds.
     """
-    n = len(x)
-    weights = _row_counts(np.arange(n), n, index)
-    x_codes, n_x = _tie_codes(x)
-    y_codes, n_y = _tie_codes(y)
-    tied_x = (_row_counts(x_codes, n_x, index) ** 2).sum(axis=1)
-    tied_y = (_row_counts(y_codes, n_y, index) ** 2).sum(axis=1)
     twice_s = ((weights @ signs) * weights).sum(axis=1)
-    total = float(index.shape[1]) ** 2
-    denominator = (total - tied_x) * (total - tied_y)
+    total = weights.sum(axis=1) ** 2
+    denominator = (total - (x_counts**2).sum(axis=1)) * (total - (y_counts**2).sum(axis=1))
     with np.errstate(divide="ignore", invalid="ignore"):
         tau = twice_s / np.sqrt(denominator)
     return np.where(denominator > 0, np.clip(tau, -1.0, 1.0), np.nan)
 
 
-def kendall_resamples_scipy(x: np.ndarray, y: np.ndarray, index: np.ndarray) -> np.ndarray:
+def kendall_scipy(x: np.ndarray, y: np.ndarray, index: np.ndarray) -> np.ndarray:
     """Kendall tau-b per resample with scipy, one call each (n log n: for large n)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return np.array([stats.kendalltau(x[row], y[row]).statistic for row in index], float)
+
+
+def resample_statistics(
+    x: Variable,
+    y: Variable,
+    z: Variable,
+    index: np.ndarray,
+    methods: list[str],
+    signs: np.ndarray | None = None,
+) -> dict[str, np.ndarray]:
+    """Each method on each resample (row of `index`, text positions drawn with replacement).
+
+    x is log-ppl, y toxicity, z log length. Everything works on counts over the original texts
+    (no sorting per resample): ranks come from cumulative counts over the sorted distinct values.
+    Kendall uses `signs` (kendall_signs) when given, else scipy per resample.
+    """
+    n = len(x.values)
+    weights = _row_counts(np.arange(n), n, index)
+    counts = {name: v.counts(index) for name, v in (("x", x), ("y", y), ("z", z))}
+    constant = {name: (c > 0).sum(axis=1) < 2 for name, c in counts.items()}
+    out: dict[str, np.ndarray] = {}
+
+    def correlations(a: np.ndarray, b: np.ndarray, c: np.ndarray, partial: bool) -> tuple:
+        r_ab = weighted_pearson(weights, a, b, constant["x"] | constant["y"])
+        if not partial:
+            return r_ab, None
+        r_ac = weighted_pearson(weights, a, c, constant["x"] | constant["z"])
+        r_bc = weighted_pearson(weights, b, c, constant["y"] | constant["z"])
+        return r_ab, partial_from(r_ab, r_ac, r_bc, constant["z"])
+
+    if "pearson" in methods or "partial_pearson" in methods:
+        plain, partial = correlations(x.values, y.values, z.values, "partial_pearson" in methods)
+        out["pearson"], out["partial_pearson"] = plain, partial
+    if "spearman" in methods or "partial_spearman" in methods:
+        ranks = {name: v.ranks(counts[name]) for name, v in (("x", x), ("y", y), ("z", z))}
+        plain, partial = correlations(
+            ranks["x"], ranks["y"], ranks["z"], "partial_spearman" in methods
+        )
+        out["spearman"], out["partial_spearman"] = plain, partial
+    if "kendall" in methods:
+        if signs is not None:
+            out["kendall"] = kendall_from_counts(weights, signs, counts["x"], counts["y"])
+        else:
+            out["kendall"] = kendall_scipy(x.values, y.values, index)
+    return {method: out[method] for method in methods}
 
 
 def bootstrap(
@@ -274,15 +317,13 @@ def bootstrap(
     Every method sees the same resamples, drawn from the generator of (seed, key).
     """
     rng = _rng(settings.seed, key)
+    variables = Variable.of(x), Variable.of(y), Variable.of(z)
+    use_signs = "kendall" in methods and len(x) <= KENDALL_MATMUL_MAX_N
+    signs = kendall_signs(x, y) if use_signs else None
     parts: dict[str, list[np.ndarray]] = {method: [] for method in methods}
-    signs = kendall_signs(x, y) if "kendall" in methods and len(x) <= KENDALL_MATMUL_MAX_N else None
     for index in _resample_chunks(rng, len(x), settings.n_bootstrap):
-        for method, values in _vector_estimates(x[index], y[index], z[index], methods).items():
+        for method, values in resample_statistics(*variables, index, methods, signs).items():
             parts[method].append(values)
-        if signs is not None:
-            parts["kendall"].append(kendall_resamples(x, y, index, signs))
-        elif "kendall" in methods:
-            parts["kendall"].append(kendall_resamples_scipy(x, y, index))
     return {method: np.concatenate(chunks) for method, chunks in parts.items()}
 
 
@@ -310,10 +351,12 @@ def point_estimates(log_ppl: np.ndarray, toxicity: np.ndarray, n_tokens: np.ndar
     result["spearman"] = (float(spearman.statistic), float(spearman.pvalue))
     result["kendall"] = (float(kendall.statistic), float(kendall.pvalue))
     n = len(x)
-    partial = float(row_partial(x, y, z))
-    result["partial_pearson"] = (partial, _p_partial(partial, n))
-    partial_rank = float(row_partial(_rank(x), _rank(y), _rank(z)))
-    result["partial_spearman"] = (partial_rank, _p_partial(partial_rank, n))
+    identity = np.arange(n)[None, :]
+    partials = resample_statistics(
+        Variable.of(x), Variable.of(y), Variable.of(z), identity, list(PARTIAL_METHODS)
+    )
+    for method, values in partials.items():
+        result[method] = (float(values[0]), _p_partial(float(values[0]), n))
     return result
 
 

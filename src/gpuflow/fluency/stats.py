@@ -205,16 +205,23 @@ def weighted_pearson(
     """Pearson r of each resample given as counts over the texts (rows of `weights`).
 
     `a` and `b` hold each text's value, shared (n,) or per resample (rows, n); NaN where
-    `constant` says a resample has a single distinct value in a or b.
+    `constant` says a resample has a single distinct value in a or b. Works from weighted
+    moments (a matrix-vector product for shared values); shared values are centred first.
     """
-    total = weights.sum(axis=1, keepdims=True)
-    a_centred = a - (weights * a).sum(axis=1, keepdims=True) / total
-    b_centred = b - (weights * b).sum(axis=1, keepdims=True) / total
-    covariance = (weights * a_centred * b_centred).sum(axis=1)
-    scale = np.sqrt((weights * a_centred**2).sum(axis=1) * (weights * b_centred**2).sum(axis=1))
+    total = weights.sum(axis=1)
+
+    def mean(v: np.ndarray) -> np.ndarray:
+        sums = weights @ v if v.ndim == 1 else np.einsum("ij,ij->i", weights, v)
+        return sums / total
+
+    a = a - a.mean() if a.ndim == 1 else a
+    b = b - b.mean() if b.ndim == 1 else b
+    mean_a, mean_b = mean(a), mean(b)
+    covariance = mean(a * b) - mean_a * mean_b
+    variances = (mean(a * a) - mean_a**2) * (mean(b * b) - mean_b**2)
     with np.errstate(divide="ignore", invalid="ignore"):
-        r = covariance / scale
-    return np.where(constant | (scale == 0), np.nan, np.clip(r, -1.0, 1.0))
+        r = covariance / np.sqrt(variances)
+    return np.where(constant | ~(variances > 0), np.nan, np.clip(r, -1.0, 1.0))
 
 
 def partial_from(

@@ -168,11 +168,11 @@ def group_figure(scores: pd.DataFrame, group_columns: list[str]) -> Figure:
     if hues:
         handles, labels = axes.flat[0].get_legend_handles_labels()
         figure.legend(handles, labels, loc="outside lower center", ncols=len(hues), fontsize=8)
-    what = f"by {panel_column}" if panel_column else "no group columns configured"
+    what = f" by {panel_column}" if panel_column else ": all texts (no group columns configured)"
     if hue_column:
         what += f", coloured by {hue_column}"
     figure.suptitle(
-        f"Fluency vs toxicity {what}; lines: least-squares fits\n"
+        f"Fluency vs toxicity{what}; lines: least-squares fits\n"
         f"toxicity: {scorer_label(scores)}; r and ρ per panel"
     )
     return figure

@@ -47,3 +47,50 @@ def as_json(value):
 def quoted(values):
     """Shell-quoted, space-separated values (paths, names)."""
     return " ".join(shlex.quote(str(v)) for v in values)
+
+
+# Fluency-toxicity family
+
+
+def fluency_model():
+    """The LM folder or cached id to score with: the user's, or the embedded one trained here."""
+    return config["fluency"]["lm"]["path"] or "results/fluency/lm"
+
+
+def fluency_texts_args():
+    """Command-line arguments of `gpuflow fluency-texts` for the configured texts."""
+    texts = config["fluency"]["texts"]
+    if texts["source"] == "embedded":
+        return (
+            f"--n-texts {texts['n_texts']} --corpus {quoted(texts['corpus'])} "
+            f"--max-words {texts['max_words']} --min-words {texts['min_words']} "
+            f"--seed {texts['seed']} "
+            + ("--shuffled-twins" if texts["shuffled_twins"] else "")
+        )
+    id_column = texts["id_column"]
+    return (
+        f"--files {quoted(texts['files'])} --text-column {shlex.quote(texts['text_column'])} "
+        + (f"--id-column {shlex.quote(id_column)} " if id_column else "")
+        + (
+            f"--group-columns {quoted(texts['group_columns'])}"
+            if texts["group_columns"]
+            else ""
+        )
+    )
+
+
+def fluency_group_columns():
+    """Columns the fluency statistics are grouped by."""
+    if config["fluency"]["texts"]["source"] == "embedded":
+        return ["condition", "source"]
+    return config["fluency"]["texts"]["group_columns"]
+
+
+def fluency_targets():
+    """Final targets of the fluency family."""
+    return [
+        "results/fluency/summary.md",
+        "results/fluency/figures/logppl_vs_toxicity.png",
+        "results/fluency/figures/binned_means.png",
+        "results/fluency/figures/by_group.png",
+    ]

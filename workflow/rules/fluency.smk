@@ -20,47 +20,6 @@ if FLUENCY["texts"]["source"] == "files" and not FLUENCY["texts"]["files"]:
     )
 
 
-def fluency_model():
-    """The LM folder or cached id to score with: the user's, or the embedded one trained here."""
-    return FLUENCY["lm"]["path"] or f"{FLUENCY_DIR}/lm"
-
-
-def fluency_texts_args():
-    texts = FLUENCY["texts"]
-    if texts["source"] == "embedded":
-        return (
-            f"--n-texts {texts['n_texts']} --corpus {quoted(texts['corpus'])} "
-            f"--max-words {texts['max_words']} --min-words {texts['min_words']} "
-            f"--seed {texts['seed']} "
-            + ("--shuffled-twins" if texts["shuffled_twins"] else "")
-        )
-    id_column = texts["id_column"]
-    return (
-        f"--files {quoted(texts['files'])} --text-column {shlex.quote(texts['text_column'])} "
-        + (f"--id-column {shlex.quote(id_column)} " if id_column else "")
-        + (
-            f"--group-columns {quoted(texts['group_columns'])}"
-            if texts["group_columns"]
-            else ""
-        )
-    )
-
-
-def fluency_group_columns():
-    if FLUENCY["texts"]["source"] == "embedded":
-        return ["condition", "source"]
-    return FLUENCY["texts"]["group_columns"]
-
-
-def fluency_targets():
-    return [
-        f"{FLUENCY_DIR}/summary.md",
-        f"{FLUENCY_DIR}/figures/logppl_vs_toxicity.png",
-        f"{FLUENCY_DIR}/figures/binned_means.png",
-        f"{FLUENCY_DIR}/figures/by_group.png",
-    ]
-
-
 FAMILY_TARGETS["fluency"] = fluency_targets
 
 

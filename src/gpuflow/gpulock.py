@@ -11,7 +11,8 @@ which. There gpuflow itself hands out devices:
   job frees them: the kernel drops the lock with the process), sets `CUDA_VISIBLE_DEVICES` to the
   locked devices and `GPUFLOW_GPU_LOCKED=1` (children and nested calls do not lock again).
 
-Without `GPUFLOW_GPU_LOCK_DIR`, or with `GPUFLOW_GPUS` unset or 0, nothing happens.
+A step without `GPUFLOW_GPUS` (or with 0) sees no GPU there: jobs get exactly what they ask
+for. Without `GPUFLOW_GPU_LOCK_DIR` nothing happens (SLURM per-job mode, a laptop).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ NOTICE_SECONDS = 60.0
 
 
 def device_pool(environ: dict[str, str] | None = None) -> list[str]:
-    """The device ids to share out: GPUFLOW_GPU_DEVICES, else CUDA_VISIBLE_DEVICES, else nvidia-smi."""
+    """Device ids to share out: GPUFLOW_GPU_DEVICES, else CUDA_VISIBLE_DEVICES, else nvidia-smi."""
     env = os.environ if environ is None else environ
     for name in (DEVICES_ENV, "CUDA_VISIBLE_DEVICES"):
         value = env.get(name, "").strip()
@@ -128,6 +129,8 @@ def gpus_for_this_process() -> Iterator[list[str]]:
     """
     n_gpus = requested_gpus()
     if n_gpus == 0:
+        if os.environ.get(LOCK_DIR_ENV) and not os.environ.get(LOCKED_ENV):
+            os.environ["CUDA_VISIBLE_DEVICES"] = ""
         yield []
         return
     pool = device_pool()

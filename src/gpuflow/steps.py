@@ -42,4 +42,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     probe.add_argument("--out", required=True, help="JSON file to write")
     probe.add_argument("--hold", type=float, default=0.0, help="seconds to stay running")
     probe.add_argument("--label", default="", help="free text stored in the record")
+    probe.add_argument("--seed", type=int, default=0, help="seed of the recorded computation")
     probe.set_defaults(run=lazy("gpuflow.probe:main"))

@@ -189,7 +189,11 @@ def up() -> dict[str, int]:
 
 
 def down() -> None:
-    """Stop the daemons that `up` started (by the pids it saved) and restore earlier configs."""
+    """Stop the daemons that `up` started (by the pids it saved); remove our configs.
+
+    Without them, SLURM clients (which every snakemake start asks, through the executor
+    plugin) fail at once instead of waiting for a controller that is gone.
+    """
     pid_file = STATE / "pids.json"
     if pid_file.exists():
         pids = json.loads(pid_file.read_text())
@@ -198,9 +202,11 @@ def down() -> None:
                 _stop(pids[name], name)
         pid_file.unlink()
     for name in ("slurm.conf", "gres.conf"):
-        backup = STATE / f"{name}.before-tests"
+        path, backup = CONF_DIR / name, STATE / f"{name}.before-tests"
+        if path.exists() and MARKER in path.read_text(errors="replace"):
+            path.unlink()
         if backup.exists():
-            shutil.move(backup, CONF_DIR / name)
+            shutil.move(backup, path)
 
 
 def _is_ours(pid: int, name: str) -> bool:

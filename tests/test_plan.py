@@ -115,6 +115,7 @@ def test_reasons_are_sorted_into_resume_changed_and_downstream():
         return Job("r", False, {"reason": reason}).why
 
     assert why("Missing output files: x") == "missing"
-    assert why("Incomplete output files detected: x") == "incomplete"
+    assert why("Incomplete output files: x") == "incomplete"
+    assert why("Forced execution") == "incomplete", "--rerun-incomplete reports them so"
     assert why("Input files updated by another job: x") == "downstream"
     assert why("Params have changed since last execution") == "changed"

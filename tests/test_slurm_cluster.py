@@ -52,7 +52,11 @@ def profile_run(slurm_cluster, tmp_path_factory):
     """The probe workflow through `snakemake --profile profiles/slurm`, one job cancelled."""
     workdir = tmp_path_factory.mktemp("slurm-profile")
     result, cancelled = harness.run_profile(
-        workdir, SNAKEFILE, probe_config(5, kill_hold=300), cancel_rule="probe_retried"
+        workdir,
+        SNAKEFILE,
+        probe_config(5, kill_hold=300),
+        cancel_rule="probe_retried",
+        cancel_after="results/probe/logs/retried.log",
     )
     assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
     records = {p.stem: r for p, r in zip_records(workdir / "results" / "probe")}

@@ -62,14 +62,16 @@ class Job:
 
     @property
     def why(self) -> str:
-        """missing / incomplete / changed / downstream / forced."""
+        """missing / incomplete / changed / downstream.
+
+        The dry run runs with --rerun-incomplete, under which Snakemake reports outputs left
+        behind by a killed job as "Forced execution": those count as incomplete.
+        """
         reason = self.fields.get("reason", "").lower()
-        if "incomplete" in reason:
+        if "incomplete" in reason or "forced execution" in reason:
             return "incomplete"
         if "missing output" in reason:
             return "missing"
-        if "forced" in reason:
-            return "forced"
         if reason.startswith("input files updated by another job"):
             return "downstream"
         return "changed"
@@ -105,7 +107,8 @@ def parse_dry_run(text: str) -> list[Job]:
 
 def dry_run(args: argparse.Namespace) -> str:
     """Snakemake's dry-run listing for the given profile, config files and targets."""
-    command = [sys.executable, "-m", "snakemake", "--dry-run", "--directory", args.directory]
+    command = [sys.executable, "-m", "snakemake", "--dry-run", "--rerun-incomplete"]
+    command += ["--directory", args.directory]
     if args.profile:
         command += ["--profile", args.profile]
     if args.snakefile:

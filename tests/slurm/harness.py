@@ -60,15 +60,21 @@ def squeue(run_filter: str = "") -> list[dict[str, str]]:
     return jobs
 
 
-def cancel_when_running(rule: str, cancelled: list[str], stop: threading.Event) -> None:
-    """Cancel (scancel) the first job of `rule` seen RUNNING; its id goes into `cancelled`."""
+def cancel_when_running(
+    rule: str, started: Path | None, cancelled: list[str], stop: threading.Event
+) -> None:
+    """scancel the first job of `rule` once it runs and (if given) `started` exists.
+
+    `started` is a file the step writes when it has begun (its log): the job is cancelled in
+    the middle of the step, not while Snakemake starts. The job's id goes into `cancelled`.
+    """
     while not stop.is_set():
-        for job in squeue(f"rule_{rule}"):
-            if job["state"] == "RUNNING":
-                time.sleep(2)
-                subprocess.run(["scancel", job["id"]], check=True)
-                cancelled.append(job["id"])
-                return
+        running = [j for j in squeue(f"rule_{rule}") if j["state"] == "RUNNING"]
+        if running and (started is None or started.exists()):
+            time.sleep(1)
+            subprocess.run(["scancel", running[0]["id"]], check=True)
+            cancelled.append(running[0]["id"])
+            return
         time.sleep(0.5)
 
 
@@ -78,11 +84,13 @@ def run_profile(
     config: dict[str, Any],
     *args: str,
     cancel_rule: str | None = None,
+    cancel_after: str | None = None,
     timeout: int = 600,
 ) -> tuple[subprocess.CompletedProcess[str], list[str]]:
     """snakemake --profile profiles/slurm (+ the test layer) in `workdir`.
 
-    With `cancel_rule`, the first job of that rule is cancelled with scancel once it runs.
+    With `cancel_rule`, the first job of that rule is cancelled with scancel once it runs and
+    the file `cancel_after` (relative to `workdir`, e.g. the step's log) exists.
     Returns the finished process and the ids of the cancelled jobs.
     """
     configfile = write_config(workdir, config)
@@ -105,7 +113,9 @@ def run_profile(
     watcher = None
     if cancel_rule:
         watcher = threading.Thread(
-            target=cancel_when_running, args=(cancel_rule, cancelled, stop), daemon=True
+            target=cancel_when_running,
+            args=(cancel_rule, workdir / cancel_after if cancel_after else None, cancelled, stop),
+            daemon=True,
         )
         watcher.start()
     try:

@@ -118,7 +118,7 @@ def test_outputs_equal_a_local_run(profile_run, tmp_path, run_snakemake):
     local = tmp_path / "local"
     config = probe_config(5, kill_hold=0)
     config["probe"]["hold"] = 0
-    run_snakemake(local, config, "--snakefile", str(SNAKEFILE), "--cores", "2")
+    run_snakemake(local, config, "--snakefile", str(SNAKEFILE))
     local_records = {p.stem: r for p, r in zip_records(local / "results" / "probe")}
     assert local_records.keys() == profile_run["records"].keys()
     for name, record in profile_run["records"].items():

@@ -19,7 +19,7 @@ from tests.slurm import cluster, harness
 pytestmark = [pytest.mark.slurm, pytest.mark.workflow]
 
 SNAKEFILE = harness.REPO / "tests" / "slurm" / "Snakefile"
-HOLD = 12
+HOLD = 15
 
 
 def probe_config(n_gpu_jobs: int, kill_hold: int) -> dict[str, Any]:

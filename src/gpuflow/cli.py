@@ -16,6 +16,7 @@ from types import ModuleType
 
 import gpuflow
 from gpuflow.errors import GpuflowError
+from gpuflow.gpulock import gpus_for_this_process
 
 StepMain = Callable[[argparse.Namespace], int | None]
 
@@ -49,10 +50,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one step; a GpuflowError becomes one clear line on stderr and exit status 2."""
+    """Run one step; a GpuflowError becomes one clear line on stderr and exit status 2.
+
+    When the step needs device locks (whole-node mode, see gpuflow.gpulock) they are taken
+    here, before the step imports torch, and freed when it ends.
+    """
     args = build_parser().parse_args(argv)
     try:
-        return int(args.run(args) or 0)
+        with gpus_for_this_process():
+            return int(args.run(args) or 0)
     except GpuflowError as error:
         print(f"gpuflow {args.step}: error: {error}", file=sys.stderr)
         return 2

@@ -20,3 +20,32 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     doctor.add_argument("--json", action="store_true", help="print the report as JSON")
     doctor.set_defaults(run=lazy("gpuflow.doctor:main"))
+
+    plan = subparsers.add_parser(
+        "plan", help="jobs, GPU-hours and submissions the workflow would need, before running it"
+    )
+    plan.add_argument("targets", nargs="*", help="targets (files or rules); default: all")
+    plan.add_argument("--profile", default=None, help="Snakemake profile, e.g. profiles/slurm")
+    plan.add_argument("--configfile", nargs="+", default=[], help="config files, as Snakemake")
+    plan.add_argument("--snakefile", default=None, help="Snakefile (default: the workflow's)")
+    plan.add_argument("--directory", default=".", help="working directory of the workflow")
+    plan.add_argument("--gpus-per-node", type=int, default=4, help="GPUs packed on one node")
+    plan.add_argument("--json", action="store_true", help="print the plan as JSON")
+    plan.set_defaults(run=lazy("gpuflow.plan:main"))
+
+    with_gpus = subparsers.add_parser(
+        "with-gpus",
+        help="run a command (e.g. torchrun) holding the GPUs GPUFLOW_GPUS asks for",
+        description="Whole-node mode: `GPUFLOW_GPUS={resources.gpu} gpuflow with-gpus -- CMD`.",
+    )
+    with_gpus.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS ...")
+    with_gpus.set_defaults(run=lazy("gpuflow.gpulock:with_gpus_main"))
+
+    probe = subparsers.add_parser(
+        "probe", help="record where this job runs (host, SLURM job, GPUs) as JSON"
+    )
+    probe.add_argument("--out", required=True, help="JSON file to write")
+    probe.add_argument("--hold", type=float, default=0.0, help="seconds to stay running")
+    probe.add_argument("--label", default="", help="free text stored in the record")
+    probe.add_argument("--seed", type=int, default=0, help="seed of the recorded computation")
+    probe.set_defaults(run=lazy("gpuflow.probe:main"))

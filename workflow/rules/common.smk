@@ -27,13 +27,20 @@ def rule_resources(family, rule_name):
     """Resources of a rule from config[family]['resources'][rule_name].
 
     Memory and runtime grow with each retry (attempt 1, 2, ...), so a job killed for memory or
-    time comes back with more.
+    time comes back with more. On GPU rules `cpus_per_task` counts per GPU: SLURM gets
+    --gpus=N --cpus-per-gpu=C and no --ntasks-per-gpu (tasks_per_gpu: 0). GPU rules' shell
+    commands start with `GPUFLOW_GPUS={resources.gpu}` (device locks in whole-node mode).
     """
     block = config[family]["resources"][rule_name]
     mem_mb, runtime = block["mem_mb"], block["runtime"]
+    cpus = (
+        {"cpus_per_gpu": block["cpus_per_task"], "tasks_per_gpu": 0}
+        if block["gpu"]
+        else {"cpus_per_task": block["cpus_per_task"]}
+    )
     return {
         "gpu": block["gpu"],
-        "cpus_per_task": block["cpus_per_task"],
+        **cpus,
         "mem_mb": lambda wildcards, attempt: mem_mb * attempt,
         "runtime": lambda wildcards, attempt: runtime * attempt,
     }

@@ -1,0 +1,244 @@
+"""A real single-node SLURM on loopback, from Debian's packages, with four fake GPUs.
+
+Used by the SLURM tests (fixture in tests/slurm/conftest.py) and by hand:
+
+    python tests/slurm/cluster.py up      # install if missing, write /etc/slurm, start daemons
+    python tests/slurm/cluster.py down    # stop the daemons this script started, by pid
+
+Facts it relies on (DESIGN.md section 5): no systemd, so munged, slurmctld and slurmd are
+started here and stopped by pid; the config must be /etc/slurm/slurm.conf (the jobstep plugin
+drops SLURM_CONF); fake GPUs are gres device files, symlinks to /dev/null; DefMemPerCPU makes
+jobs share the node; MinJobAge is long enough for `squeue` status checks (no slurmdbd).
+Anything that goes wrong raises ClusterError with the daemons' log tails: tests fail, never skip.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge")
+CONF_DIR = Path("/etc/slurm")
+STATE = Path(os.environ.get("GPUFLOW_TEST_SLURM_STATE", "/tmp/gpuflow-test-slurm"))
+MARKER = "# written by gpuflow tests/slurm/cluster.py"
+N_GPUS = 4
+GPU_TYPE = "testgpu"
+CPUS = 16
+MEMORY_MB = 32000
+MIN_JOB_AGE = 600
+
+
+class ClusterError(RuntimeError):
+    """The test cluster could not be installed, configured or started."""
+
+
+def _run(command: list[str], **kwargs) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(command, capture_output=True, text=True, check=False, **kwargs)
+
+
+def install() -> None:
+    """apt-get the SLURM and munge packages when their programs are missing."""
+    if all(shutil.which(p) for p in ("slurmctld", "slurmd", "sbatch", "munged")):
+        return
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        raise ClusterError(f"SLURM is missing; installing {PACKAGES} needs root and apt-get")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for command in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", *PACKAGES]):
+        result = _run(command, env=env)
+        if result.returncode != 0:
+            output = result.stdout[-2000:] + result.stderr[-2000:]
+            raise ClusterError(f"{' '.join(command)} failed:\n{output}")
+
+
+def slurm_conf(host: str) -> str:
+    """slurm.conf of the test cluster: one node, partitions 'gpu' and 'cpu' on it."""
+    return f"""{MARKER}
+ClusterName=gpuflowtest
+SlurmctldHost={host}(127.0.0.1)
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+StateSaveLocation={STATE}/ctld
+SlurmdSpoolDir={STATE}/slurmd
+SlurmctldPidFile={STATE}/slurmctld.pid
+SlurmdPidFile={STATE}/slurmd.pid
+SlurmctldLogFile={STATE}/slurmctld.log
+SlurmdLogFile={STATE}/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core_Memory
+SlurmdParameters=config_overrides
+DefMemPerCPU=500
+MinJobAge={MIN_JOB_AGE}
+ReturnToService=2
+SchedulerType=sched/backfill
+SchedulerParameters=sched_interval=2,bf_interval=2
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+MpiDefault=none
+GresTypes=gpu
+NodeName={host} NodeAddr=127.0.0.1 CPUs={CPUS} RealMemory={MEMORY_MB} \
+ Gres=gpu:{GPU_TYPE}:{N_GPUS} State=UNKNOWN
+PartitionName=gpu Nodes={host} MaxTime=INFINITE State=UP
+PartitionName=cpu Nodes={host} Default=YES MaxTime=INFINITE State=UP
+"""
+
+
+def gres_conf(host: str) -> str:
+    """gres.conf: four GPUs whose device files are symlinks to /dev/null."""
+    return (
+        f"{MARKER}\nNodeName={host} Name=gpu Type={GPU_TYPE} "
+        f"File={STATE}/dev/nvidia[0-{N_GPUS - 1}]\n"
+    )
+
+
+def _write_config(host: str) -> None:
+    CONF_DIR.mkdir(parents=True, exist_ok=True)
+    for name, text in (("slurm.conf", slurm_conf(host)), ("gres.conf", gres_conf(host))):
+        path = CONF_DIR / name
+        if path.exists() and MARKER not in path.read_text(errors="replace"):
+            backup = STATE / f"{name}.before-tests"
+            if not backup.exists():
+                shutil.copy2(path, backup)
+        path.write_text(text)
+    (STATE / "dev").mkdir(parents=True, exist_ok=True)
+    for i in range(N_GPUS):
+        device = STATE / "dev" / f"nvidia{i}"
+        if not device.is_symlink():
+            device.symlink_to("/dev/null")
+    for folder in ("ctld", "slurmd"):
+        shutil.rmtree(STATE / folder, ignore_errors=True)
+        (STATE / folder).mkdir(parents=True)
+
+
+def _munge_works() -> bool:
+    if not shutil.which("munge"):
+        return False
+    token = _run(["munge", "-n"])
+    return token.returncode == 0 and _run(["unmunge"], input=token.stdout).returncode == 0
+
+
+_STARTED: dict[int, subprocess.Popen] = {}
+
+
+def _start(command: list[str], name: str) -> int:
+    log = open(STATE / f"{name}.out", "ab")  # noqa: SIM115 (the daemon keeps it)
+    process = subprocess.Popen(command, stdout=log, stderr=log, start_new_session=True)
+    _STARTED[process.pid] = process
+    return process.pid
+
+
+def _tail(name: str, lines: int = 25) -> str:
+    text = []
+    for suffix in (".log", ".out"):
+        path = STATE / f"{name}{suffix}"
+        if path.exists():
+            text += path.read_text(errors="replace").splitlines()[-lines:]
+    return f"--- {name} ---\n" + "\n".join(text)
+
+
+def _wait_for(check, what: str, timeout: float, logs: tuple[str, ...]) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.3)
+    raise ClusterError(f"{what} within {timeout:.0f} s\n" + "\n".join(_tail(n) for n in logs))
+
+
+def _node_idle() -> bool:
+    state = _run(["sinfo", "-h", "-N", "-o", "%T"])
+    return state.returncode == 0 and state.stdout.strip().startswith("idle")
+
+
+def up() -> dict[str, int]:
+    """Install, configure and start the cluster; return the pids of the daemons started."""
+    install()
+    STATE.mkdir(parents=True, exist_ok=True)
+    down()
+    host = socket.gethostname().split(".")[0]
+    _write_config(host)
+    pids: dict[str, int] = {}
+    if not _munge_works():
+        run_dir = Path("/run/munge")
+        run_dir.mkdir(parents=True, exist_ok=True)
+        shutil.chown(run_dir, "munge", "munge")
+        pids["munged"] = _start(
+            ["runuser", "-u", "munge", "--", "/usr/sbin/munged", "--foreground"], "munged"
+        )
+        _wait_for(_munge_works, "munged did not answer", 15, ("munged",))
+    pids["slurmctld"] = _start(["slurmctld", "-D", "-c", "-i"], "slurmctld")
+    _wait_for(
+        lambda: _run(["scontrol", "ping"]).stdout.count("UP") > 0,
+        "slurmctld did not answer",
+        30,
+        ("slurmctld",),
+    )
+    pids["slurmd"] = _start(["slurmd", "-D"], "slurmd")
+    (STATE / "pids.json").write_text(json.dumps(pids))
+    _wait_for(_node_idle, "the node did not become idle", 30, ("slurmctld", "slurmd"))
+    return pids
+
+
+def down() -> None:
+    """Stop the daemons that `up` started (by the pids it saved); remove our configs.
+
+    Without them, SLURM clients (which every snakemake start asks, through the executor
+    plugin) fail at once instead of waiting for a controller that is gone.
+    """
+    pid_file = STATE / "pids.json"
+    if pid_file.exists():
+        pids = json.loads(pid_file.read_text())
+        for name in ("slurmd", "slurmctld", "munged"):
+            if name in pids:
+                _stop(pids[name], name)
+        pid_file.unlink()
+    for name in ("slurm.conf", "gres.conf"):
+        path, backup = CONF_DIR / name, STATE / f"{name}.before-tests"
+        if path.exists() and MARKER in path.read_text(errors="replace"):
+            path.unlink()
+        if backup.exists():
+            shutil.move(backup, path)
+
+
+def _is_ours(pid: int, name: str) -> bool:
+    """The pid still runs the daemon we started (not a reused pid)."""
+    try:
+        return name in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return False
+
+
+def _stop(pid: int, name: str, timeout: float = 10.0) -> None:
+    if not _is_ours(pid, name):
+        return
+    os.killpg(pid, signal.SIGTERM)
+    process = _STARTED.pop(pid, None)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            return
+        if process is None and not _is_ours(pid, name):
+            return
+        time.sleep(0.2)
+    os.killpg(pid, signal.SIGKILL)
+    if process is not None:
+        process.wait()
+
+
+if __name__ == "__main__":
+    action = sys.argv[1] if len(sys.argv) > 1 else ""
+    if action == "up":
+        print(json.dumps(up()))
+    elif action == "down":
+        down()
+    else:
+        sys.exit("usage: cluster.py up|down")

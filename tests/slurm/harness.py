@@ -1,0 +1,215 @@
+"""Run a workflow through the SLURM profile on the test cluster, and read SLURM's own records.
+
+Reusable for any Snakefile and config: `run_profile` (snakemake --profile profiles/slurm with
+the test cluster's site values, optionally cancelling a job mid-run), `run_whole_node` (the
+whole-node batch script), `slurm_job` (scontrol's record of a job), and helpers over the run
+records that gpuflow steps write (gpuflow.devices.run_record plus start/end times).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+TEST_SITE = REPO / "tests" / "slurm" / "site.yaml"
+TEST_PROFILE = REPO / "tests" / "slurm" / "profile"
+WHOLE_NODE = REPO / "scripts" / "whole-node.sbatch"
+
+
+def cluster_env() -> dict[str, str]:
+    """Environment for snakemake and sbatch: this venv first, the test site file."""
+    env = dict(os.environ)
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    env["GPUFLOW_SLURM_SITE"] = str(TEST_SITE)
+    env.pop("GPUFLOW_GPU_LOCK_DIR", None)
+    return env
+
+
+def write_config(workdir: Path, config: dict[str, Any]) -> Path:
+    """Write `config` as workdir/test-config.yaml and return its path."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    path = workdir / "test-config.yaml"
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    return path
+
+
+def squeue(run_filter: str = "") -> list[dict[str, str]]:
+    """Jobs SLURM knows (pending, running and recently ended): id, state, comment, name."""
+    result = subprocess.run(
+        ["squeue", "--states=all", "--noheader", "--format=%i|%T|%k|%j"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    jobs = []
+    for line in result.stdout.splitlines():
+        job_id, state, comment, name = line.strip().split("|", 3)
+        if run_filter in comment:
+            jobs.append({"id": job_id, "state": state, "comment": comment, "name": name})
+    return jobs
+
+
+def cancel_when_running(
+    rule: str, started: Path | None, cancelled: list[str], stop: threading.Event
+) -> None:
+    """scancel the first job of `rule` once it runs and (if given) `started` exists.
+
+    `started` is a file the step writes when it has begun (its log): the job is cancelled in
+    the middle of the step, not while Snakemake starts. The job's id goes into `cancelled`.
+    """
+    while not stop.is_set():
+        running = [j for j in squeue(f"rule_{rule}") if j["state"] == "RUNNING"]
+        if running and (started is None or started.exists()):
+            time.sleep(1)
+            subprocess.run(["scancel", running[0]["id"]], check=True)
+            cancelled.append(running[0]["id"])
+            return
+        time.sleep(0.5)
+
+
+def run_profile(
+    workdir: Path,
+    snakefile: Path,
+    config: dict[str, Any],
+    *args: str,
+    cancel_rule: str | None = None,
+    cancel_after: str | None = None,
+    timeout: int = 600,
+) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    """snakemake --profile profiles/slurm (+ the test layer) in `workdir`.
+
+    With `cancel_rule`, the first job of that rule is cancelled with scancel once it runs and
+    the file `cancel_after` (relative to `workdir`, e.g. the step's log) exists.
+    Returns the finished process and the ids of the cancelled jobs.
+    """
+    configfile = write_config(workdir, config)
+    command = [
+        str(BIN / "snakemake"),
+        "--profile",
+        str(REPO / "profiles" / "slurm"),
+        "--profile",
+        str(TEST_PROFILE),
+        "--snakefile",
+        str(snakefile),
+        "--directory",
+        str(workdir),
+        "--configfile",
+        str(configfile),
+        *args,
+    ]
+    cancelled: list[str] = []
+    stop = threading.Event()
+    watcher = None
+    if cancel_rule:
+        watcher = threading.Thread(
+            target=cancel_when_running,
+            args=(cancel_rule, workdir / cancel_after if cancel_after else None, cancelled, stop),
+            daemon=True,
+        )
+        watcher.start()
+    try:
+        result = subprocess.run(
+            command, capture_output=True, text=True, env=cluster_env(), timeout=timeout, cwd=REPO
+        )
+    finally:
+        stop.set()
+        if watcher is not None:
+            watcher.join(timeout=5)
+    return result, cancelled
+
+
+def run_whole_node(
+    workdir: Path,
+    snakefile: Path,
+    config: dict[str, Any],
+    sbatch_args: Iterable[str],
+    timeout: int = 300,
+) -> tuple[str, str]:
+    """Submit scripts/whole-node.sbatch for this workflow and wait: (job state, job log)."""
+    configfile = write_config(workdir, config)
+    log = workdir / "whole-node.log"
+    submitted = subprocess.run(
+        [
+            "sbatch",
+            "--parsable",
+            f"--output={log}",
+            *sbatch_args,
+            str(WHOLE_NODE),
+            "--snakefile",
+            str(snakefile),
+            "--directory",
+            str(workdir),
+            "--configfile",
+            str(configfile),
+        ],
+        capture_output=True,
+        text=True,
+        env=cluster_env(),
+        cwd=REPO,
+        check=True,
+    )
+    job_id = submitted.stdout.strip().split(";")[0]
+    deadline = time.monotonic() + timeout
+    state = "PENDING"
+    while time.monotonic() < deadline:
+        state = slurm_job(job_id).get("JobState", "UNKNOWN")
+        if state not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING"):
+            break
+        time.sleep(1)
+    else:
+        subprocess.run(["scancel", job_id], check=False)
+    return state, log.read_text(errors="replace") if log.exists() else ""
+
+
+def slurm_job(job_id: str) -> dict[str, str]:
+    """SLURM's record of one job (scontrol show job), as key=value pairs."""
+    result = subprocess.run(
+        ["scontrol", "show", "job", "--oneliner", str(job_id)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    fields: dict[str, str] = {}
+    for token in result.stdout.split():
+        key, _, value = token.partition("=")
+        fields.setdefault(key, value)
+    return fields
+
+
+def read_records(paths: Iterable[Path]) -> list[dict[str, Any]]:
+    """The JSON run records written by gpuflow steps."""
+    return [json.loads(Path(p).read_text()) for p in paths]
+
+
+def max_concurrent(records: list[dict[str, Any]]) -> int:
+    """Most records whose [start, end] intervals overlap at one moment."""
+    events = sorted(
+        [(r["start"], 1) for r in records] + [(r["end"], -1) for r in records],
+        key=lambda e: (e[0], e[1]),
+    )
+    running = peak = 0
+    for _, change in events:
+        running += change
+        peak = max(peak, running)
+    return peak
+
+
+def overlapping_pairs(records: list[dict[str, Any]]) -> list[tuple[dict, dict]]:
+    """Pairs of records that ran at the same time."""
+    return [
+        (a, b)
+        for i, a in enumerate(records)
+        for b in records[i + 1 :]
+        if a["start"] < b["end"] and b["start"] < a["end"]
+    ]

@@ -1,0 +1,121 @@
+"""`gpuflow plan`: jobs, GPU-hours and submissions read from the dry run, before any spend."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpuflow.plan import Job, parse_dry_run, size_of
+
+REPO = Path(__file__).resolve().parents[1]
+SNAKEFILE = REPO / "tests" / "slurm" / "Snakefile"
+
+
+def write_probe_config(workdir: Path, n_gpu_jobs: int = 5) -> Path:
+    config = {
+        "probe": {
+            "n_gpu_jobs": n_gpu_jobs,
+            "hold": 0,
+            "kill_hold": 0,
+            "seed": 0,
+            "resources": {
+                "probe_gpu": {"gpu": 1, "cpus_per_task": 2, "mem_mb": 1000, "runtime": 30},
+                "probe_cpu": {"gpu": 0, "cpus_per_task": 1, "mem_mb": 500, "runtime": 5},
+                "probe_retried": {"gpu": 4, "cpus_per_task": 1, "mem_mb": 700, "runtime": 120},
+            },
+        }
+    }
+    workdir.mkdir(parents=True, exist_ok=True)
+    path = workdir / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def plan(run_gpuflow, workdir: Path, *args: str) -> dict[str, dict]:
+    config = write_probe_config(workdir)
+    result = run_gpuflow(
+        "plan", "--json", "--snakefile", str(SNAKEFILE), "--directory", str(workdir),
+        "--configfile", str(config), *args,
+    )  # fmt: skip
+    return {row["rule"]: row for row in json.loads(result.stdout)}
+
+
+def test_gpu_hours_requested_are_gpus_times_runtime(run_gpuflow, tmp_path):
+    rows = plan(run_gpuflow, tmp_path)
+    assert rows["probe_gpu"]["jobs"] == 5
+    assert rows["probe_gpu"]["gpus_per_job"] == "1"
+    assert rows["probe_gpu"]["gpu_h_requested"] == pytest.approx(5 * 0.5)
+    assert rows["probe_retried"]["gpu_h_requested"] == pytest.approx(4 * 2.0)
+    assert rows["probe_cpu"]["gpu_h_requested"] == 0
+    assert rows["probe_retried"]["node_h"] == pytest.approx(2.0), "4 GPUs = one node"
+
+
+def test_expected_time_comes_from_earlier_benchmarks_of_the_rule(run_gpuflow, tmp_path):
+    bench = tmp_path / "results" / "probe" / "benchmarks"
+    bench.mkdir(parents=True)
+    (bench / "gpu~0.tsv").write_text("s\th:m:s\n300\t0:05:00\n420\t0:07:00\n")
+    rows = plan(run_gpuflow, tmp_path)
+    assert rows["probe_gpu"]["from_benchmarks"] is True
+    assert rows["probe_gpu"]["expected_h_per_job"] == pytest.approx(360 / 3600)
+    assert rows["probe_gpu"]["gpu_h_expected"] == pytest.approx(5 * 0.1)
+    assert rows["probe_cpu"]["from_benchmarks"] is False
+    assert rows["probe_cpu"]["expected_h_per_job"] == pytest.approx(5 / 60)
+
+
+def test_after_a_partial_failure_only_jobs_without_outputs_run_again(run_gpuflow, tmp_path):
+    done = tmp_path / "results" / "probe"
+    done.mkdir(parents=True)
+    for name in ("gpu~0.json", "gpu~1.json", "cpu.json"):
+        (done / name).write_text("{}")
+    rows = plan(run_gpuflow, tmp_path)
+    assert rows["probe_gpu"]["jobs"] == 3
+    assert rows["probe_gpu"]["why"] == {"missing": 3}
+    assert "probe_cpu" not in rows
+
+
+def test_grid_rules_submitted_as_arrays_cost_one_sbatch(run_gpuflow, tmp_path):
+    profile = str(REPO / "tests" / "slurm" / "profile")
+    rows = plan(run_gpuflow, tmp_path, "--profile", profile)
+    assert rows["probe_gpu"]["sbatch"] == 1
+    assert rows["probe_retried"]["sbatch"] == 1
+
+
+def test_the_table_has_a_row_per_rule_and_totals(run_gpuflow, tmp_path):
+    config = write_probe_config(tmp_path)
+    text = run_gpuflow(
+        "plan", "--snakefile", str(SNAKEFILE), "--directory", str(tmp_path),
+        "--configfile", str(config),
+    ).stdout  # fmt: skip
+    assert [line.split()[0] for line in text.splitlines()[2:5]] == [
+        "probe_gpu", "probe_cpu", "probe_retried",
+    ]  # fmt: skip
+    total = next(line for line in text.splitlines() if line.startswith("total"))
+    assert total.split()[1:3] == ["7", "10.50"]
+    assert "Re-run after a partial failure: 7 jobs lack their outputs" in text
+
+
+def test_dry_run_blocks_are_read_field_by_field():
+    text = (
+        "rule train:\n    output: a.json\n    jobid: 1\n    benchmark: b/frac~0.1/seed~1.tsv\n"
+        "    reason: Missing output files: a.json\n    wildcards: frac=0.1, seed=1\n"
+        "    resources: tmpdir=/tmp, gpu=2, runtime=90, mem=1 GB\n\nlocalrule all:\n"
+        "    input: a.json\n    jobid: 0\n"
+    )
+    jobs = parse_dry_run(text)
+    assert [(j.rule, j.local) for j in jobs] == [("train", False), ("all", True)]
+    assert (jobs[0].gpus, jobs[0].runtime_h, jobs[0].why) == (2, 1.5, "missing")
+    assert size_of(jobs[0].wildcards) == pytest.approx(0.1), "frac scales, seed does not"
+
+
+def test_reasons_are_sorted_into_resume_changed_and_downstream():
+    def why(reason: str) -> str:
+        return Job("r", False, {"reason": reason}).why
+
+    assert why("Missing output files: x") == "missing"
+    assert why("Incomplete output files: x") == "incomplete"
+    assert why("Forced execution") == "incomplete", "--rerun-incomplete reports them so"
+    assert why("Input files updated by another job: x") == "downstream"
+    assert why("Params have changed since last execution") == "changed"

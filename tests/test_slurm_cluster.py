@@ -1,0 +1,148 @@
+"""The SLURM profile and whole-node mode on a live single-node SLURM with four fake GPUs.
+
+The cluster (tests/slurm/cluster.py) is Debian's slurmctld + slurmd + munge on loopback,
+installed with apt-get when missing; if it cannot start, these tests fail with the daemons'
+logs. The workflow is tests/slurm/Snakefile: real `gpuflow probe` steps whose rules take
+resources exactly like every family's rules (rule_resources in common.smk).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.slurm import cluster, harness
+
+pytestmark = [pytest.mark.slurm, pytest.mark.workflow]
+
+SNAKEFILE = harness.REPO / "tests" / "slurm" / "Snakefile"
+HOLD = 15
+
+
+def probe_config(n_gpu_jobs: int, kill_hold: int) -> dict[str, Any]:
+    return {
+        "probe": {
+            "n_gpu_jobs": n_gpu_jobs,
+            "hold": HOLD,
+            "kill_hold": kill_hold,
+            "seed": 0,
+            "resources": {
+                "probe_gpu": {"gpu": 1, "cpus_per_task": 2, "mem_mb": 1000, "runtime": 5},
+                "probe_cpu": {"gpu": 0, "cpus_per_task": 1, "mem_mb": 500, "runtime": 5},
+                "probe_retried": {"gpu": 1, "cpus_per_task": 1, "mem_mb": 700, "runtime": 5},
+            },
+        }
+    }
+
+
+@pytest.fixture(scope="module")
+def slurm_cluster():
+    """A running test cluster for this module; its daemons are stopped afterwards, by pid."""
+    try:
+        yield cluster.up()
+    finally:
+        cluster.down()
+
+
+@pytest.fixture(scope="module")
+def profile_run(slurm_cluster, tmp_path_factory):
+    """The probe workflow through `snakemake --profile profiles/slurm`, one job cancelled."""
+    workdir = tmp_path_factory.mktemp("slurm-profile")
+    result, cancelled = harness.run_profile(
+        workdir,
+        SNAKEFILE,
+        probe_config(5, kill_hold=300),
+        cancel_rule="probe_retried",
+        cancel_after="results/probe/logs/retried.log",
+    )
+    assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
+    records = {p.stem: r for p, r in zip_records(workdir / "results" / "probe")}
+    return {"workdir": workdir, "log": result.stderr, "cancelled": cancelled, "records": records}
+
+
+def zip_records(folder: Path) -> list[tuple[Path, dict[str, Any]]]:
+    paths = sorted(folder.glob("*.json"))
+    return list(zip(paths, harness.read_records(paths), strict=True))
+
+
+def gpu_records(records: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for name, r in records.items() if name.startswith("gpu~")]
+
+
+def test_gpu_jobs_are_submitted_with_gpus_cpus_per_gpu_and_mem(profile_run):
+    for record in gpu_records(profile_run["records"]):
+        job = harness.slurm_job(record["slurm_job_id"])
+        assert job["Partition"] == "gpu"
+        assert job["TresPerJob"] == f"gres:gpu:{cluster.GPU_TYPE}:1"
+        assert job["CpusPerTres"] == "gres:gpu:2"
+        # the plugin adds 1 MB to array jobs for their payload
+        assert job["MinMemoryNode"] in ("1000M", "1001M")
+        assert job["TimeLimit"] == "00:05:00"
+        assert "NumTasks=" not in job.get("TresPerTask", "")
+
+
+def test_cpu_rules_go_to_the_cpu_partition_without_a_gpu(profile_run):
+    record = profile_run["records"]["cpu"]
+    job = harness.slurm_job(record["slurm_job_id"])
+    assert job["Partition"] == "cpu"
+    assert job.get("TresPerJob", "(null)") in ("(null)", f"gres:gpu:{cluster.GPU_TYPE}:0", "")
+    assert not record["cuda_visible_devices"]
+
+
+def test_four_gpu_jobs_run_at_once_on_distinct_devices(profile_run):
+    records = gpu_records(profile_run["records"])
+    assert len(records) == 5
+    assert harness.max_concurrent(records) == 4
+    for a, b in harness.overlapping_pairs(records):
+        assert a["cuda_visible_devices"] != b["cuda_visible_devices"], (a, b)
+    assert {r["cuda_visible_devices"] for r in records} == {"0", "1", "2", "3"}
+    assert all(r["slurm_job_id"] and r["host"] for r in records)
+
+
+def test_a_job_cancelled_mid_run_is_retried_with_more_memory_and_time(profile_run):
+    assert len(profile_run["cancelled"]) == 1
+    first = harness.slurm_job(profile_run["cancelled"][0])
+    assert first["JobState"] == "CANCELLED"
+    retried = profile_run["records"]["retried"]
+    assert retried["slurm_job_id"] != profile_run["cancelled"][0]
+    second = harness.slurm_job(retried["slurm_job_id"])
+    assert second["JobState"] == "COMPLETED"
+    assert (first["MinMemoryNode"], second["MinMemoryNode"]) == ("700M", "1400M")
+    assert (first["TimeLimit"], second["TimeLimit"]) == ("00:05:00", "00:10:00")
+
+
+def test_outputs_equal_a_local_run(profile_run, tmp_path, run_snakemake):
+    local = tmp_path / "local"
+    config = probe_config(5, kill_hold=0)
+    config["probe"]["hold"] = 0
+    run_snakemake(local, config, "--snakefile", str(SNAKEFILE))
+    local_records = {p.stem: r for p, r in zip_records(local / "results" / "probe")}
+    assert local_records.keys() == profile_run["records"].keys()
+    for name, record in profile_run["records"].items():
+        assert record["value"] == local_records[name]["value"], name
+
+
+def test_whole_node_mode_gives_four_concurrent_jobs_four_distinct_devices(slurm_cluster, tmp_path):
+    state, log = harness.run_whole_node(
+        tmp_path,
+        SNAKEFILE,
+        probe_config(4, kill_hold=0),
+        ["-p", "gpu", "--gpus=4", "--cpus-per-gpu=2", "--mem=8000"],
+    )
+    assert state == "COMPLETED", log[-4000:]
+    records = {p.stem: r for p, r in zip_records(tmp_path / "results" / "probe")}
+    gpus = gpu_records(records)
+    allocation = {r["slurm_job_id"] for r in records.values()}
+    assert len(allocation) == 1, "every job ran inside the one allocation"
+    assert harness.max_concurrent(gpus) == 4
+    assert sorted(r["cuda_visible_devices"] for r in gpus) == ["0", "1", "2", "3"]
+    assert records["retried"]["cuda_visible_devices"] in {"0", "1", "2", "3"}
+    assert records["cpu"]["cuda_visible_devices"] == "", "a CPU job sees no GPU"
+
+
+def test_cluster_daemons_answer(slurm_cluster):
+    nodes = subprocess.run(["sinfo", "-h", "-o", "%G"], capture_output=True, text=True)
+    assert f"gpu:{cluster.GPU_TYPE}:{cluster.N_GPUS}" in nodes.stdout

@@ -105,7 +105,7 @@ rule fluency_perplexity:
         ),
         trust=("--trust-remote-code" if FLUENCY["lm"]["trust_remote_code"] else ""),
     shell:
-        "gpuflow perplexity --texts {input.texts:q} --model {input.model:q}"
+        "GPUFLOW_GPUS={resources.gpu} gpuflow perplexity --texts {input.texts:q} --model {input.model:q}"
         " --device {params.device} --cpu-workers {params.cpu_workers} --dtype {params.dtype}"
         " --token-budget {params.token_budget} {params.stride} {params.trust}"
         " --out {output.scores:q} > {log:q} 2>&1"
@@ -135,7 +135,7 @@ rule fluency_toxicity:
         batch_size=FLUENCY["toxicity"]["batch_size"],
         device=FLUENCY["device"],
     shell:
-        "gpuflow toxicity --texts {input.texts:q} --scorer {params.scorer} {params.model}"
+        "GPUFLOW_GPUS={resources.gpu} gpuflow toxicity --texts {input.texts:q} --scorer {params.scorer} {params.model}"
         " --toxic-label {params.label} --batch-size {params.batch_size}"
         " --device {params.device} --out {output.scores:q} > {log:q} 2>&1"
 

@@ -53,24 +53,24 @@ rule sweep_shard:
     output:
         table=f"{SWEEP_DIR}/shards/{SWEEP_CELL}/shard~{{shard}}.csv",
         run=f"{SWEEP_DIR}/shards/{SWEEP_CELL}/shard~{{shard}}.run.json",
+    log:
+        f"{SWEEP_DIR}/logs/{SWEEP_CELL}/shard~{{shard}}.log",
+    benchmark:
+        f"{SWEEP_DIR}/benchmarks/{SWEEP_CELL}/shard~{{shard}}.tsv"
     wildcard_constraints:
         method="gd|gnc",
         rank=r"\d+",
         width=r"\d+",
         shard=r"\d+",
+    conda:
+        CONDA_ENV
+    resources:
+        **rule_resources("sweep", "sweep_shard"),
     params:
         seeds=sweep_seed_range,
         settings=sweep_settings,
         device=SWEEP["device"],
         cpu_workers=SWEEP["cpu_workers"],
-    log:
-        f"{SWEEP_DIR}/logs/{SWEEP_CELL}/shard~{{shard}}.log",
-    benchmark:
-        f"{SWEEP_DIR}/benchmarks/{SWEEP_CELL}/shard~{{shard}}.tsv"
-    resources:
-        **rule_resources("sweep", "sweep_shard"),
-    conda:
-        CONDA_ENV
     shell:
         "gpuflow sweep-shard --method {wildcards.method} --teacher-rank {wildcards.rank}"
         " --student-width {wildcards.width} --seeds {params.seeds} --settings {params.settings}"
@@ -93,10 +93,10 @@ rule sweep_aggregate:
         f"{SWEEP_DIR}/logs/aggregate.log",
     benchmark:
         f"{SWEEP_DIR}/benchmarks/aggregate.tsv"
-    resources:
-        **rule_resources("sweep", "sweep_aggregate"),
     conda:
         CONDA_ENV
+    resources:
+        **rule_resources("sweep", "sweep_aggregate"),
     shell:
         "gpuflow sweep-aggregate --shards {input.shards:q} --out {output.table:q}"
         " --summary {output.summary:q} > {log:q} 2>&1"
@@ -122,10 +122,10 @@ rule sweep_figures:
         f"{SWEEP_DIR}/logs/figures.log",
     benchmark:
         f"{SWEEP_DIR}/benchmarks/figures.tsv"
-    resources:
-        **rule_resources("sweep", "sweep_figures"),
     conda:
         CONDA_ENV
+    resources:
+        **rule_resources("sweep", "sweep_figures"),
     shell:
         "gpuflow sweep-figures --table {input.table:q} --out-test-error {output.test_error:q}"
         " --out-guesses {output.guesses:q} > {log:q} 2>&1"

@@ -36,13 +36,13 @@ class ProgressFile:
         header = json.loads(lines[0]) if lines else None
         if header is None or header.get("settings") != self.settings:
             self.started_over = bool(lines)
-            self._handle = open(self.path, "w", encoding="utf-8")
+            self._handle = open(self.path, "w", encoding="utf-8")  # noqa: SIM115 (closed by close())
             self._append({"kind": "header", "settings": self.settings})
             return self
         for line in lines[1:]:
             record = json.loads(line)
             self.records[record["seed"]] = record
-        self._handle = open(self.path, "a", encoding="utf-8")
+        self._handle = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (closed by close())
         return self
 
     def _read_whole_lines(self) -> list[str]:

@@ -87,6 +87,11 @@ def table_text(rows: list[dict[str, Any]]) -> str:
     return buffer.getvalue()
 
 
+def log(message: str) -> None:
+    """A line in the job's log (stderr), printed above the progress bar."""
+    tqdm.write(message, file=sys.stderr)
+
+
 def main(args: argparse.Namespace) -> int:
     """Run the shard's missing seeds, then write its table and run record."""
     from gpuflow.devices import run_record, worker_devices
@@ -100,11 +105,11 @@ def main(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     try:
         if progress.started_over:
-            tqdm.write(f"{progress.path}: written for other settings, starting over")
+            log(f"{progress.path}: written for other settings, starting over")
         rows = {s: r for s, r in progress.done().items() if s in seeds}
         todo = [s for s in seeds if s not in rows]
         name = f"{args.method} rank={args.teacher_rank} width={args.student_width}"
-        tqdm.write(
+        log(
             f"{name}: {len(seeds)} seeds, {len(rows)} already done, computing {len(todo)}:"
             f" {todo} on {len(devices)} worker(s) {[str(d) for d in devices]}"
         )
@@ -117,10 +122,10 @@ def main(args: argparse.Namespace) -> int:
             else:
                 failed[outcome.seed] = outcome.error or "unknown error"
                 progress.add_failed(outcome.seed, failed[outcome.seed])
-                tqdm.write(f"seed {outcome.seed} failed:\n{outcome.error}")
+                log(f"seed {outcome.seed} failed:\n{outcome.error}")
             bar.update(1)
 
-        pool = SeedPool(TARGET, settings, [str(d) for d in devices], log=tqdm.write)
+        pool = SeedPool(TARGET, settings, [str(d) for d in devices], log=log)
         pool.run(todo, report)
         bar.close()
     finally:
@@ -142,5 +147,5 @@ def main(args: argparse.Namespace) -> int:
             "wall_s": time.perf_counter() - started,
         },
     )
-    tqdm.write(f"{name}: wrote {args.out} ({len(seeds)} rows)")
+    log(f"{name}: wrote {args.out} ({len(seeds)} rows)")
     return 0

@@ -27,7 +27,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     aggregate = subparsers.add_parser("sweep-aggregate", help="all shards as one tidy table")
     aggregate.add_argument("--shards", nargs="+", required=True, help="shard CSVs")
-    aggregate.add_argument("--out", required=True, help="CSV, one row per (method, rank, width, seed)")
+    aggregate.add_argument(
+        "--out", required=True, help="CSV, one row per (method, rank, width, seed)"
+    )
     aggregate.add_argument("--summary", required=True, help="CSV of means per configuration")
     aggregate.set_defaults(run=lazy("gpuflow.sweep.aggregate:main"))
 

@@ -23,7 +23,7 @@ from tests.conftest import BIN, workflow_env
 # Guess-and-check that can never reach its threshold: every seed does the same, fixed work.
 SETTINGS = {
     "data": {"seed": 0, "input_dim": 8, "output_dim": 8, "n_train": 4, "label_noise": 0.0},
-    "gnc": {"loss_threshold": 1e-9, "max_guesses": 120000, "batch_size": 4096},
+    "gnc": {"loss_threshold": 1e-9, "max_guesses": 80000, "batch_size": 4096},
 }
 SEEDS = "0:6"
 

@@ -10,6 +10,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
+from matplotlib.ticker import NullFormatter
 
 from gpuflow.atomic import save_figure
 
@@ -31,18 +32,20 @@ def error_figure(table: pd.DataFrame) -> plt.Figure:
         height=3,
         aspect=1.1,
     )
-    grid.set(xscale="log", xlabel="student width d", ylabel="test error (relative)")
+    widths = sorted(frame["student_width"].unique())
+    grid.set(xlabel="student width d", ylabel="test error (relative)")
     for ax in grid.axes.flat:
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_xticks(widths, [str(w) for w in widths])
         ax.axhline(1.0, color="grey", lw=0.8, ls=":")
-        ax.set_xticks(sorted(frame["student_width"].unique()))
-        ax.set_xticklabels(sorted(frame["student_width"].unique()))
     grid.set_titles("teacher rank {col_name}")
     return grid.figure
 
 
 def guesses_figure(table: pd.DataFrame) -> plt.Figure:
     """Guesses G&C needed per seed, by width and rank (runs that spent the budget sit on it)."""
-    frame = table[table["method"] == "gnc"].copy()
+    frame = table[table["method"] == "gnc"].astype({"teacher_rank": str})
     figure, ax = plt.subplots(figsize=(6, 3.5))
     if frame.empty:
         ax.text(0.5, 0.5, "no guess-and-check runs", ha="center", transform=ax.transAxes)
@@ -53,6 +56,7 @@ def guesses_figure(table: pd.DataFrame) -> plt.Figure:
         y="guesses",
         hue="teacher_rank",
         dodge=True,
+        palette="viridis",
         alpha=0.7,
         ax=ax,
     )

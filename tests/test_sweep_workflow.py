@@ -60,9 +60,7 @@ def test_the_paper_config_plans_3_ranks_x_3_widths_x_100_seeds_x_2_methods_in_sh
     assert "--seeds 75:100" in result.stdout
 
 
-def test_a_teacher_rank_above_the_dimensions_is_refused_before_any_job(
-    tmp_path, run_snakemake
-):
+def test_a_teacher_rank_above_the_dimensions_is_refused_before_any_job(tmp_path, run_snakemake):
     config = {"families": ["sweep"], "sweep": {"teacher_ranks": [2, 9]}}
     result = run_snakemake(tmp_path, config, "-n", check=False)
     assert result.returncode != 0

@@ -30,6 +30,7 @@ from typing import Any
 FAULTS_ENV = "GPUFLOW_SWEEP_FAULTS"
 DEATHS_PER_SEED = 2
 POLL_S = 0.2
+IN_FLIGHT = 2
 
 
 @dataclass
@@ -50,11 +51,19 @@ class _Worker:
     results: Connection
     assigned: list[int] = field(default_factory=list)
     running: int | None = None
+    sent: int = 0
 
     def give(self, seed: int) -> None:
+        """Deal a seed to this worker; it is sent once the worker has room (see feed)."""
         self.assigned.append(seed)
-        with contextlib.suppress(OSError):
-            self.tasks.send(seed)
+        self.feed()
+
+    def feed(self) -> None:
+        """Keep at most IN_FLIGHT seeds in the worker's pipe, so no pipe ever fills up."""
+        while self.sent < len(self.assigned) and self.sent < IN_FLIGHT:
+            with contextlib.suppress(OSError):
+                self.tasks.send(self.assigned[self.sent])
+            self.sent += 1
 
 
 def parse_faults(text: str) -> list[tuple[str, str, int]]:
@@ -206,6 +215,8 @@ class SeedPool:
         worker.running = None
         if seed in worker.assigned:
             worker.assigned.remove(seed)
+            worker.sent -= 1
+            worker.feed()
         if seed not in pending:
             return
         pending.discard(seed)

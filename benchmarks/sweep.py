@@ -4,7 +4,7 @@ Runs the real `gpuflow sweep-shard` process (start-up, worker spawn, progress fi
 guess-and-check seeds whose threshold cannot be reached, so every seed does the same fixed work
 (`--guesses` guesses). The baseline is the 1-worker run measured in the same invocation.
 
-    PYTHONPATH=src python benchmarks/sweep.py [--seeds 32] [--guesses 600000]
+    PYTHONPATH=src python benchmarks/sweep.py [--seeds 32] [--guesses 800000]
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -53,14 +54,16 @@ def run_shard(workdir: Path, workers: int, seeds: int, guesses: int) -> dict[str
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=32)
-    parser.add_argument("--guesses", type=int, default=600000, help="work per seed")
+    parser.add_argument("--guesses", type=int, default=800000, help="work per seed")
     args = parser.parse_args()
+    load_before = os.getloadavg()[0]
     workdir = Path(tempfile.mkdtemp(prefix="gpuflow-sweep-bench-"))
     try:
         results = {w: run_shard(workdir, w, args.seeds, args.guesses) for w in (1, 2)}
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     print(f"sweep shard: {args.seeds} G&C seeds x {args.guesses} guesses, CPU, 1 thread/worker")
+    print(f"load average before/after: {load_before:.1f}/{os.getloadavg()[0]:.1f} (quiet: < 1)")
     print(f"{'workers':>8} {'wall s':>8} {'seeds/s':>8} {'compute s/seed':>15}")
     for workers, result in results.items():
         rate = args.seeds / result["wall_s"]

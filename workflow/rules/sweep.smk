@@ -1,1 +1,131 @@
-"""The sweep family: not built yet."""
+"""Teacher-student seed sweeps: one job per (method, teacher rank, student width, seed shard)."""
+
+SWEEP = config["sweep"]
+SWEEP_DIR = "results/sweep"
+SWEEP_CELL = "method~{method}/rank~{rank}/width~{width}"
+SWEEP_N_SHARDS = -(-SWEEP["n_seeds"] // SWEEP["shard_size"])
+
+for _rank in SWEEP["teacher_ranks"]:
+    if _rank > min(SWEEP["data"]["input_dim"], SWEEP["data"]["output_dim"]):
+        raise WorkflowError(
+            f"config key 'sweep.teacher_ranks': rank {_rank} exceeds"
+            " min(sweep.data.input_dim, sweep.data.output_dim)"
+        )
+
+
+def sweep_shard_tables():
+    return expand(
+        f"{SWEEP_DIR}/shards/{SWEEP_CELL}/shard~{{shard}}.csv",
+        method=SWEEP["methods"],
+        rank=SWEEP["teacher_ranks"],
+        width=SWEEP["student_widths"],
+        shard=range(SWEEP_N_SHARDS),
+    )
+
+
+def sweep_seed_range(wildcards):
+    """START:STOP of the shard's seeds."""
+    start = int(wildcards.shard) * SWEEP["shard_size"]
+    return f"{start}:{min(start + SWEEP['shard_size'], SWEEP['n_seeds'])}"
+
+
+def sweep_settings(wildcards):
+    """Only what the method's results depend on, so other changes keep its shards."""
+    return as_json({"data": SWEEP["data"], wildcards.method: SWEEP[wildcards.method]})
+
+
+def sweep_targets():
+    return [
+        f"{SWEEP_DIR}/summary.csv",
+        f"{SWEEP_DIR}/figures/test_error.png",
+        f"{SWEEP_DIR}/figures/guesses.png",
+    ]
+
+
+FAMILY_TARGETS["sweep"] = sweep_targets
+
+
+localrules:
+    sweep_aggregate,
+
+
+rule sweep_shard:
+    output:
+        table=f"{SWEEP_DIR}/shards/{SWEEP_CELL}/shard~{{shard}}.csv",
+        run=f"{SWEEP_DIR}/shards/{SWEEP_CELL}/shard~{{shard}}.run.json",
+    log:
+        f"{SWEEP_DIR}/logs/{SWEEP_CELL}/shard~{{shard}}.log",
+    benchmark:
+        f"{SWEEP_DIR}/benchmarks/{SWEEP_CELL}/shard~{{shard}}.tsv"
+    wildcard_constraints:
+        method="gd|gnc",
+        rank=r"\d+",
+        width=r"\d+",
+        shard=r"\d+",
+    conda:
+        CONDA_ENV
+    resources:
+        **rule_resources("sweep", "sweep_shard"),
+    params:
+        seeds=sweep_seed_range,
+        settings=sweep_settings,
+        device=SWEEP["device"],
+        cpu_workers=SWEEP["cpu_workers"],
+    shell:
+        "gpuflow sweep-shard --method {wildcards.method} --teacher-rank {wildcards.rank}"
+        " --student-width {wildcards.width} --seeds {params.seeds} --settings {params.settings}"
+        " --device {params.device} --cpu-workers {params.cpu_workers}"
+        " --out {output.table:q} --run-out {output.run:q} > {log:q} 2>&1"
+
+
+rule sweep_aggregate:
+    input:
+        shards=sweep_shard_tables(),
+    output:
+        table=f"{SWEEP_DIR}/table.csv",
+        summary=report(
+            f"{SWEEP_DIR}/summary.csv",
+            caption="../report/sweep_summary.rst",
+            category="Seed sweeps",
+            labels={"figure": "summary table"},
+        ),
+    log:
+        f"{SWEEP_DIR}/logs/aggregate.log",
+    benchmark:
+        f"{SWEEP_DIR}/benchmarks/aggregate.tsv"
+    conda:
+        CONDA_ENV
+    resources:
+        **rule_resources("sweep", "sweep_aggregate"),
+    shell:
+        "gpuflow sweep-aggregate --shards {input.shards:q} --out {output.table:q}"
+        " --summary {output.summary:q} > {log:q} 2>&1"
+
+
+rule sweep_figures:
+    input:
+        table=f"{SWEEP_DIR}/table.csv",
+    output:
+        test_error=report(
+            f"{SWEEP_DIR}/figures/test_error.png",
+            caption="../report/sweep_test_error.rst",
+            category="Seed sweeps",
+            labels={"figure": "test error vs student width"},
+        ),
+        guesses=report(
+            f"{SWEEP_DIR}/figures/guesses.png",
+            caption="../report/sweep_guesses.rst",
+            category="Seed sweeps",
+            labels={"figure": "guesses needed"},
+        ),
+    log:
+        f"{SWEEP_DIR}/logs/figures.log",
+    benchmark:
+        f"{SWEEP_DIR}/benchmarks/figures.tsv"
+    conda:
+        CONDA_ENV
+    resources:
+        **rule_resources("sweep", "sweep_figures"),
+    shell:
+        "gpuflow sweep-figures --table {input.table:q} --out-test-error {output.test_error:q}"
+        " --out-guesses {output.guesses:q} > {log:q} 2>&1"

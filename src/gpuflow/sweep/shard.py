@@ -1,0 +1,151 @@
+"""`gpuflow sweep-shard`: one (method, teacher rank, student width) over a range of seeds.
+
+Seeds already in the shard's progress file are skipped; the rest run in one worker per device
+(gpuflow.sweep.pool). Each finished seed is appended durably to the progress file; the table
+(CSV, one row per seed, in seed order) and the run record (JSON) are written atomically once
+every seed is done. Failed seeds are recorded and do not stop the others; the step then fails
+naming them (a re-run tries them again).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import sys
+import time
+from typing import Any
+
+from tqdm import tqdm
+
+from gpuflow.atomic import write_json, write_text
+from gpuflow.errors import ConfigError, GpuflowError
+from gpuflow.sweep.experiment import METHODS
+from gpuflow.sweep.pool import Outcome, SeedPool
+from gpuflow.sweep.progress import ProgressFile, progress_path
+
+COLUMNS = [
+    "method",
+    "teacher_rank",
+    "student_width",
+    "seed",
+    "reached_threshold",
+    "train_error",
+    "test_error",
+    "steps",
+    "guesses",
+    "loss_threshold",
+    "n_train",
+    "input_dim",
+    "output_dim",
+    "label_noise",
+    "wall_s",
+]
+TARGET = "gpuflow.sweep.experiment:run_seed"
+
+
+def parse_seeds(text: str) -> list[int]:
+    """'START:STOP' (STOP excluded) as a list of seeds."""
+    try:
+        start, stop = (int(part) for part in text.split(":"))
+    except ValueError:
+        raise ConfigError("--seeds", f"cannot read {text!r}", "START:STOP, e.g. 0:25") from None
+    if not 0 <= start < stop:
+        raise ConfigError("--seeds", f"empty or negative range {text!r}", "0 <= START < STOP")
+    return list(range(start, stop))
+
+
+def shard_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """Everything a seed's result depends on (also the progress file's identity)."""
+    blocks = json.loads(args.settings)
+    for key in ("data", args.method):
+        if key not in blocks:
+            raise ConfigError("--settings", f"no {key!r} block", f"keys 'data' and {args.method!r}")
+    data = blocks["data"]
+    if args.teacher_rank > min(data["input_dim"], data["output_dim"]):
+        raise ConfigError(
+            "sweep.teacher_ranks",
+            f"rank {args.teacher_rank} exceeds min(input_dim, output_dim)",
+            f"ranks <= {min(data['input_dim'], data['output_dim'])}",
+        )
+    return {
+        "method": args.method,
+        "teacher_rank": args.teacher_rank,
+        "student_width": args.student_width,
+        "data": data,
+        args.method: blocks[args.method],
+    }
+
+
+def table_text(rows: list[dict[str, Any]]) -> str:
+    """Rows as CSV text with the fixed column order (None as empty)."""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return buffer.getvalue()
+
+
+def log(message: str) -> None:
+    """A line in the job's log (stderr), printed above the progress bar."""
+    tqdm.write(message, file=sys.stderr)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the shard's missing seeds, then write its table and run record."""
+    from gpuflow.devices import run_record, worker_devices
+
+    if args.method not in METHODS:
+        raise ConfigError("--method", f"unknown method {args.method!r}", f"one of {METHODS}")
+    seeds = parse_seeds(args.seeds)
+    settings = shard_settings(args)
+    devices = worker_devices(args.device, args.cpu_workers)
+    progress = ProgressFile(progress_path(args.out), settings).open()
+    started = time.perf_counter()
+    try:
+        if progress.started_over:
+            log(f"{progress.path}: written for other settings, starting over")
+        rows = {s: r for s, r in progress.done().items() if s in seeds}
+        todo = [s for s in seeds if s not in rows]
+        name = f"{args.method} rank={args.teacher_rank} width={args.student_width}"
+        log(
+            f"{name}: {len(seeds)} seeds, {len(rows)} already done, computing {len(todo)}:"
+            f" {todo} on {len(devices)} worker(s) {[str(d) for d in devices]}"
+        )
+        failed: dict[int, str] = {}
+        bar = tqdm(total=len(seeds), initial=len(rows), desc=name, file=sys.stderr, mininterval=1)
+
+        def report(outcome: Outcome) -> None:
+            if outcome.row is not None:
+                rows[outcome.seed] = progress.add_ok(outcome.seed, outcome.row)
+            else:
+                failed[outcome.seed] = outcome.error or "unknown error"
+                progress.add_failed(outcome.seed, failed[outcome.seed])
+                log(f"seed {outcome.seed} failed:\n{outcome.error}")
+            bar.update(1)
+
+        pool = SeedPool(TARGET, settings, [str(d) for d in devices], log=log)
+        pool.run(todo, report)
+        bar.close()
+    finally:
+        progress.close()
+    if failed:
+        raise GpuflowError(
+            f"{len(failed)} of {len(seeds)} seed(s) failed: {sorted(failed)}"
+            f" (errors above and in {progress.path}; a re-run retries only them)"
+        )
+    write_text(args.out, table_text([rows[s] for s in seeds]))
+    write_json(
+        args.run_out,
+        {
+            **run_record(devices),
+            "seeds": [seeds[0], seeds[-1] + 1],
+            "computed": todo,
+            "resumed": len(seeds) - len(todo),
+            "worker_deaths": pool.deaths,
+            "wall_s": time.perf_counter() - started,
+        },
+    )
+    log(f"{name}: wrote {args.out} ({len(seeds)} rows)")
+    return 0

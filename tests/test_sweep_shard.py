@@ -1,0 +1,191 @@
+"""A shard job survives being killed, losing workers and failing seeds, and its numbers never
+depend on how many workers ran it.
+
+Every test runs the real `gpuflow sweep-shard` process; faults are real (SIGKILL of the job, a
+worker that SIGKILLs itself through GPUFLOW_SWEEP_FAULTS, a seed that raises).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import BIN, workflow_env
+
+# Guess-and-check that can never reach its threshold: every seed does the same, fixed work.
+SETTINGS = {
+    "data": {"seed": 0, "input_dim": 8, "output_dim": 8, "n_train": 4, "label_noise": 0.0},
+    "gnc": {"loss_threshold": 1e-9, "max_guesses": 80000, "batch_size": 4096},
+}
+SEEDS = "0:6"
+
+
+def shard_command(out: Path, workers: int, seeds: str = SEEDS) -> list[str]:
+    return [
+        str(BIN / "gpuflow"),
+        "sweep-shard",
+        "--method",
+        "gnc",
+        "--teacher-rank",
+        "2",
+        "--student-width",
+        "4",
+        "--seeds",
+        seeds,
+        "--settings",
+        json.dumps(SETTINGS),
+        "--device",
+        "cpu",
+        "--cpu-workers",
+        str(workers),
+        "--out",
+        str(out),
+        "--run-out",
+        str(out.with_suffix(".run.json")),
+    ]
+
+
+def run_shard(
+    out: Path, workers: int, seeds: str = SEEDS, faults: str = ""
+) -> subprocess.CompletedProcess[str]:
+    env = {**workflow_env(), "GPUFLOW_SWEEP_FAULTS": faults}
+    return subprocess.run(
+        shard_command(out, workers, seeds), capture_output=True, text=True, env=env, timeout=300
+    )
+
+
+def table(path: Path) -> list[dict[str, str]]:
+    """The shard's rows without the wall time (the one column that is measured, not computed)."""
+    with open(path, newline="") as handle:
+        return [{k: v for k, v in row.items() if k != "wall_s"} for row in csv.DictReader(handle)]
+
+
+def progress_lines(out: Path) -> list[dict]:
+    path = out.with_name(f"{out.stem}.progress.jsonl")
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
+
+
+def computed_seeds(log: str) -> list[int]:
+    match = re.search(r"computing \d+: \[([\d, ]*)\]", log)
+    assert match, log
+    return [int(s) for s in match.group(1).split(",") if s.strip()]
+
+
+def worker_pids(log: str) -> list[int]:
+    return [int(pid) for pid in re.findall(r"worker \d+ ready \(pid (\d+)", log)]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> list[dict[str, str]]:
+    """The shard run once, uninterrupted, with two workers."""
+    out = tmp_path_factory.mktemp("reference") / "shard~0.csv"
+    result = run_shard(out, workers=2)
+    assert result.returncode == 0, result.stderr
+    rows = table(out)
+    assert [int(r["seed"]) for r in rows] == list(range(6))
+    return rows
+
+
+def test_one_and_two_workers_give_identical_per_seed_results(tmp_path, reference):
+    out = tmp_path / "shard~0.csv"
+    result = run_shard(out, workers=1)
+    assert result.returncode == 0, result.stderr
+    assert table(out) == reference
+
+
+def test_a_shard_killed_midway_reruns_only_the_missing_seeds_and_ends_identical(
+    tmp_path, reference
+):
+    out = tmp_path / "shard~0.csv"
+    log_path = tmp_path / "job.log"
+    with open(log_path, "w") as log:
+        job = subprocess.Popen(
+            shard_command(out, workers=2),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=workflow_env(),
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 120
+        while len(progress_lines(out)) < 3 and time.monotonic() < deadline:  # header + 2 seeds
+            assert job.poll() is None, log_path.read_text()
+            time.sleep(0.02)
+        job.send_signal(signal.SIGKILL)
+        job.wait()
+        done_before = {line["seed"] for line in progress_lines(out)[1:]}
+        assert 2 <= len(done_before) < 6, "the kill must land midway"
+        assert not out.exists(), "no table before every seed is done"
+        for pid in worker_pids(log_path.read_text()):  # workers die with their job
+            for _ in range(100):
+                try:
+                    os.kill(pid, 0)
+                except ProcessLookupError:
+                    break
+                time.sleep(0.05)
+            else:
+                pytest.fail(f"worker {pid} outlived its killed job")
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+
+    rerun = run_shard(out, workers=2)
+    assert rerun.returncode == 0, rerun.stderr
+    assert computed_seeds(rerun.stderr) == sorted(set(range(6)) - done_before)
+    assert table(out) == reference
+    seeds_in_progress = [line["seed"] for line in progress_lines(out)[1:]]
+    assert sorted(seeds_in_progress) == list(range(6)), "each seed recorded exactly once"
+
+
+def test_a_worker_that_dies_hands_its_seeds_to_the_survivor_and_the_shard_completes(
+    tmp_path, reference
+):
+    out = tmp_path / "shard~0.csv"
+    result = run_shard(out, workers=2, faults="kill:0:2")  # worker 0 is dealt seeds 0, 2, 4
+    assert result.returncode == 0, result.stderr
+    assert re.search(
+        r"worker 0 \(pid \d+, cpu\) died with exit code -9 while running seed 2", result.stderr
+    ), result.stderr
+    assert table(out) == reference
+    record = json.loads(out.with_suffix(".run.json").read_text())
+    assert len(record["worker_deaths"]) == 1
+
+
+def test_a_failing_seed_is_recorded_does_not_stop_the_others_and_fails_the_shard(
+    tmp_path, reference
+):
+    out = tmp_path / "shard~0.csv"
+    result = run_shard(out, workers=2, faults="raise:*:3")
+    assert result.returncode == 2
+    assert "1 of 6 seed(s) failed: [3]" in result.stderr
+    assert "injected fault at seed 3" in result.stderr
+    assert not out.exists()
+    records = {line["seed"]: line for line in progress_lines(out)[1:]}
+    assert records[3]["status"] == "failed" and "injected fault" in records[3]["error"]
+    assert sorted(s for s, r in records.items() if r["status"] == "ok") == [0, 1, 2, 4, 5]
+
+    retry = run_shard(out, workers=2)
+    assert retry.returncode == 0, retry.stderr
+    assert computed_seeds(retry.stderr) == [3]
+    assert table(out) == reference
+
+
+def test_a_seed_that_kills_every_worker_is_failed_after_two_deaths(tmp_path, reference):
+    out = tmp_path / "shard~0.csv"
+    result = run_shard(out, workers=1, seeds="0:3", faults="kill:*:1")
+    assert result.returncode == 2, result.stderr
+    assert "started replacement worker 1 on cpu" in result.stderr
+    assert "1 of 3 seed(s) failed: [1]" in result.stderr
+    assert "2 workers died running this seed" in result.stderr
+    ok = [line["seed"] for line in progress_lines(out)[1:] if line["status"] == "ok"]
+    assert sorted(ok) == [0, 2]

@@ -1,0 +1,67 @@
+"""The sweep family as a Snakemake workflow: shards, a tidy table, figures, the paper's plan."""
+
+from __future__ import annotations
+
+import re
+
+import pandas as pd
+import pytest
+import yaml
+
+from tests.conftest import REPO
+
+TINY = {
+    "families": ["sweep"],
+    "sweep": {
+        "teacher_ranks": [2],
+        "student_widths": [4],
+        "n_seeds": 3,
+        "shard_size": 2,
+        "gnc": {"max_guesses": 20000, "batch_size": 2048},
+    },
+}
+
+
+def planned_jobs(stdout: str) -> dict[str, int]:
+    """Job counts per rule from a dry run's table."""
+    return {rule: int(n) for rule, n in re.findall(r"^(\w+)\s+(\d+)$", stdout, re.MULTILINE)}
+
+
+@pytest.mark.workflow
+def test_the_sweep_runs_end_to_end_into_one_table_and_figures(tmp_path, run_snakemake):
+    run_snakemake(tmp_path, TINY)
+    table = pd.read_csv(tmp_path / "results/sweep/table.csv")
+    assert len(table) == 2 * 3  # methods x seeds
+    for method, rows in table.groupby("method"):
+        assert sorted(rows["seed"]) == [0, 1, 2], method
+    assert table["test_error"].notna().all()
+    assert (table.loc[table["method"] == "gnc", "guesses"] >= 1).all()
+    summary = pd.read_csv(tmp_path / "results/sweep/summary.csv")
+    assert set(summary["method"]) == {"gd", "gnc"}
+    for figure in ("test_error", "guesses"):
+        assert (tmp_path / f"results/sweep/figures/{figure}.png").stat().st_size > 1000
+    shard_dir = tmp_path / "results/sweep/shards/method~gd/rank~2/width~4"
+    assert (shard_dir / "shard~1.progress.jsonl").exists(), "progress sits beside the output"
+    log = (tmp_path / "results/sweep/logs/method~gd/rank~2/width~4/shard~0.log").read_text()
+    assert "2/2" in log, "the progress bar is in the log"
+    again = run_snakemake(tmp_path, TINY, "-n")
+    assert "Nothing to be done" in again.stdout + again.stderr
+
+
+@pytest.mark.workflow
+def test_the_paper_config_plans_3_ranks_x_3_widths_x_100_seeds_x_2_methods_in_shards(
+    tmp_path, run_snakemake
+):
+    paper = yaml.safe_load((REPO / "config/paper.yaml").read_text())
+    result = run_snakemake(tmp_path, {"families": ["sweep"], "sweep": paper["sweep"]}, "-n")
+    jobs = planned_jobs(result.stdout)
+    shards_per_cell = -(-100 // paper["sweep"]["shard_size"])
+    assert jobs["sweep_shard"] == 3 * 3 * 2 * shards_per_cell
+    assert "--seeds 75:100" in result.stdout
+
+
+def test_a_teacher_rank_above_the_dimensions_is_refused_before_any_job(tmp_path, run_snakemake):
+    config = {"families": ["sweep"], "sweep": {"teacher_ranks": [2, 9]}}
+    result = run_snakemake(tmp_path, config, "-n", check=False)
+    assert result.returncode != 0
+    assert "config key 'sweep.teacher_ranks': rank 9 exceeds" in result.stdout + result.stderr

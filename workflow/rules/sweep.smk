@@ -13,35 +13,6 @@ for _rank in SWEEP["teacher_ranks"]:
         )
 
 
-def sweep_shard_tables():
-    return expand(
-        f"{SWEEP_DIR}/shards/{SWEEP_CELL}/shard~{{shard}}.csv",
-        method=SWEEP["methods"],
-        rank=SWEEP["teacher_ranks"],
-        width=SWEEP["student_widths"],
-        shard=range(SWEEP_N_SHARDS),
-    )
-
-
-def sweep_seed_range(wildcards):
-    """START:STOP of the shard's seeds."""
-    start = int(wildcards.shard) * SWEEP["shard_size"]
-    return f"{start}:{min(start + SWEEP['shard_size'], SWEEP['n_seeds'])}"
-
-
-def sweep_settings(wildcards):
-    """Only what the method's results depend on, so other changes keep its shards."""
-    return as_json({"data": SWEEP["data"], wildcards.method: SWEEP[wildcards.method]})
-
-
-def sweep_targets():
-    return [
-        f"{SWEEP_DIR}/summary.csv",
-        f"{SWEEP_DIR}/figures/test_error.png",
-        f"{SWEEP_DIR}/figures/guesses.png",
-    ]
-
-
 FAMILY_TARGETS["sweep"] = sweep_targets
 
 

@@ -26,6 +26,10 @@ include: "workflow/rules/scaling.smk"
 include: "workflow/rules/sweep.smk"
 
 
+onstart:
+    run_startup_checks()
+
+
 rule all:
     default_target: True
     input:

@@ -99,3 +99,10 @@ def merge_config(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]
         else:
             base[key] = value
     return base
+
+
+def check_files_exist(key: str, paths: list[str]) -> None:
+    """Raise ConfigError naming `key` when any of `paths` is not a readable file."""
+    missing = [p for p in paths if not Path(p).is_file()]
+    if missing:
+        raise ConfigError(key, f"no such file(s): {missing}", "existing files")

@@ -7,12 +7,24 @@ pandas here; checks that need files use gpuflow.modelref, which imports neither.
 import json
 import shlex
 
+from gpuflow.config import check_files_exist
 from gpuflow.modelref import check_model_reference
 
 CONDA_ENV = "../../envs/gpuflow.yaml"
 
 # Each family's .smk registers a function returning its final targets.
 FAMILY_TARGETS = {}
+
+# Checks of the files a config names (models, data folders), run by `onstart` in the Snakefile:
+# after the DAG is built and before the first job of a real run. Dry runs and `gpuflow plan`
+# skip them, so a cluster run can be planned on a machine that lacks the data.
+STARTUP_CHECKS = []
+
+
+def run_startup_checks():
+    """Run every registered startup check; the first failure stops the run before any job."""
+    for check in STARTUP_CHECKS:
+        check()
 
 
 def all_targets(wildcards):
@@ -62,6 +74,14 @@ def quoted(values):
 def fluency_model():
     """The LM folder or cached id to score with: the user's, or the embedded one trained here."""
     return config["fluency"]["lm"]["path"] or "results/fluency/lm"
+
+
+def fluency_embedded_lm():
+    """The embedded LM folder as an input when the config trains one, else nothing.
+
+    A user's model is a param, not an input, so a dry run works where the model is absent.
+    """
+    return [] if config["fluency"]["lm"]["path"] else ["results/fluency/lm"]
 
 
 def fluency_texts_args():

@@ -5,18 +5,26 @@ FLUENCY_DIR = "results/fluency"
 FLUENCY_SHARDS = [str(i) for i in range(FLUENCY["perplexity"]["shards"])]
 
 if FLUENCY["lm"]["path"] is not None:
-    check_model_reference("fluency.lm.path", FLUENCY["lm"]["path"])
+    STARTUP_CHECKS.append(
+        lambda: check_model_reference("fluency.lm.path", FLUENCY["lm"]["path"])
+    )
 if FLUENCY["toxicity"]["scorer"] == "huggingface":
     if FLUENCY["toxicity"]["model_path"] is None:
         raise WorkflowError(
             "config key 'fluency.toxicity.model_path': required when scorer is 'huggingface'"
         )
-    check_model_reference(
-        "fluency.toxicity.model_path", FLUENCY["toxicity"]["model_path"]
+    STARTUP_CHECKS.append(
+        lambda: check_model_reference(
+            "fluency.toxicity.model_path", FLUENCY["toxicity"]["model_path"]
+        )
     )
-if FLUENCY["texts"]["source"] == "files" and not FLUENCY["texts"]["files"]:
-    raise WorkflowError(
-        "config key 'fluency.texts.files': empty, but source is 'files' (expected text files)"
+if FLUENCY["texts"]["source"] == "files":
+    if not FLUENCY["texts"]["files"]:
+        raise WorkflowError(
+            "config key 'fluency.texts.files': empty, but source is 'files' (expected text files)"
+        )
+    STARTUP_CHECKS.append(
+        lambda: check_files_exist("fluency.texts.files", FLUENCY["texts"]["files"])
     )
 
 
@@ -82,7 +90,7 @@ rule fluency_split:
 rule fluency_perplexity:
     input:
         texts=f"{FLUENCY_DIR}/shards/shard~{{shard}}.csv",
-        model=fluency_model(),
+        embedded_lm=fluency_embedded_lm(),
     output:
         scores=f"{FLUENCY_DIR}/perplexity/shard~{{shard}}.csv",
     log:
@@ -94,6 +102,7 @@ rule fluency_perplexity:
     resources:
         **rule_resources("fluency", "fluency_perplexity"),
     params:
+        model=shlex.quote(fluency_model()),
         device=FLUENCY["device"],
         cpu_workers=FLUENCY["cpu_workers"],
         dtype=FLUENCY["perplexity"]["dtype"],
@@ -105,7 +114,7 @@ rule fluency_perplexity:
         ),
         trust=("--trust-remote-code" if FLUENCY["lm"]["trust_remote_code"] else ""),
     shell:
-        "GPUFLOW_GPUS={resources.gpu} gpuflow perplexity --texts {input.texts:q} --model {input.model:q}"
+        "GPUFLOW_GPUS={resources.gpu} gpuflow perplexity --texts {input.texts:q} --model {params.model}"
         " --device {params.device} --cpu-workers {params.cpu_workers} --dtype {params.dtype}"
         " --token-budget {params.token_budget} {params.stride} {params.trust}"
         " --out {output.scores:q} > {log:q} 2>&1"

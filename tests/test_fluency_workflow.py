@@ -90,6 +90,11 @@ BAD_CONFIGS = {
         "config key 'fluency.texts.files'",
         "empty",
     ),
+    "a text file that is not there": (
+        {"texts": {"source": "files", "files": ["gone.csv"]}},
+        "config key 'fluency.texts.files'",
+        "no such file(s): ['gone.csv']",
+    ),
 }
 
 

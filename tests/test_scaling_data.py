@@ -82,6 +82,6 @@ def test_an_ag_news_row_with_a_bad_class_names_file_and_row(tmp_path: Path):
 def test_missing_user_files_and_oversized_samples_are_reported_with_their_key(tmp_path: Path):
     with pytest.raises(DataError, match="no such file"):
         build_splits(data_settings(source="agnews", path=str(tmp_path / "none.csv")))
-    with pytest.raises(ConfigError, match="data.n_train"):
+    with pytest.raises(ConfigError, match=r"data\.n_train"):
         build_splits(data_settings(source="embedded", corpus="rotten_tomatoes", n_train=10**6,
                                    n_val=10))  # fmt: skip

@@ -76,9 +76,14 @@ def run_lines(run: pd.Series, reference: pd.Series, target: float) -> list[str]:
     excess = run["epoch_seconds"] - ideal_epoch
     if excess > 0:
         from_comm = min(1.0, run["comm_seconds_per_epoch"] / excess)
+        rest = (
+            "all of it"
+            if from_comm >= 0.995
+            else f"{pct(from_comm)}; the rest is slower compute and waiting at synchronisation"
+        )
         lines.append(
             f"    of the {excess:.2f} s per epoch lost against ideal, the all-reduce accounts for "
-            f"{pct(from_comm)}; the rest is slower compute and synchronisation."
+            f"{rest}."
         )
     no_comm = reference["epoch_seconds"] / (run["epoch_seconds"] - run["comm_seconds_per_epoch"])
     lines.append(f"    without the measured all-reduce the speedup would be {no_comm:.2f}x.")
@@ -165,9 +170,10 @@ def cost_lines(cost: pd.DataFrame, target: float) -> list[str]:
     efficient = cost[cost["efficiency"] >= target]
     best = efficient.sort_values("world_size").iloc[-1] if not efficient.empty else None
     if best is not None and best["world_size"] > cost["world_size"].min():
+        nodes = f" on {int(best['nodes'])} nodes" if best["nodes"] > 1 else ""
         lines.append(
-            f"  -> recommended: {int(best['world_size'])} GPUs, the largest world size still at "
-            f"{pct(target)} efficiency or more ({pct(best['efficiency'])})."
+            f"  -> recommended: {int(best['world_size'])} GPUs{nodes}, the largest world size "
+            f"still at {pct(target)} efficiency or more ({pct(best['efficiency'])})."
         )
     else:
         lines.append(

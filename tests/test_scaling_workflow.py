@@ -26,7 +26,7 @@ def tiny_configuration(corpus: str, max_len: int, n_train: int) -> dict:
             "n_layers": 1,
             "ffn_dim": 32,
             "max_seq_len": max_len,
-        },  # fmt: skip
+        },
         "train": {"epochs": 2, "global_batch_size": 16},
     }
 

@@ -26,6 +26,14 @@ def pct(value: float) -> str:
     return f"{100 * value:.1f}%"
 
 
+def workers(count: float, device_type: str, nodes: float = 1) -> str:
+    """'1 GPU', '4 GPUs on 2 nodes', or '2 processes' for CPU runs."""
+    n = int(count)
+    noun = "GPU" if device_type == "cuda" else "process"
+    plural = "" if n == 1 else ("s" if noun == "GPU" else "es")
+    return f"{n} {noun}{plural}" + (f" on {int(nodes)} nodes" if nodes > 1 else "")
+
+
 def verdict(speedup: float, efficiency: float, target: float) -> str:
     """One word on a run's scaling, from its speedup and efficiency."""
     if speedup < 1:
@@ -52,7 +60,7 @@ def accumulation_advice(run: pd.Series) -> tuple[int, float]:
 def run_lines(run: pd.Series, reference: pd.Series, target: float) -> list[str]:
     """Diagnosis of one run against its configuration's reference run."""
     world, ref_world = int(run["world_size"]), int(reference["world_size"])
-    where = f"{world} GPUs" + (f" on {int(run['nodes'])} nodes" if run["nodes"] > 1 else "")
+    where = workers(world, run["device_type"], run["nodes"])
     lines = [
         f"  {where}: epoch {run['epoch_seconds']:.2f} s vs {reference['epoch_seconds']:.2f} s "
         f"at {ref_world}; speedup {run['speedup']:.2f}x of ideal {world / ref_world:.0f}x, "
@@ -138,7 +146,7 @@ def recommendations(run: pd.Series, target: float) -> list[str]:
             )
     if run["efficiency"] >= target and share < COMM_MINOR:
         tips.append(
-            f"no change needed at {int(run['world_size'])} GPUs: efficiency "
+            f"no change needed at {workers(run['world_size'], run['device_type'])}: efficiency "
             f"{pct(run['efficiency'])} meets the {pct(target)} target."
         )
     elif not tips:
@@ -154,9 +162,7 @@ def cost_lines(cost: pd.DataFrame, target: float) -> list[str]:
     """GPU-hours per run and the world size worth paying for."""
     lines = []
     for _, row in cost.iterrows():
-        where = f"{int(row['world_size'])} GPUs" + (
-            f" on {int(row['nodes'])} nodes" if row["nodes"] > 1 else ""
-        )
+        where = workers(row["world_size"], row["device_type"], row["nodes"])
         extra = (
             f", +{row['cost_increase_pct']:.0f}% GPU-hours, "
             f"{row['speedup_per_extra_gpu_hour']:.3g} speedup per extra GPU-hour"
@@ -170,9 +176,9 @@ def cost_lines(cost: pd.DataFrame, target: float) -> list[str]:
     efficient = cost[cost["efficiency"] >= target]
     best = efficient.sort_values("world_size").iloc[-1] if not efficient.empty else None
     if best is not None and best["world_size"] > cost["world_size"].min():
-        nodes = f" on {int(best['nodes'])} nodes" if best["nodes"] > 1 else ""
         lines.append(
-            f"  -> recommended: {int(best['world_size'])} GPUs{nodes}, the largest world size "
+            f"  -> recommended: {workers(best['world_size'], best['device_type'], best['nodes'])}"
+            ", the largest world size "
             f"still at {pct(target)} efficiency or more ({pct(best['efficiency'])})."
         )
     else:
@@ -197,14 +203,20 @@ def compare(largest: dict[str, pd.Series]) -> list[str]:
         f"{pct(worst['comm_share'])}, {best_name} {pct(best['comm_share'])}.",
     ]
     if worst["comm_share"] > best["comm_share"]:
-        ratio = best["compute_ms_per_step"] / max(worst["compute_ms_per_step"], 1e-9)
+        weight = {
+            name: run["comm_ms_per_step"] / max(run["compute_ms_per_step"], 1e-9)
+            for name, run in ((worst_name, worst), (best_name, best))
+        }
+        ratio = weight[worst_name] / max(weight[best_name], 1e-9)
         lines.append(
-            f"Why: {worst_name} computes {worst['compute_ms_per_step']:.1f} ms per step against "
-            f"{worst['comm_ms_per_step']:.1f} ms of all-reduce "
-            f"({worst['allreduce_mb_per_step']:.2f} MB), while {best_name} computes "
-            f"{ratio:.1f}x longer per step for "
-            f"{best['allreduce_mb_per_step']:.2f} MB: communication, not compute, limits "
-            f"{worst_name}."
+            f"Why: per optimizer step {worst_name} computes {worst['compute_ms_per_step']:.1f} ms "
+            f"and waits {worst['comm_ms_per_step']:.1f} ms for the all-reduce of "
+            f"{worst['allreduce_mb_per_step']:.2f} MB ({weight[worst_name]:.2f} ms of "
+            f"communication per ms of compute); {best_name} computes "
+            f"{best['compute_ms_per_step']:.1f} ms for {best['allreduce_mb_per_step']:.2f} MB "
+            f"({weight[best_name]:.2f}). With {ratio:.1f}x "
+            f"more communication per unit of compute, {worst_name}'s gradient exchange is not "
+            "amortised by its work per step."
         )
     else:
         lines.append(
@@ -256,7 +268,7 @@ def build_report(summary: pd.DataFrame, cost: pd.DataFrame, target: float) -> st
             gap = group["final_val_accuracy"].max() - base["final_val_accuracy"]
             out.append(
                 f"  CPU baseline {base['method']}: validation accuracy "
-                f"{pct(base['final_val_accuracy'])} ({int(base['cpu_threads'])} threads, "
+                f"{pct(base['final_val_accuracy'])} ({int(base['cpu_threads'])} CPU thread(s), "
                 f"{base['run_wall_seconds']:.1f} s); the transformer is "
                 f"{abs(100 * gap):.1f} points {'better' if gap >= 0 else 'worse'}."
             )

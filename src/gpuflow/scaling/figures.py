@@ -19,16 +19,26 @@ import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from gpuflow.atomic import save_figure
 
 DDP = "transformer-ddp"
 
 
-def run_label(world_size: int, nodes: int) -> str:
-    """'2 GPUs' style label; multi-node runs say so."""
-    label = f"{world_size} GPU{'s' if world_size > 1 else ''}"
-    return label + (f", {nodes} nodes" if nodes > 1 else "")
+def run_label(world_size: int, nodes: int, device_type: str) -> str:
+    """'2 GPUs' (or '2 CPU proc.') style label; multi-node runs say so."""
+    unit = "GPU" if device_type == "cuda" else "CPU proc."
+    plural = "s" if world_size > 1 and unit == "GPU" else ""
+    return f"{world_size} {unit}{plural}" + (f", {nodes} nodes" if nodes > 1 else "")
+
+
+def labels_of(group: pd.DataFrame) -> list[str]:
+    """Run labels of the rows of a summary group."""
+    return [
+        run_label(w, n, d)
+        for w, n, d in zip(group["world_size"], group["nodes"], group["device_type"], strict=True)
+    ]
 
 
 def panels(
@@ -50,17 +60,21 @@ def epoch_time_figure(epochs: pd.DataFrame, configurations: list[str]) -> Figure
     """Training time of every epoch; warm-up epochs drawn hollow."""
 
     def draw(ax: Axes, name: str) -> None:
-        for (world, nodes), run in epochs[epochs["configuration"] == name].groupby(
-            ["world_size", "nodes"]
+        for (world, nodes, device), run in epochs[epochs["configuration"] == name].groupby(
+            ["world_size", "nodes", "device_type"]
         ):
             line = ax.plot(
-                run["epoch"], run["train_seconds"], marker="o", label=run_label(world, nodes)
+                run["epoch"],
+                run["train_seconds"],
+                marker="o",
+                label=run_label(world, nodes, device),
             )
             warm = run[~run["measured"]]
             ax.plot(
                 warm["epoch"], warm["train_seconds"], "o", mfc="white", color=line[0].get_color()
             )
         ax.set_xlabel("epoch (hollow = warm-up, not in means)")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel("training time per epoch (s)")
         ax.legend(fontsize=8)
 
@@ -74,7 +88,7 @@ def speedup_figure(runs: pd.DataFrame, configurations: list[str]) -> Figure:
     )
     for column, name in enumerate(configurations):
         group = runs[runs["configuration"] == name].sort_values(["nodes", "world_size"])
-        labels = [run_label(w, n) for w, n in zip(group["world_size"], group["nodes"], strict=True)]
+        labels = labels_of(group)
         ideal = group["world_size"] / group["reference_world_size"]
         x = np.arange(len(group))
         top, bottom = axes[0][column], axes[1][column]
@@ -103,7 +117,7 @@ def throughput_figure(runs: pd.DataFrame, configurations: list[str]) -> Figure:
         ideal = base.iloc[0] * group["world_size"] / group["reference_world_size"]
         ax.bar(x, group["samples_per_second"], color="tab:green", label="measured")
         ax.plot(x, ideal, "k--", marker="_", label="linear")
-        labels = [run_label(w, n) for w, n in zip(group["world_size"], group["nodes"], strict=True)]
+        labels = labels_of(group)
         ax.set_xticks(x, labels, fontsize=8)
         ax.set_ylabel("training samples / s")
         ax.legend(fontsize=8)
@@ -117,16 +131,20 @@ def accuracy_figure(
     """Validation accuracy per epoch; the CPU baseline as a dashed line."""
 
     def draw(ax: Axes, name: str) -> None:
-        for (world, nodes), run in epochs[epochs["configuration"] == name].groupby(
-            ["world_size", "nodes"]
+        for (world, nodes, device), run in epochs[epochs["configuration"] == name].groupby(
+            ["world_size", "nodes", "device_type"]
         ):
             ax.plot(
-                run["epoch"], 100 * run["val_accuracy"], marker="o", label=run_label(world, nodes)
+                run["epoch"],
+                100 * run["val_accuracy"],
+                marker="o",
+                label=run_label(world, nodes, device),
             )
         for _, row in baselines[baselines["configuration"] == name].iterrows():
             ax.axhline(100 * row["final_val_accuracy"], color="gray", linestyle="--",
                        label=f"{row['method']} (CPU)")  # fmt: skip
         ax.set_xlabel("epoch")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel("validation accuracy (%)")
         ax.legend(fontsize=8)
 
@@ -152,7 +170,7 @@ def comm_figure(runs: pd.DataFrame, configurations: list[str]) -> Figure:
             ax.annotate(
                 f"{100 * share:.0f}% comm", (xi, total), ha="center", va="bottom", fontsize=8
             )
-        labels = [run_label(w, n) for w, n in zip(group["world_size"], group["nodes"], strict=True)]
+        labels = labels_of(group)
         ax.set_xticks(x, labels, fontsize=8)
         ax.set_ylabel("ms per optimizer step")
         ax.legend(fontsize=8)

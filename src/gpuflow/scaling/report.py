@@ -197,8 +197,9 @@ def compare(largest: dict[str, pd.Series]) -> list[str]:
     (worst_name, worst), (best_name, best) = ranked[0], ranked[-1]
     lines = [
         f"{worst_name} scales worse than {best_name}: efficiency {pct(worst['efficiency'])} at "
-        f"{int(worst['world_size'])} GPUs vs {pct(best['efficiency'])} at "
-        f"{int(best['world_size'])}.",
+        f"{workers(worst['world_size'], worst['device_type'], worst['nodes'])} vs "
+        f"{pct(best['efficiency'])} at "
+        f"{workers(best['world_size'], best['device_type'], best['nodes'])}.",
         f"Measured share of the epoch in gradient all-reduce: {worst_name} "
         f"{pct(worst['comm_share'])}, {best_name} {pct(best['comm_share'])}.",
     ]

@@ -51,6 +51,7 @@ def epochs_table(runs: list[dict[str, Any]]) -> pd.DataFrame:
             "configuration": run["configuration"],
             "world_size": run["world_size"],
             "nodes": run["nodes"],
+            "device_type": run["device_type"],
             **{c: epoch.get(c) for c in EPOCH_COLUMNS},
         }
         for run in runs

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -195,3 +196,40 @@ def test_a_killed_run_resumes_after_its_last_finished_epoch_and_finishes_like_an
     assert unbroken["epochs"][-1]["val_accuracy"] == pytest.approx(
         resumed["epochs"][-1]["val_accuracy"], abs=1 / 64 + 1e-9
     )
+
+
+def test_two_torchrun_agents_meeting_by_c10d_rendezvous_train_as_one_two_node_world(
+    tiny_data: Path, tmp_path: Path
+):
+    """The multi-node launch (one agent per node, c10d on the first host), on this machine."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    step = train_command(tiny_data, tmp_path, settings(), world=1)[1:]
+    logs = [open(tmp_path / f"agent{i}.log", "w") for i in range(2)]  # noqa: SIM115
+    agents = [
+        subprocess.Popen(
+            [
+                str(BIN / "torchrun"),
+                "--nnodes=2",
+                "--nproc-per-node=1",
+                "--rdzv-id=test",
+                "--rdzv-backend=c10d",
+                f"--rdzv-endpoint=127.0.0.1:{port}",
+                "-m",
+                "gpuflow",
+                *step,
+            ],
+            env=workflow_env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        for log in logs
+    ]
+    codes = [agent.wait(timeout=300) for agent in agents]
+    for log in logs:
+        log.close()
+    assert codes == [0, 0], (tmp_path / "agent0.log").read_text()[-3000:]
+    run = json.loads((tmp_path / "run.json").read_text())
+    assert (run["world_size"], run["nodes"], run["processes_per_node"]) == (2, 2, 1)
+    assert run["per_gpu_batch_size"] == 8 and len(run["ranks"]) == 2

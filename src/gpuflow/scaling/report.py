@@ -19,6 +19,7 @@ COMM_TARGET = 0.10  # accumulation is sized to bring the share down to this
 COMPUTE_INFLATION = 1.3  # per-step compute this much above ideal means starved devices
 NOISY = 0.15  # relative spread of epoch times above which the timings are flagged
 EMBEDDING_HEAVY = 0.5  # token embedding share of the gradient above which it is named
+CONTENDED = 0.75  # CPU runs whose processes got less of their cores than this shared the machine
 
 
 def pct(value: float) -> str:
@@ -260,6 +261,14 @@ def build_report(summary: pd.DataFrame, cost: pd.DataFrame, target: float) -> st
                 f"  note: epoch times vary by up to {pct(spread)} within a run (busy machine?): "
                 "treat small differences as noise and re-measure."
             )
+        if "cpu" in set(group["device_type"]):
+            starved = group[group["cpu_utilisation"] < CONTENDED]
+            for _, run in starved.iterrows():
+                out.append(
+                    f"  note: at {workers(run['world_size'], run['device_type'])} each process "
+                    f"ran on its cores only {pct(run['cpu_utilisation'])} of the time (CPU time / "
+                    "wall time): other work shared the machine, so this run's times are inflated."
+                )
         others = group[group.index != reference.name]
         if others.empty:
             out.append("  only one world size: no scaling to judge.")

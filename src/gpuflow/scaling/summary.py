@@ -23,13 +23,14 @@ from gpuflow.errors import DataError
 EPOCH_COLUMNS = [
     "epoch", "measured", "after_resume", "train_seconds", "val_seconds", "samples",
     "tokens", "samples_per_second", "tokens_per_second", "train_loss", "val_loss",
-    "val_accuracy", "comm_seconds", "comm_seconds_max", "compute_seconds",
-    "allreduce_calls_per_process", "peak_memory_mb",
+    "val_accuracy", "cpu_seconds_per_process", "comm_seconds", "comm_seconds_max",
+    "compute_seconds", "allreduce_calls_per_process", "peak_memory_mb",
 ]  # fmt: skip
 RUN_COLUMNS = [
     "configuration", "world_size", "nodes", "processes_per_node", "device_type", "backend",
     "precision", "global_batch_size", "per_gpu_batch_size", "accumulation_steps",
     "steps_per_epoch", "parameters", "token_embedding_parameters", "allreduce_mb_per_step",
+    "torch_threads_per_process",
 ]  # fmt: skip
 
 
@@ -80,6 +81,8 @@ def run_row(run: dict[str, Any]) -> dict[str, Any]:
         "samples_per_second": measured["samples_per_second"].mean(),
         "tokens_per_second": measured["tokens_per_second"].mean(),
         "comm_seconds_per_epoch": comm,
+        "cpu_utilisation": (measured["cpu_seconds_per_process"] / measured["train_seconds"]).mean()
+        / run["torch_threads_per_process"],
         "comm_share": comm / epoch_seconds,
         "compute_ms_per_step": 1000 * (epoch_seconds - comm) / steps,
         "comm_ms_per_step": 1000 * comm / steps,

@@ -281,7 +281,7 @@ class Trainer:
         tokens = 0
         static = self.settings["ddp"]["static_graph"]
         distributed.barrier(ctx)
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         for index, batch in enumerate(self.loader):
             batch = move(batch, ctx.device)
             last_micro = (index + 1) % plan.accumulation_steps == 0
@@ -303,16 +303,18 @@ class Trainer:
                 self.scheduler.step()
         distributed.barrier(ctx)
         seconds = time.perf_counter() - start
+        cpu = time.process_time() - cpu_start
         micro_steps = self.steps_per_epoch * plan.accumulation_steps
         comm = self.timer.seconds if self.timer else 0.0
         calls = self.timer.calls if self.timer else 0
-        sums = distributed.all_reduce([loss_sum.item(), tokens, comm, calls], ctx)
+        sums = distributed.all_reduce([loss_sum.item(), tokens, comm, calls, cpu], ctx)
         comm_max, memory = distributed.all_reduce([comm, peak_memory_mb(ctx.device)], ctx, "max")
         comm_mean = sums[2] / ctx.world_size
         return {
             "epoch": epoch + 1,
             "measured": epoch >= self.settings["warmup_epochs"],
             "train_seconds": seconds,
+            "cpu_seconds_per_process": sums[4] / ctx.world_size,
             "optimizer_steps": self.steps_per_epoch,
             "samples": self.n_used,
             "tokens": int(sums[1]),

@@ -15,7 +15,7 @@ def fake_run(name: str, world: int, epoch_s: float, comm_s: float, nodes: int = 
         {
             "epoch": e + 1, "measured": e > 0, "train_seconds": epoch_s * (1.5 if e == 0 else 1),
             "val_seconds": 1.0, "samples_per_second": 1000 / epoch_s,
-            "cpu_seconds_per_process": epoch_s,
+            "cpu_seconds_per_process": epoch_s - comm_s,
             "tokens_per_second": 9000 / epoch_s, "comm_seconds": comm_s,
             "val_accuracy": 0.6 + 0.05 * e, "peak_memory_mb": 100.0,
         }
@@ -100,9 +100,9 @@ def test_cpu_runs_that_did_not_get_their_cores_are_flagged(runs):
     shared = fake_run("tiny", 2, 5.0, 3.0)
     shared["device_type"] = "cpu"
     for epoch in shared["epochs"]:
-        epoch["cpu_seconds_per_process"] = 0.5 * epoch["train_seconds"]
+        epoch["cpu_seconds_per_process"] = 0.5 * (epoch["train_seconds"] - epoch["comm_seconds"])
     alone = {**fake_run("tiny", 1, 4.0, 0.0), "device_type": "cpu"}
     summary = build([alone, shared], [])
     text = build_report(summary, cost_table(summary), target=0.7)
-    assert "at 2 processes each process ran on its cores only 50.0% of the time" in text
+    assert "at 2 processes each process ran on its cores only 50.0% of its compute time" in text
     assert "at 1 process each" not in text

@@ -266,8 +266,9 @@ def build_report(summary: pd.DataFrame, cost: pd.DataFrame, target: float) -> st
             for _, run in starved.iterrows():
                 out.append(
                     f"  note: at {workers(run['world_size'], run['device_type'])} each process "
-                    f"ran on its cores only {pct(run['cpu_utilisation'])} of the time (CPU time / "
-                    "wall time): other work shared the machine, so this run's times are inflated."
+                    f"ran on its cores only {pct(run['cpu_utilisation'])} of its compute time "
+                    "(CPU time / wall time outside the all-reduce): other work shared the "
+                    "machine, so this run's times are inflated."
                 )
         others = group[group.index != reference.name]
         if others.empty:

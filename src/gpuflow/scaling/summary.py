@@ -81,7 +81,10 @@ def run_row(run: dict[str, Any]) -> dict[str, Any]:
         "samples_per_second": measured["samples_per_second"].mean(),
         "tokens_per_second": measured["tokens_per_second"].mean(),
         "comm_seconds_per_epoch": comm,
-        "cpu_utilisation": (measured["cpu_seconds_per_process"] / measured["train_seconds"]).mean()
+        "cpu_utilisation": (
+            measured["cpu_seconds_per_process"]
+            / (measured["train_seconds"] - measured["comm_seconds"])
+        ).mean()
         / run["torch_threads_per_process"],
         "comm_share": comm / epoch_seconds,
         "compute_ms_per_step": 1000 * (epoch_seconds - comm) / steps,

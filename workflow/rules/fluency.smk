@@ -102,7 +102,7 @@ rule fluency_perplexity:
     resources:
         **rule_resources("fluency", "fluency_perplexity"),
     params:
-        model=shlex.quote(fluency_model()),
+        model=fluency_model_param,
         device=FLUENCY["device"],
         cpu_workers=FLUENCY["cpu_workers"],
         dtype=FLUENCY["perplexity"]["dtype"],
@@ -114,7 +114,7 @@ rule fluency_perplexity:
         ),
         trust=("--trust-remote-code" if FLUENCY["lm"]["trust_remote_code"] else ""),
     shell:
-        "GPUFLOW_GPUS={resources.gpu} gpuflow perplexity --texts {input.texts:q} --model {params.model}"
+        "GPUFLOW_GPUS={resources.gpu} gpuflow perplexity --texts {input.texts:q} --model {params.model:q}"
         " --device {params.device} --cpu-workers {params.cpu_workers} --dtype {params.dtype}"
         " --token-budget {params.token_budget} {params.stride} {params.trust}"
         " --out {output.scores:q} > {log:q} 2>&1"

@@ -1,1 +1,292 @@
-"""The scaling family: not built yet."""
+"""DDP scaling benchmarks: data, tokenizer, baseline, one torchrun job per world size, report."""
+
+SCALING = config["scaling"]
+SCALING_DIR = "results/scaling"
+SCALING_RUN = SCALING["run"]
+SCALING_WORLDS = sorted(SCALING["world_sizes"])
+SCALING_MULTI = SCALING["multinode"]
+SCALING_TRAIN_RES = SCALING["resources"]["scaling_train"]
+SCALING_ON_GPU = SCALING_TRAIN_RES["gpu"] > 0
+SCALING_FIGURES = [
+    "epoch_time",
+    "speedup_efficiency",
+    "throughput",
+    "accuracy",
+    "compute_comm",
+]
+
+
+scaling_check()
+
+
+FAMILY_TARGETS["scaling"] = scaling_targets
+
+
+wildcard_constraints:
+    cfg="[A-Za-z0-9_]+",
+    world="[0-9]+",
+
+
+localrules:
+    scaling_summary,
+    scaling_report,
+
+
+rule scaling_data:
+    input:
+        user_files=scaling_data_files,
+    output:
+        train=f"{SCALING_DIR}/data/{{cfg}}/train.csv",
+        val=f"{SCALING_DIR}/data/{{cfg}}/val.csv",
+        info=f"{SCALING_DIR}/data/{{cfg}}/data.json",
+    log:
+        f"{SCALING_DIR}/logs/data/{{cfg}}.log",
+    benchmark:
+        f"{SCALING_DIR}/benchmarks/data/{{cfg}}.tsv"
+    conda:
+        CONDA_ENV
+    resources:
+        **rule_resources("scaling", "scaling_data"),
+    params:
+        settings=lambda wildcards: as_json(
+            SCALING["configurations"][wildcards.cfg]["data"]
+        ),
+        key=lambda wildcards: f"scaling.configurations.{wildcards.cfg}.data",
+    shell:
+        "gpuflow scaling-data --settings {params.settings} --key {params.key:q}"
+        " --out-train {output.train:q} --out-val {output.val:q} --out-info {output.info:q}"
+        " > {log:q} 2>&1"
+
+
+rule scaling_tokenize:
+    input:
+        train=f"{SCALING_DIR}/data/{{cfg}}/train.csv",
+        val=f"{SCALING_DIR}/data/{{cfg}}/val.csv",
+    output:
+        tokenizer=f"{SCALING_DIR}/data/{{cfg}}/tokenizer.json",
+        train=f"{SCALING_DIR}/data/{{cfg}}/train.npz",
+        val=f"{SCALING_DIR}/data/{{cfg}}/val.npz",
+        stats=f"{SCALING_DIR}/data/{{cfg}}/tokens.json",
+    log:
+        f"{SCALING_DIR}/logs/tokenize/{{cfg}}.log",
+    benchmark:
+        f"{SCALING_DIR}/benchmarks/tokenize/{{cfg}}.tsv"
+    conda:
+        CONDA_ENV
+    resources:
+        **rule_resources("scaling", "scaling_tokenize"),
+    params:
+        vocab_size=lambda wildcards: SCALING["configurations"][wildcards.cfg][
+            "tokenizer"
+        ]["vocab_size"],
+        min_frequency=lambda wildcards: SCALING["configurations"][wildcards.cfg][
+            "tokenizer"
+        ]["min_frequency"],
+        lowercase=lambda wildcards: (
+            "--lowercase"
+            if SCALING["configurations"][wildcards.cfg]["tokenizer"]["lowercase"]
+            else ""
+        ),
+        max_len=lambda wildcards: SCALING["configurations"][wildcards.cfg]["model"][
+            "max_seq_len"
+        ],
+    shell:
+        "gpuflow scaling-tokenize --train {input.train:q} --val {input.val:q}"
+        " --vocab-size {params.vocab_size} --min-frequency {params.min_frequency}"
+        " {params.lowercase} --max-len {params.max_len}"
+        " --out-tokenizer {output.tokenizer:q} --out-train {output.train:q}"
+        " --out-val {output.val:q} --out-stats {output.stats:q} > {log:q} 2>&1"
+
+
+rule scaling_baseline:
+    input:
+        train=f"{SCALING_DIR}/data/{{cfg}}/train.csv",
+        val=f"{SCALING_DIR}/data/{{cfg}}/val.csv",
+    output:
+        record=f"{SCALING_DIR}/baseline/{{cfg}}.json",
+    log:
+        f"{SCALING_DIR}/logs/baseline/{{cfg}}.log",
+    benchmark:
+        f"{SCALING_DIR}/benchmarks/baseline/{{cfg}}.tsv"
+    conda:
+        CONDA_ENV
+    threads: SCALING["resources"]["scaling_baseline"]["cpus_per_task"]
+    resources:
+        **rule_resources("scaling", "scaling_baseline"),
+        **(
+            {"slurm_partition": SCALING["baseline"]["slurm_partition"]}
+            if SCALING["baseline"]["slurm_partition"]
+            else {}
+        ),
+    params:
+        settings=as_json(
+            {k: v for k, v in SCALING["baseline"].items() if k != "slurm_partition"}
+        ),
+    shell:
+        "gpuflow scaling-baseline --name {wildcards.cfg} --train {input.train:q}"
+        " --val {input.val:q} --settings {params.settings} --threads {threads}"
+        " --out {output.record:q} > {log:q} 2>&1"
+
+
+rule scaling_train:
+    input:
+        train=f"{SCALING_DIR}/data/{{cfg}}/train.npz",
+        val=f"{SCALING_DIR}/data/{{cfg}}/val.npz",
+        info=f"{SCALING_DIR}/data/{{cfg}}/data.json",
+        stats=f"{SCALING_DIR}/data/{{cfg}}/tokens.json",
+    output:
+        run=f"{SCALING_DIR}/runs/{{cfg}}/nodes~1/world~{{world}}/run.json",
+        model=f"{SCALING_DIR}/runs/{{cfg}}/nodes~1/world~{{world}}/model.pt",
+    log:
+        f"{SCALING_DIR}/logs/train/{{cfg}}/nodes~1/world~{{world}}.log",
+    benchmark:
+        f"{SCALING_DIR}/benchmarks/train/{{cfg}}/nodes~1/world~{{world}}.tsv"
+    conda:
+        CONDA_ENV
+    threads: scaling_train_threads
+    resources:
+        **scaling_train_resources(),
+    params:
+        settings=scaling_train_settings,
+        cpu_slots=max(SCALING_WORLDS),
+    shell:
+        "GPUFLOW_GPUS={resources.gpu} gpuflow with-gpus --"
+        " torchrun --standalone --nproc-per-node={wildcards.world}"
+        " -m gpuflow scaling-train --name {wildcards.cfg}"
+        " --train {input.train:q} --val {input.val:q} --data-info {input.info:q}"
+        " --token-stats {input.stats:q} --settings {params.settings}"
+        " --cpu-slots {params.cpu_slots}"
+        " --out-json {output.run:q} --out-model {output.model:q} > {log:q} 2>&1"
+
+
+rule scaling_train_multinode:
+    input:
+        train=f"{SCALING_DIR}/data/{{cfg}}/train.npz",
+        val=f"{SCALING_DIR}/data/{{cfg}}/val.npz",
+        info=f"{SCALING_DIR}/data/{{cfg}}/data.json",
+        stats=f"{SCALING_DIR}/data/{{cfg}}/tokens.json",
+    output:
+        run=f"{SCALING_DIR}/runs/{{cfg}}/nodes~{SCALING_MULTI['nodes']}/world~{{world}}/run.json",
+        model=f"{SCALING_DIR}/runs/{{cfg}}/nodes~{SCALING_MULTI['nodes']}/world~{{world}}/model.pt",
+    log:
+        f"{SCALING_DIR}/logs/train/{{cfg}}/nodes~{SCALING_MULTI['nodes']}/world~{{world}}.log",
+    benchmark:
+        f"{SCALING_DIR}/benchmarks/train/{{cfg}}/nodes~{SCALING_MULTI['nodes']}/world~{{world}}.tsv"
+    conda:
+        CONDA_ENV
+    threads: SCALING_TRAIN_RES["cpus_per_task"] * SCALING_MULTI["gpus_per_node"]
+    resources:
+        **scaling_multinode_resources(),
+    params:
+        settings=scaling_train_settings,
+        per_node=SCALING_MULTI["gpus_per_node"],
+        port=SCALING_MULTI["port"],
+    shell:
+        # The jobstep executor clears SLURM_* but the job id: ask SLURM for the node list.
+        "nodelist=${{SLURM_JOB_NODELIST:-$(squeue --noheader --jobs=$SLURM_JOB_ID --format=%N)}};"
+        ' head_node=$(scontrol show hostnames "$nodelist" | sed -n 1p);'
+        " {resources.mpi} --nodes={resources.nodes} --ntasks-per-node=1"
+        " --cpus-per-task={resources.cpus_per_task} --gpus-per-node={params.per_node}"
+        " --kill-on-bad-exit=1"
+        " torchrun --nnodes={resources.nodes} --nproc-per-node={params.per_node}"
+        ' --rdzv-id="$SLURM_JOB_ID" --rdzv-backend=c10d --rdzv-endpoint="$head_node:{params.port}"'
+        " -m gpuflow scaling-train --name {wildcards.cfg}"
+        " --train {input.train:q} --val {input.val:q} --data-info {input.info:q}"
+        " --token-stats {input.stats:q} --settings {params.settings}"
+        " --cpu-slots {params.per_node}"
+        " --out-json {output.run:q} --out-model {output.model:q} > {log:q} 2>&1"
+
+
+rule scaling_summary:
+    input:
+        runs=scaling_runs(),
+        baselines=expand(f"{SCALING_DIR}/baseline/{{cfg}}.json", cfg=SCALING_RUN),
+    output:
+        summary=f"{SCALING_DIR}/comprehensive_summary.csv",
+        epochs=f"{SCALING_DIR}/epochs.csv",
+        cost=f"{SCALING_DIR}/cost_table.csv",
+        tex=f"{SCALING_DIR}/summary_table.tex",
+    log:
+        f"{SCALING_DIR}/logs/summary.log",
+    benchmark:
+        f"{SCALING_DIR}/benchmarks/summary.tsv"
+    conda:
+        CONDA_ENV
+    resources:
+        **rule_resources("scaling", "scaling_summary"),
+    shell:
+        "gpuflow scaling-summary --runs {input.runs:q} --baselines {input.baselines:q}"
+        " --out-summary {output.summary:q} --out-epochs {output.epochs:q}"
+        " --out-cost {output.cost:q} --out-tex {output.tex:q} > {log:q} 2>&1"
+
+
+rule scaling_figures:
+    input:
+        summary=f"{SCALING_DIR}/comprehensive_summary.csv",
+        epochs=f"{SCALING_DIR}/epochs.csv",
+    output:
+        epoch_time=report(
+            f"{SCALING_DIR}/figures/epoch_time.png",
+            caption="../report/scaling_epoch_time.rst",
+            category="DDP scaling",
+            labels={"figure": "epoch time"},
+        ),
+        speedup=report(
+            f"{SCALING_DIR}/figures/speedup_efficiency.png",
+            caption="../report/scaling_speedup.rst",
+            category="DDP scaling",
+            labels={"figure": "speedup and efficiency"},
+        ),
+        throughput=report(
+            f"{SCALING_DIR}/figures/throughput.png",
+            caption="../report/scaling_throughput.rst",
+            category="DDP scaling",
+            labels={"figure": "throughput"},
+        ),
+        accuracy=report(
+            f"{SCALING_DIR}/figures/accuracy.png",
+            caption="../report/scaling_accuracy.rst",
+            category="DDP scaling",
+            labels={"figure": "validation accuracy"},
+        ),
+        comm=report(
+            f"{SCALING_DIR}/figures/compute_comm.png",
+            caption="../report/scaling_compute_comm.rst",
+            category="DDP scaling",
+            labels={"figure": "compute vs communication"},
+        ),
+    log:
+        f"{SCALING_DIR}/logs/figures.log",
+    benchmark:
+        f"{SCALING_DIR}/benchmarks/figures.tsv"
+    conda:
+        CONDA_ENV
+    resources:
+        **rule_resources("scaling", "scaling_figures"),
+    shell:
+        "gpuflow scaling-figures --summary {input.summary:q} --epochs {input.epochs:q}"
+        " --out-epoch-time {output.epoch_time:q} --out-speedup {output.speedup:q}"
+        " --out-throughput {output.throughput:q} --out-accuracy {output.accuracy:q}"
+        " --out-comm {output.comm:q} > {log:q} 2>&1"
+
+
+rule scaling_report:
+    input:
+        summary=f"{SCALING_DIR}/comprehensive_summary.csv",
+        cost=f"{SCALING_DIR}/cost_table.csv",
+    output:
+        report=report(
+            f"{SCALING_DIR}/performance_report.txt",
+            caption="../report/scaling_report.rst",
+            category="DDP scaling",
+            labels={"figure": "performance report"},
+        ),
+    log:
+        f"{SCALING_DIR}/logs/report.log",
+    conda:
+        CONDA_ENV
+    params:
+        target=SCALING["efficiency_target"],
+    shell:
+        "gpuflow scaling-report --summary {input.summary:q} --cost {input.cost:q}"
+        " --efficiency-target {params.target} --out {output.report:q} > {log:q} 2>&1"

@@ -43,7 +43,7 @@ rule sweep_shard:
         device=SWEEP["device"],
         cpu_workers=SWEEP["cpu_workers"],
     shell:
-        "gpuflow sweep-shard --method {wildcards.method} --teacher-rank {wildcards.rank}"
+        "GPUFLOW_GPUS={resources.gpu} gpuflow sweep-shard --method {wildcards.method} --teacher-rank {wildcards.rank}"
         " --student-width {wildcards.width} --seeds {params.seeds} --settings {params.settings}"
         " --device {params.device} --cpu-workers {params.cpu_workers}"
         " --out {output.table:q} --run-out {output.run:q} > {log:q} 2>&1"

@@ -1,0 +1,1 @@
+"""DDP scaling benchmarks: a transformer text classifier trained at several world sizes."""

@@ -1,0 +1,45 @@
+"""The resume state of a training run: one file beside its outputs, replaced after every epoch.
+
+The state holds weights, optimiser, schedule, loss scaler and the per-epoch measurements so far,
+plus a fingerprint of the run's settings: a state left by different settings is ignored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from gpuflow.atomic import atomic_path
+
+
+def fingerprint(settings: dict[str, Any]) -> str:
+    """A short hash of everything that makes two runs the same run."""
+    text = json.dumps(settings, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def state_path(out: str | Path) -> Path:
+    """The resume file that belongs to output `out` (hidden, in the same folder)."""
+    out = Path(out)
+    return out.with_name(f".{out.stem}.resume.pt")
+
+
+def save(path: Path, state: dict[str, Any]) -> None:
+    """Write the state atomically: a kill during the write leaves the previous state intact."""
+    with atomic_path(path) as tmp:
+        torch.save(state, tmp)
+
+
+def load(path: Path, expected: str, device: torch.device) -> dict[str, Any] | None:
+    """The saved state when it exists and was written by the same settings, else None."""
+    if not path.is_file():
+        return None
+    state = torch.load(path, map_location=device, weights_only=True)
+    if state.get("fingerprint") != expected:
+        print(f"ignoring {path}: written by different settings")
+        return None
+    return state

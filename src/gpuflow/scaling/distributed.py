@@ -1,0 +1,152 @@
+"""Process group set-up and the timed gradient all-reduce.
+
+Started by torchrun (RANK, WORLD_SIZE, LOCAL_RANK, ... in the environment) or by hand as a single
+process. The backend follows the device: NCCL with one GPU per process, gloo on CPU; the rest of
+the code is the same for both.
+"""
+
+import os
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+from gpuflow.devices import worker_devices
+from gpuflow.errors import ConfigError
+
+COMPRESSION_HOOKS: dict[str, Callable[..., Any]] = {
+    "none": default_hooks.allreduce_hook,
+    "fp16": default_hooks.fp16_compress_hook,
+    "bf16": default_hooks.bf16_compress_hook,
+}
+
+
+@dataclass(frozen=True)
+class Context:
+    """Where this process sits: its rank, the world, its device and the backend."""
+
+    rank: int
+    local_rank: int
+    world_size: int
+    local_world_size: int
+    device: torch.device
+    backend: str
+
+    @property
+    def nodes(self) -> int:
+        """Nodes taking part (processes are spread evenly over them)."""
+        return max(1, self.world_size // self.local_world_size)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def init(device_choice: str) -> Context:
+    """Join the process group torchrun set up (or make a one-process group) on the right device."""
+    if "RANK" not in os.environ:
+        os.environ.update(
+            RANK="0",
+            WORLD_SIZE="1",
+            LOCAL_RANK="0",
+            LOCAL_WORLD_SIZE="1",
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(_free_port()),
+        )
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local_rank = int(os.environ["LOCAL_RANK"])
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    devices = worker_devices(device_choice, cpu_workers=local_world)
+    if devices[0].type == "cuda" and len(devices) < local_world:
+        raise ConfigError(
+            "scaling.world_sizes",
+            f"{local_world} processes on this node but only {len(devices)} GPUs visible",
+            "one GPU per process",
+        )
+    device = devices[local_rank] if devices[0].type == "cuda" else torch.device("cpu")
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend, device_id=device if device.type == "cuda" else None)
+    return Context(rank, local_rank, world, local_world, device, backend)
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for the device's queued work (a no-op on CPU, where work is synchronous)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def barrier(ctx: Context) -> None:
+    """All processes reach this point, with their device work finished."""
+    synchronize(ctx.device)
+    if ctx.backend == "nccl":
+        dist.barrier(device_ids=[ctx.device.index])
+    else:
+        dist.barrier()
+
+
+def all_reduce(values: list[float], ctx: Context, op: str = "sum") -> list[float]:
+    """Element-wise sum or max of `values` over all processes."""
+    tensor = torch.tensor(values, dtype=torch.float64, device=ctx.device)
+    dist.all_reduce(tensor, op=dist.ReduceOp.SUM if op == "sum" else dist.ReduceOp.MAX)
+    return tensor.tolist()
+
+
+@dataclass
+class CommTimer:
+    """State of the timed communication hook: seconds and calls spent in gradient all-reduce."""
+
+    process_group: Any
+    device: torch.device
+    seconds: float = 0.0
+    calls: int = 0
+    elements: int = 0
+
+    def reset(self) -> None:
+        """Start a new measurement period."""
+        self.seconds, self.calls, self.elements = 0.0, 0, 0
+
+
+def timed(base_hook: Callable[..., Any]) -> Callable[..., Any]:
+    """A DDP communication hook running `base_hook` and waiting for it, timing each bucket.
+
+    Waiting inside the hook stops the all-reduce of one bucket from overlapping the backward
+    pass of the next, so the measured time is the whole communication cost (an upper bound of
+    what overlap would hide); `scaling.ddp.comm_timing: false` trains without it.
+    """
+
+    def hook(state: CommTimer, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+        synchronize(state.device)
+        start = time.perf_counter()
+        future = base_hook(state.process_group, bucket)
+        future.wait()
+        synchronize(state.device)
+        state.seconds += time.perf_counter() - start
+        state.calls += 1
+        state.elements += bucket.buffer().numel()
+        return future
+
+    return hook
+
+
+def register_hook(
+    ddp: torch.nn.parallel.DistributedDataParallel, compression: str, measure: bool, ctx: Context
+) -> CommTimer | None:
+    """Install the gradient compression hook, timed when `measure`; return the timer."""
+    base = COMPRESSION_HOOKS[compression]
+    group = dist.group.WORLD
+    if measure:
+        timer = CommTimer(group, ctx.device)
+        ddp.register_comm_hook(timer, timed(base))
+        return timer
+    if compression != "none":
+        ddp.register_comm_hook(group, base)
+    return None

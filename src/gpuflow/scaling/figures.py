@@ -1,0 +1,197 @@
+"""`gpuflow scaling-figures`: the scaling figures, one panel per configuration.
+
+Every number drawn comes from the summary or the epoch table: epoch time per epoch, speedup and
+efficiency against ideal, throughput, validation accuracy (with the CPU baseline) and the
+compute / communication split of a step.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
+
+from gpuflow.atomic import save_figure
+
+DDP = "transformer-ddp"
+
+
+def run_label(world_size: int, nodes: int, device_type: str) -> str:
+    """'2 GPUs' (or '2 CPU proc.') style label; multi-node runs say so."""
+    unit = "GPU" if device_type == "cuda" else "CPU proc."
+    plural = "s" if world_size > 1 and unit == "GPU" else ""
+    return f"{world_size} {unit}{plural}" + (f", {nodes} nodes" if nodes > 1 else "")
+
+
+def labels_of(group: pd.DataFrame) -> list[str]:
+    """Run labels of the rows of a summary group."""
+    return [
+        run_label(w, n, d)
+        for w, n, d in zip(group["world_size"], group["nodes"], group["device_type"], strict=True)
+    ]
+
+
+def panels(
+    configurations: list[str], draw: Callable[[Axes, str], None], height: float = 3.6
+) -> Figure:
+    """One panel per configuration, side by side."""
+    figure, axes = plt.subplots(
+        1, len(configurations), figsize=(4.6 * len(configurations), height), squeeze=False
+    )
+    for ax, name in zip(axes[0], configurations, strict=True):
+        draw(ax, name)
+        ax.set_title(name)
+        ax.grid(alpha=0.3)
+    figure.tight_layout()
+    return figure
+
+
+def epoch_time_figure(epochs: pd.DataFrame, configurations: list[str]) -> Figure:
+    """Training time of every epoch; warm-up epochs drawn hollow."""
+
+    def draw(ax: Axes, name: str) -> None:
+        for (world, nodes, device), run in epochs[epochs["configuration"] == name].groupby(
+            ["world_size", "nodes", "device_type"]
+        ):
+            line = ax.plot(
+                run["epoch"],
+                run["train_seconds"],
+                marker="o",
+                label=run_label(world, nodes, device),
+            )
+            warm = run[~run["measured"]]
+            ax.plot(
+                warm["epoch"], warm["train_seconds"], "o", mfc="white", color=line[0].get_color()
+            )
+        ax.set_xlabel("epoch (hollow = warm-up, not in means)")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_ylabel("training time per epoch (s)")
+        ax.legend(fontsize=8)
+
+    return panels(configurations, draw)
+
+
+def speedup_figure(runs: pd.DataFrame, configurations: list[str]) -> Figure:
+    """Speedup (top) and efficiency (bottom) against ideal linear scaling."""
+    figure, axes = plt.subplots(
+        2, len(configurations), figsize=(4.6 * len(configurations), 6.4), squeeze=False
+    )
+    for column, name in enumerate(configurations):
+        group = runs[runs["configuration"] == name].sort_values(["nodes", "world_size"])
+        labels = labels_of(group)
+        ideal = group["world_size"] / group["reference_world_size"]
+        x = np.arange(len(group))
+        top, bottom = axes[0][column], axes[1][column]
+        top.bar(x, group["speedup"], color="tab:blue", label="measured")
+        top.plot(x, ideal, "k--", marker="_", label="ideal")
+        top.set_ylabel("speedup")
+        top.set_title(name)
+        top.legend(fontsize=8)
+        bottom.bar(x, 100 * group["efficiency"], color="tab:orange")
+        bottom.axhline(100, color="k", linestyle="--", label="ideal")
+        bottom.set_ylabel("efficiency (%)")
+        for ax in (top, bottom):
+            ax.set_xticks(x, labels, fontsize=8)
+            ax.grid(alpha=0.3, axis="y")
+    figure.tight_layout()
+    return figure
+
+
+def throughput_figure(runs: pd.DataFrame, configurations: list[str]) -> Figure:
+    """Training samples per second at each world size, with linear scaling from the reference."""
+
+    def draw(ax: Axes, name: str) -> None:
+        group = runs[runs["configuration"] == name].sort_values(["nodes", "world_size"])
+        x = np.arange(len(group))
+        base = group[group["world_size"] == group["reference_world_size"]]["samples_per_second"]
+        ideal = base.iloc[0] * group["world_size"] / group["reference_world_size"]
+        ax.bar(x, group["samples_per_second"], color="tab:green", label="measured")
+        ax.plot(x, ideal, "k--", marker="_", label="linear")
+        labels = labels_of(group)
+        ax.set_xticks(x, labels, fontsize=8)
+        ax.set_ylabel("training samples / s")
+        ax.legend(fontsize=8)
+
+    return panels(configurations, draw)
+
+
+def accuracy_figure(
+    epochs: pd.DataFrame, baselines: pd.DataFrame, configurations: list[str]
+) -> Figure:
+    """Validation accuracy per epoch; the CPU baseline as a dashed line."""
+
+    def draw(ax: Axes, name: str) -> None:
+        for (world, nodes, device), run in epochs[epochs["configuration"] == name].groupby(
+            ["world_size", "nodes", "device_type"]
+        ):
+            ax.plot(
+                run["epoch"],
+                100 * run["val_accuracy"],
+                marker="o",
+                label=run_label(world, nodes, device),
+            )
+        for _, row in baselines[baselines["configuration"] == name].iterrows():
+            ax.axhline(100 * row["final_val_accuracy"], color="gray", linestyle="--",
+                       label=f"{row['method']} (CPU)")  # fmt: skip
+        ax.set_xlabel("epoch")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_ylabel("validation accuracy (%)")
+        ax.legend(fontsize=8)
+
+    return panels(configurations, draw)
+
+
+def comm_figure(runs: pd.DataFrame, configurations: list[str]) -> Figure:
+    """Milliseconds per optimizer step: computation and measured gradient all-reduce."""
+
+    def draw(ax: Axes, name: str) -> None:
+        group = runs[runs["configuration"] == name].sort_values(["nodes", "world_size"])
+        x = np.arange(len(group))
+        ax.bar(x, group["compute_ms_per_step"], color="tab:blue", label="compute")
+        ax.bar(x, group["comm_ms_per_step"], bottom=group["compute_ms_per_step"],
+               color="tab:red", label="all-reduce")  # fmt: skip
+        for xi, (total, share) in enumerate(
+            zip(
+                group["compute_ms_per_step"] + group["comm_ms_per_step"],
+                group["comm_share"],
+                strict=True,
+            )
+        ):
+            ax.annotate(
+                f"{100 * share:.0f}% comm", (xi, total), ha="center", va="bottom", fontsize=8
+            )
+        labels = labels_of(group)
+        ax.set_xticks(x, labels, fontsize=8)
+        ax.set_ylabel("ms per optimizer step")
+        ax.legend(fontsize=8)
+
+    return panels(configurations, draw)
+
+
+def main(args: argparse.Namespace) -> None:
+    """Draw the five figures from the summary and epoch tables."""
+    summary = pd.read_csv(args.summary)
+    epochs = pd.read_csv(args.epochs)
+    runs = summary[summary["method"] == DDP]
+    baselines = summary[summary["method"] != DDP]
+    configurations = list(dict.fromkeys(runs["configuration"]))
+    figures: list[tuple[str, Any]] = [
+        (args.out_epoch_time, epoch_time_figure(epochs, configurations)),
+        (args.out_speedup, speedup_figure(runs, configurations)),
+        (args.out_throughput, throughput_figure(runs, configurations)),
+        (args.out_accuracy, accuracy_figure(epochs, baselines, configurations)),
+        (args.out_comm, comm_figure(runs, configurations)),
+    ]
+    for path, figure in figures:
+        save_figure(path, figure)
+        plt.close(figure)

@@ -1,0 +1,411 @@
+"""`gpuflow scaling-train`: train the classifier with DDP and measure every epoch.
+
+Run under torchrun (`torchrun --standalone --nproc-per-node=N -m gpuflow scaling-train ...`) or
+by hand as one process. One process per GPU with NCCL, or per CPU slot with gloo. The global
+batch of each optimizer step is the same contiguous block of the epoch's shuffled order whatever
+the world size, so runs at different world sizes follow the same optimisation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import resource
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
+
+from gpuflow.atomic import atomic_path, write_json
+from gpuflow.devices import describe_device, run_record, threads_per_worker
+from gpuflow.errors import ConfigError
+from gpuflow.scaling import checkpoint, distributed
+from gpuflow.scaling.distributed import CommTimer, Context
+from gpuflow.scaling.model import build_model, parameter_counts
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """Samples per optimizer step overall, per process and micro-step, and micro-steps per step."""
+
+    global_batch_size: int
+    per_gpu_batch_size: int
+    accumulation_steps: int
+
+
+def batch_plan(train: dict[str, Any], world_size: int, key: str = "train") -> BatchPlan:
+    """The batch sizes of one run; the global size fixed (strong scaling) or the per-GPU one."""
+    accumulation = train["accumulation_steps"]
+    global_size, per_gpu = train["global_batch_size"], train["per_gpu_batch_size"]
+    if (global_size is None) == (per_gpu is None):
+        raise ConfigError(
+            f"{key}.global_batch_size", "set exactly one of global_batch_size, per_gpu_batch_size"
+        )
+    if per_gpu is not None:
+        return BatchPlan(per_gpu * world_size * accumulation, per_gpu, accumulation)
+    if global_size % (world_size * accumulation):
+        raise ConfigError(
+            f"{key}.global_batch_size",
+            f"{global_size} does not split over {world_size} processes x "
+            f"{accumulation} accumulation steps",
+            "a multiple of world size x accumulation_steps",
+        )
+    return BatchPlan(global_size, global_size // (world_size * accumulation), accumulation)
+
+
+class EncodedTexts(Dataset):
+    """Token ids and labels of one split written by `scaling-tokenize`."""
+
+    def __init__(self, path: str | Path):
+        with np.load(path) as data:
+            self.ids, self.offsets = data["ids"], data["offsets"]
+            self.labels = data["labels"]
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, index: int) -> tuple[np.ndarray, int]:
+        return self.ids[self.offsets[index] : self.offsets[index + 1]], int(self.labels[index])
+
+
+def collate(items: list[tuple[np.ndarray, int]]) -> dict[str, Any]:
+    """Pad a batch to its own longest text; count its real tokens on the CPU."""
+    length = max(len(ids) for ids, _ in items)
+    ids = torch.zeros(len(items), length, dtype=torch.long)
+    for row, (tokens, _) in enumerate(items):
+        ids[row, : len(tokens)] = torch.from_numpy(tokens.astype(np.int64))
+    labels = torch.tensor([label for _, label in items], dtype=torch.long)
+    return {"ids": ids, "mask": ids != 0, "labels": labels, "tokens": sum(len(t) for t, _ in items)}
+
+
+def make_loader(
+    dataset: Dataset, batch_size: int, sampler: Any, workers: int, pin: bool
+) -> DataLoader:
+    """A loader with pinned memory on GPU and worker processes kept alive between epochs."""
+    return DataLoader(
+        dataset,
+        batch_size=batch_size,
+        sampler=sampler,
+        collate_fn=collate,
+        num_workers=workers,
+        pin_memory=pin,
+        persistent_workers=workers > 0,
+        prefetch_factor=4 if workers > 0 else None,
+    )
+
+
+def lr_schedule(warmup_steps: int, total_steps: int) -> Any:
+    """Linear warm-up, then cosine decay to zero, as a LambdaLR factor of the optimizer step."""
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
+        return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+
+    return factor
+
+
+def precision_for(device: torch.device, amp: str) -> str:
+    """fp32 on CPU; on GPU the configured AMP dtype (bf16 needs a GPU that supports it)."""
+    if device.type != "cuda" or amp == "none":
+        return "fp32"
+    if amp == "bf16" and not torch.cuda.is_bf16_supported():
+        raise ConfigError("scaling.amp", "this GPU has no bf16 support", "fp16 or none")
+    return amp
+
+
+def peak_memory_mb(device: torch.device) -> float:
+    """Peak memory since the last reset: allocated GPU memory, or this process's peak RSS."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def move(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
+    """Tensors of a batch on `device` (asynchronous copies from pinned memory)."""
+    return {
+        k: v.to(device, non_blocking=True) if torch.is_tensor(v) else v for k, v in batch.items()
+    }
+
+
+def evaluate(
+    model: torch.nn.Module, loader: DataLoader, ctx: Context, autocast: Any
+) -> tuple[float, float]:
+    """(validation loss, accuracy) over the shards of all processes."""
+    model.eval()
+    totals = torch.zeros(3, dtype=torch.float64, device=ctx.device)
+    with torch.no_grad():
+        for batch in loader:
+            batch = move(batch, ctx.device)
+            with autocast():
+                logits = model(batch["ids"], batch["mask"]).float()
+            loss = torch.nn.functional.cross_entropy(logits, batch["labels"], reduction="sum")
+            totals[0] += loss.double()
+            totals[1] += (logits.argmax(-1) == batch["labels"]).sum().double()
+            totals[2] += len(batch["labels"])
+    dist.all_reduce(totals)
+    loss_sum, correct, count = totals.tolist()
+    model.train()
+    return loss_sum / count, correct / count
+
+
+class Trainer:
+    """One run: model, data, optimizer, the epoch loop and its measurements."""
+
+    def __init__(self, ctx: Context, args: argparse.Namespace, settings: dict[str, Any]):
+        self.ctx, self.args, self.settings = ctx, args, settings
+        train = settings["train"]
+        self.plan = batch_plan(train, ctx.world_size, f"scaling.configurations.{args.name}.train")
+        self.threads = self._threads()
+        torch.set_num_threads(self.threads)
+        torch.backends.cudnn.benchmark = ctx.device.type == "cuda"
+        self.precision = precision_for(ctx.device, settings["amp"])
+
+        full = EncodedTexts(args.train)
+        self.steps_per_epoch = len(full) // self.plan.global_batch_size
+        if self.steps_per_epoch == 0:
+            raise ConfigError(
+                f"scaling.configurations.{args.name}.train.global_batch_size",
+                f"{self.plan.global_batch_size} is more than the {len(full)} training texts",
+            )
+        self.n_used = self.steps_per_epoch * self.plan.global_batch_size
+        used = Subset(full, range(self.n_used))
+        self.sampler = DistributedSampler(
+            used, ctx.world_size, ctx.rank, shuffle=True, seed=train["seed"], drop_last=True
+        )
+        pin = ctx.device.type == "cuda"
+        self.loader = make_loader(
+            used, self.plan.per_gpu_batch_size, self.sampler, train["num_workers"], pin
+        )
+        val = EncodedTexts(args.val)
+        self.n_val = len(val)
+        shard = Subset(val, range(ctx.rank, len(val), ctx.world_size))
+        self.val_loader = make_loader(shard, train["eval_batch_size"], None, 0, pin)
+
+        info = json.loads(Path(args.data_info).read_text())
+        vocab = json.loads(Path(args.token_stats).read_text())["vocab_size"]
+        torch.manual_seed(train["seed"])
+        self.model = build_model(settings["model"], vocab, info["n_classes"]).to(ctx.device)
+        self.counts = parameter_counts(self.model)
+        self.ddp: DistributedDataParallel | None = None
+        self.timer: CommTimer | None = None
+        ddp = settings["ddp"]
+        if ctx.world_size > 1:
+            self.ddp = DistributedDataParallel(
+                self.model,
+                device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,
+                static_graph=ddp["static_graph"],
+                gradient_as_bucket_view=ddp["gradient_as_bucket_view"],
+                bucket_cap_mb=ddp["bucket_cap_mb"],
+            )
+            self.timer = distributed.register_hook(
+                self.ddp, ddp["compression"], ddp["comm_timing"], ctx
+            )
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(), lr=train["learning_rate"], weight_decay=train["weight_decay"]
+        )
+        total_steps = train["epochs"] * self.steps_per_epoch
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lr_schedule(train["warmup_steps"], total_steps)
+        )
+        self.scaler = torch.amp.GradScaler(ctx.device.type, enabled=self.precision == "fp16")
+        self.state_file = checkpoint.state_path(args.out_json)
+        self.fingerprint = checkpoint.fingerprint(
+            {"settings": settings, "world_size": ctx.world_size, "n_used": self.n_used}
+        )
+        self.history: list[dict[str, Any]] = []
+        self.resumed_at: list[int] = []
+
+    def _threads(self) -> int:
+        if self.ctx.device.type == "cuda":
+            return threads_per_worker(self.ctx.local_world_size)
+        return self.settings["cpu_threads_per_process"] or threads_per_worker(self.args.cpu_slots)
+
+    def autocast(self) -> Any:
+        """The forward-pass precision context."""
+        dtype = torch.bfloat16 if self.precision == "bf16" else torch.float16
+        return torch.autocast(self.ctx.device.type, dtype=dtype, enabled=self.precision != "fp32")
+
+    def resume(self) -> int:
+        """Load the resume state when there is one; return the first epoch still to run."""
+        state = checkpoint.load(self.state_file, self.fingerprint, self.ctx.device)
+        if state is None:
+            return 0
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.scaler.load_state_dict(state["scaler"])
+        self.history = state["history"]
+        self.resumed_at = [*state["resumed_at"], state["epoch"]]
+        if self.ctx.rank == 0:
+            print(f"resuming after epoch {state['epoch']} from {self.state_file}")
+        return state["epoch"]
+
+    def save_state(self, epoch: int) -> None:
+        """Rank 0 writes the resume state after `epoch` finished epochs; all wait for it."""
+        if self.ctx.rank == 0:
+            checkpoint.save(
+                self.state_file,
+                {
+                    "fingerprint": self.fingerprint,
+                    "epoch": epoch,
+                    "model": self.model.state_dict(),
+                    "optimizer": self.optimizer.state_dict(),
+                    "scheduler": self.scheduler.state_dict(),
+                    "scaler": self.scaler.state_dict(),
+                    "history": self.history,
+                    "resumed_at": self.resumed_at,
+                },
+            )
+        distributed.barrier(self.ctx)
+
+    def train_epoch(self, epoch: int, first_step: bool) -> dict[str, Any]:
+        """One pass over the training set, timed between two barriers."""
+        ctx, plan, net = self.ctx, self.plan, self.ddp or self.model
+        self.sampler.set_epoch(epoch)
+        torch.manual_seed(self.settings["train"]["seed"] * 100_003 + epoch * 101 + ctx.rank)
+        if self.timer:
+            self.timer.reset()
+        if ctx.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(ctx.device)
+        loss_sum = torch.zeros((), dtype=torch.float64, device=ctx.device)
+        tokens = 0
+        static = self.settings["ddp"]["static_graph"]
+        distributed.barrier(ctx)
+        start, cpu_start = time.perf_counter(), time.process_time()
+        for index, batch in enumerate(self.loader):
+            batch = move(batch, ctx.device)
+            last_micro = (index + 1) % plan.accumulation_steps == 0
+            # static_graph asserts on a first iteration under no_sync: synchronise that one.
+            sync = last_micro or (first_step and static)
+            skip_sync = self.ddp.no_sync() if self.ddp and not sync else contextlib.nullcontext()
+            with skip_sync:
+                with self.autocast():
+                    logits = net(batch["ids"], batch["mask"])
+                loss = torch.nn.functional.cross_entropy(logits.float(), batch["labels"])
+                self.scaler.scale(loss / plan.accumulation_steps).backward()
+            first_step = False
+            loss_sum += loss.detach().double()
+            tokens += batch["tokens"]
+            if last_micro:
+                self.scaler.step(self.optimizer)
+                self.scaler.update()
+                self.optimizer.zero_grad(set_to_none=True)
+                self.scheduler.step()
+        distributed.barrier(ctx)
+        seconds = time.perf_counter() - start
+        cpu = time.process_time() - cpu_start
+        micro_steps = self.steps_per_epoch * plan.accumulation_steps
+        comm = self.timer.seconds if self.timer else 0.0
+        calls = self.timer.calls if self.timer else 0
+        sums = distributed.all_reduce([loss_sum.item(), tokens, comm, calls, cpu], ctx)
+        comm_max, memory = distributed.all_reduce([comm, peak_memory_mb(ctx.device)], ctx, "max")
+        comm_mean = sums[2] / ctx.world_size
+        return {
+            "epoch": epoch + 1,
+            "measured": epoch >= self.settings["warmup_epochs"],
+            "train_seconds": seconds,
+            "cpu_seconds_per_process": sums[4] / ctx.world_size,
+            "optimizer_steps": self.steps_per_epoch,
+            "samples": self.n_used,
+            "tokens": int(sums[1]),
+            "samples_per_second": self.n_used / seconds,
+            "tokens_per_second": sums[1] / seconds,
+            "train_loss": sums[0] / (micro_steps * ctx.world_size),
+            "comm_seconds": comm_mean,
+            "comm_seconds_max": comm_max,
+            "compute_seconds": seconds - comm_mean,
+            "allreduce_calls_per_process": sums[3] / ctx.world_size,
+            "peak_memory_mb": memory,
+        }
+
+    def fit(self) -> list[dict[str, Any]]:
+        """Run the remaining epochs, saving the resume state after each; return all epochs."""
+        start_epoch = self.resume()
+        first_step = True
+        for epoch in range(start_epoch, self.settings["train"]["epochs"]):
+            record = self.train_epoch(epoch, first_step)
+            first_step = False
+            begin = time.perf_counter()
+            val_loss, accuracy = evaluate(self.model, self.val_loader, self.ctx, self.autocast)
+            record.update(
+                val_seconds=time.perf_counter() - begin,
+                val_loss=val_loss,
+                val_accuracy=accuracy,
+                after_resume=bool(self.resumed_at) and epoch == start_epoch,
+            )
+            self.history.append(record)
+            if self.ctx.rank == 0:
+                print(
+                    json.dumps(
+                        {k: round(v, 4) if isinstance(v, float) else v for k, v in record.items()}
+                    ),
+                    flush=True,
+                )
+            self.save_state(epoch + 1)
+        return self.history
+
+    def result(self) -> dict[str, Any]:
+        """The run's JSON record: set-up, batch sizes, model size and every epoch."""
+        ctx, plan, ddp = self.ctx, self.plan, self.settings["ddp"]
+        bytes_per_element = 2 if ddp["compression"] != "none" else 4
+        ranks: list[Any] = [None] * ctx.world_size
+        dist.all_gather_object(ranks, {"rank": ctx.rank, **run_record([ctx.device])})
+        return {
+            "configuration": self.args.name,
+            "world_size": ctx.world_size,
+            "nodes": ctx.nodes,
+            "processes_per_node": ctx.local_world_size,
+            "device_type": ctx.device.type,
+            "device": describe_device(ctx.device),
+            "backend": ctx.backend,
+            "precision": self.precision,
+            "torch_threads_per_process": self.threads,
+            "global_batch_size": plan.global_batch_size,
+            "per_gpu_batch_size": plan.per_gpu_batch_size,
+            "accumulation_steps": plan.accumulation_steps,
+            "steps_per_epoch": self.steps_per_epoch,
+            "n_train_used": self.n_used,
+            "n_val": self.n_val,
+            "parameters": self.counts["total"],
+            "token_embedding_parameters": self.counts["token_embedding"],
+            "allreduce_mb_per_step": self.counts["total"] * bytes_per_element / 2**20
+            if ctx.world_size > 1
+            else 0.0,
+            "ddp": {**ddp, "wrapped": self.ddp is not None},
+            "model": self.settings["model"],
+            "train": self.settings["train"],
+            "warmup_epochs": self.settings["warmup_epochs"],
+            "resumed_at_epochs": self.resumed_at,
+            "torch_version": torch.__version__,
+            "run_record": run_record([ctx.device]),
+            "ranks": ranks,
+            "epochs": self.history,
+        }
+
+
+def main(args: argparse.Namespace) -> None:
+    """Train one run; rank 0 writes the run JSON and the weights, then drops the resume state."""
+    settings = json.loads(args.settings)
+    ctx = distributed.init(settings["device"])
+    try:
+        trainer = Trainer(ctx, args, settings)
+        trainer.fit()
+        result = trainer.result()
+        if ctx.rank == 0:
+            with atomic_path(args.out_model) as tmp:
+                torch.save(trainer.model.state_dict(), tmp)
+            write_json(args.out_json, result)
+            trainer.state_file.unlink(missing_ok=True)
+        distributed.barrier(ctx)
+    finally:
+        dist.destroy_process_group()

@@ -1,0 +1,235 @@
+"""DDP training: 2 gloo processes with accumulation equal one process; a killed run resumes."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import torch
+
+from tests.conftest import BIN, gpuflow, workflow_env
+
+TINY_MODEL = {
+    "d_model": 16, "n_heads": 2, "n_layers": 1, "ffn_dim": 32, "max_seq_len": 24, "dropout": 0.0,
+}  # fmt: skip
+TINY_DATA = {
+    "source": "embedded", "corpus": "rotten_tomatoes", "path": None, "val_path": None,
+    "n_train": 96, "n_val": 32, "val_fraction": 0.1, "seed": 0,
+}  # fmt: skip
+
+
+def settings(**train: Any) -> dict[str, Any]:
+    """Training settings of a tiny deterministic run (dropout off)."""
+    base = {
+        "epochs": 2, "global_batch_size": 16, "per_gpu_batch_size": None,
+        "accumulation_steps": 1, "learning_rate": 0.003, "weight_decay": 0.01,
+        "warmup_steps": 2, "eval_batch_size": 64, "num_workers": 0, "seed": 3,
+    }  # fmt: skip
+    return {
+        "device": "cpu",
+        "amp": "bf16",
+        "warmup_epochs": 1,
+        "cpu_threads_per_process": 1,
+        "ddp": {
+            "static_graph": True,
+            "gradient_as_bucket_view": True,
+            "bucket_cap_mb": 25,
+            "compression": "none",
+            "comm_timing": True,
+        },
+        "model": TINY_MODEL,
+        "train": {**base, **train},
+    }
+
+
+def prepare(folder: Path, data: dict[str, Any] = TINY_DATA) -> Path:
+    """Splits and encoded data made by the real steps."""
+    gpuflow(
+        "scaling-data", "--settings", json.dumps(data),
+        "--out-train", str(folder / "train.csv"), "--out-val", str(folder / "val.csv"),
+        "--out-info", str(folder / "data.json"),
+    )  # fmt: skip
+    gpuflow(
+        "scaling-tokenize", "--train", str(folder / "train.csv"), "--val", str(folder / "val.csv"),
+        "--vocab-size", "300", "--lowercase", "--max-len", str(TINY_MODEL["max_seq_len"]),
+        "--out-tokenizer", str(folder / "tokenizer.json"), "--out-train", str(folder / "train.npz"),
+        "--out-val", str(folder / "val.npz"), "--out-stats", str(folder / "tokens.json"),
+    )  # fmt: skip
+    return folder
+
+
+def train_command(data: Path, out: Path, config: dict[str, Any], world: int) -> list[str]:
+    """The command a rule runs: torchrun for several processes, plain gpuflow for one."""
+    step = [
+        "scaling-train", "--name", "tiny", "--train", str(data / "train.npz"),
+        "--val", str(data / "val.npz"), "--data-info", str(data / "data.json"),
+        "--token-stats", str(data / "tokens.json"), "--settings", json.dumps(config),
+        "--cpu-slots", "2", "--out-json", str(out / "run.json"),
+        "--out-model", str(out / "model.pt"),
+    ]  # fmt: skip
+    if world == 1:
+        return [str(BIN / "gpuflow"), *step]
+    return [str(BIN / "torchrun"), "--standalone", f"--nproc-per-node={world}", "-m", "gpuflow",
+            *step]  # fmt: skip
+
+
+def train(data: Path, out: Path, config: dict[str, Any], world: int) -> dict[str, Any]:
+    result = subprocess.run(
+        train_command(data, out, config, world), capture_output=True, text=True,
+        env=workflow_env(), timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    return json.loads((out / "run.json").read_text())
+
+
+def kill_tree(process: subprocess.Popen[bytes]) -> None:
+    """SIGKILL torchrun and its workers at once, as SLURM or a node failure would."""
+    launcher = psutil.Process(process.pid)
+    members = [launcher, *launcher.children(recursive=True)]
+    for member in members:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            member.kill()
+    psutil.wait_procs(members, timeout=30)
+    process.wait()
+
+
+def weights(path: Path) -> dict[str, torch.Tensor]:
+    """Saved weights, less the attention key biases.
+
+    A key bias shifts every attention logit of a query equally, so softmax ignores it and its
+    gradient is exactly zero; what the backward pass computes there is rounding noise, which
+    Adam's normalisation turns into steps of size ~lr. Those entries differ between any two
+    summation orders and say nothing about DDP.
+    """
+    state = torch.load(path, weights_only=True)
+    for name in [n for n in state if n.endswith("self_attn.in_proj_bias")]:
+        query, _, value = state[name].chunk(3)
+        state[name] = torch.cat([query, value])
+    return state
+
+
+def assert_same_weights(a: Path, b: Path) -> None:
+    reference, other = weights(a), weights(b)
+    assert reference.keys() == other.keys()
+    for name, value in reference.items():
+        torch.testing.assert_close(other[name], value, rtol=0, atol=1e-6, msg=name)
+
+
+@pytest.fixture(scope="module")
+def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return prepare(tmp_path_factory.mktemp("tiny-data"))
+
+
+def test_two_gloo_processes_with_accumulation_match_one_process_on_the_same_global_batches(
+    tiny_data: Path, tmp_path: Path
+):
+    one = train(tiny_data, tmp_path / "one", settings(accumulation_steps=1), world=1)
+    two = train(tiny_data, tmp_path / "two", settings(accumulation_steps=2), world=2)
+
+    assert (one["world_size"], one["per_gpu_batch_size"], one["accumulation_steps"]) == (1, 16, 1)
+    assert (two["world_size"], two["per_gpu_batch_size"], two["accumulation_steps"]) == (2, 4, 2)
+    assert one["global_batch_size"] == two["global_batch_size"] == 16
+    assert two["backend"] == "gloo" and two["ddp"]["wrapped"] and not one["ddp"]["wrapped"]
+    # One all-reduce per optimizer step, plus the synchronised first micro-step (static graph).
+    steps = two["steps_per_epoch"]
+    assert [e["allreduce_calls_per_process"] for e in two["epochs"]] == [steps + 1, steps]
+    assert all(e["comm_seconds"] > 0 for e in two["epochs"])
+    assert_same_weights(tmp_path / "one" / "model.pt", tmp_path / "two" / "model.pt")
+    for a, b in zip(one["epochs"], two["epochs"], strict=True):
+        assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-4)
+        assert a["val_accuracy"] == pytest.approx(b["val_accuracy"], abs=1 / 32 + 1e-9)
+
+
+def test_fp16_gradient_compression_trains_close_to_fp32_all_reduce(tiny_data: Path, tmp_path: Path):
+    config = settings(epochs=2)
+    config["ddp"]["compression"] = "fp16"
+    compressed = train(tiny_data, tmp_path / "fp16", config, world=2)
+    assert compressed["allreduce_mb_per_step"] == pytest.approx(
+        compressed["parameters"] * 2 / 2**20
+    )
+    assert compressed["epochs"][-1]["train_loss"] < compressed["epochs"][0]["train_loss"] + 0.05
+
+
+def test_a_killed_run_resumes_after_its_last_finished_epoch_and_finishes_like_an_unbroken_run(
+    tmp_path: Path,
+):
+    data = prepare(tmp_path / "data", {**TINY_DATA, "n_train": 1536, "n_val": 64})
+    config = settings(epochs=4)
+    config["model"] = {**TINY_MODEL, "d_model": 32, "ffn_dim": 64}
+    unbroken = train(data, tmp_path / "unbroken", config, world=2)
+
+    out = tmp_path / "killed"
+    state = out / ".run.resume.pt"
+    process = subprocess.Popen(
+        train_command(data, out, config, world=2), env=workflow_env(),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.monotonic() + 240
+    while not state.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    kill_tree(process)
+    assert state.exists() and not (out / "run.json").exists(), "the run was not killed mid-way"
+    finished = torch.load(state, weights_only=True)["epoch"]
+    assert 1 <= finished < 4
+
+    result = subprocess.run(
+        train_command(data, out, config, world=2), capture_output=True, text=True,
+        env=workflow_env(), timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-5000:]
+    assert f"resuming after epoch {finished}" in result.stdout
+    resumed = json.loads((out / "run.json").read_text())
+    assert [e["epoch"] for e in resumed["epochs"]] == [1, 2, 3, 4]
+    assert resumed["resumed_at_epochs"] == [finished]
+    assert resumed["epochs"][finished]["after_resume"]
+    assert (out / "model.pt").exists() and not state.exists()
+    # Weights, optimizer and schedule come back, and every epoch seeds its own shuffle and
+    # dropout: the resumed run ends where the unbroken one does.
+    assert_same_weights(tmp_path / "unbroken" / "model.pt", out / "model.pt")
+    assert unbroken["epochs"][-1]["val_accuracy"] == pytest.approx(
+        resumed["epochs"][-1]["val_accuracy"], abs=1 / 64 + 1e-9
+    )
+
+
+def test_two_torchrun_agents_meeting_by_c10d_rendezvous_train_as_one_two_node_world(
+    tiny_data: Path, tmp_path: Path
+):
+    """The multi-node launch (one agent per node, c10d on the first host), on this machine."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    step = train_command(tiny_data, tmp_path, settings(), world=1)[1:]
+    logs = [open(tmp_path / f"agent{i}.log", "w") for i in range(2)]  # noqa: SIM115
+    agents = [
+        subprocess.Popen(
+            [
+                str(BIN / "torchrun"),
+                "--nnodes=2",
+                "--nproc-per-node=1",
+                "--rdzv-id=test",
+                "--rdzv-backend=c10d",
+                f"--rdzv-endpoint=127.0.0.1:{port}",
+                "-m",
+                "gpuflow",
+                *step,
+            ],
+            env=workflow_env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        for log in logs
+    ]
+    codes = [agent.wait(timeout=300) for agent in agents]
+    for log in logs:
+        log.close()
+    assert codes == [0, 0], (tmp_path / "agent0.log").read_text()[-3000:]
+    run = json.loads((tmp_path / "run.json").read_text())
+    assert (run["world_size"], run["nodes"], run["processes_per_node"]) == (2, 2, 1)
+    assert run["per_gpu_batch_size"] == 8 and len(run["ranks"]) == 2

@@ -1,0 +1,137 @@
+"""The scaling family end to end: a tiny real run, and the paper-scale SLURM plan."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+import yaml
+from snakemake_executor_plugin_slurm.submit_string import get_submit_command
+from snakemake_executor_plugin_slurm.utils import set_gres_string
+
+from tests.conftest import REPO
+
+
+def tiny_configuration(corpus: str, max_len: int, n_train: int) -> dict:
+    return {
+        "data": {"source": "embedded", "corpus": corpus, "n_train": n_train, "n_val": 48},
+        "tokenizer": {"vocab_size": 400},
+        "model": {
+            "d_model": 16,
+            "n_heads": 2,
+            "n_layers": 1,
+            "ffn_dim": 32,
+            "max_seq_len": max_len,
+        },
+        "train": {"epochs": 2, "global_batch_size": 16},
+    }
+
+
+@pytest.mark.workflow
+def test_a_tiny_scaling_study_produces_every_output(run_snakemake, tmp_path: Path):
+    config = {
+        "families": ["scaling"],
+        "scaling": {
+            "device": "cpu",
+            "configurations": {
+                "imdb": tiny_configuration("imdb", 64, 96),
+                "short": tiny_configuration("rotten_tomatoes", 24, 192),
+            },
+            "baseline": {"max_features": 2000},
+        },
+    }
+    run_snakemake(tmp_path, config)
+    out = tmp_path / "results" / "scaling"
+    summary = pd.read_csv(out / "comprehensive_summary.csv")
+    ddp = summary[summary["method"] == "transformer-ddp"]
+    assert sorted(zip(ddp["configuration"], ddp["world_size"], strict=True)) == [
+        ("imdb", 1), ("imdb", 2), ("short", 1), ("short", 2),
+    ]  # fmt: skip
+    assert (ddp["global_batch_size"] == 16).all()
+    assert sorted(ddp["per_gpu_batch_size"]) == [8, 8, 16, 16]
+    assert (ddp[ddp["world_size"] == 2]["comm_share"] > 0).all()
+    assert set(summary[summary["method"] != "transformer-ddp"]["configuration"]) == {
+        "imdb",
+        "short",
+    }
+    run = json.loads((out / "runs/short/nodes~1/world~2/run.json").read_text())
+    assert run["backend"] == "gloo" and run["precision"] == "fp32"
+    assert run["run_record"]["host"] and len(run["ranks"]) == 2
+    assert len(pd.read_csv(out / "epochs.csv")) == 8
+    assert r"\toprule" in (out / "summary_table.tex").read_text()
+    cost = pd.read_csv(out / "cost_table.csv")
+    assert {"gpu_hours", "speedup_per_extra_gpu_hour"} <= set(cost.columns)
+    report = (out / "performance_report.txt").read_text()
+    assert "[imdb]" in report and "[short]" in report and "COMPARISON" in report
+    for name in ("epoch_time", "speedup_efficiency", "throughput", "accuracy", "compute_comm"):
+        assert (out / "figures" / f"{name}.png").stat().st_size > 5000
+    assert not list(out.glob("runs/*/*/*/.*resume.pt"))
+
+
+def paper_plan(run_snakemake, tmp_path: Path) -> str:
+    paper = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
+    result = run_snakemake(
+        tmp_path, {"families": ["scaling"], "scaling": paper["scaling"]}, "-n", "-p"
+    )
+    return result.stdout
+
+
+def job_blocks(plan: str, rule: str) -> list[str]:
+    return [b for b in plan.split("\n\n") if f"rule {rule}:" in b]
+
+
+def resources_of(block: str) -> dict:
+    line = next(x for x in block.splitlines() if x.strip().startswith("resources:"))
+    pairs = [p.split("=", 1) for p in line.split("resources:", 1)[1].split(", ")]
+    return {k.strip(): int(v) if v.isdigit() else v for k, v in pairs}
+
+
+def sbatch_options(resources: dict) -> str:
+    """The sbatch command line the SLURM executor plugin makes of a job's resources."""
+
+    class Resources(dict):
+        __getattr__ = dict.get
+
+    job = SimpleNamespace(resources=Resources(resources), threads=1)
+    params = {
+        "run_uuid": "job", "slurm_logfile": "log", "comment_str": "c", "account": "",
+        "partition": "", "workdir": "",
+    }  # fmt: skip
+    return get_submit_command(job, params) + set_gres_string(job)
+
+
+@pytest.mark.workflow
+def test_the_paper_plan_launches_torchrun_on_1_2_4_gpus_and_2_nodes(run_snakemake, tmp_path):
+    plan = paper_plan(run_snakemake, tmp_path)
+    single = job_blocks(plan, "scaling_train")
+    assert len(single) == 9  # imdb, agnews, agnews_large x 1, 2, 4 GPUs
+    for block in single:
+        world = int(re.search(r"world=(\d+)", block).group(1))
+        assert f"torchrun --standalone --nproc-per-node={world} -m gpuflow scaling-train" in block
+        sbatch = sbatch_options(resources_of(block))
+        assert f"--gpus={world}" in sbatch and "--cpus-per-gpu=8" in sbatch
+        assert f"--mem {16000 * world}" in sbatch and "-t 240" in sbatch
+        assert "--ntasks-per-gpu" not in sbatch and "--cpus-per-task" not in sbatch
+
+    multi = job_blocks(plan, "scaling_train_multinode")
+    assert len(multi) == 3
+    for block in multi:
+        assert "world=8" in block
+        assert "srun --nodes=2 --ntasks-per-node=1" in block
+        assert "torchrun --nnodes=2 --nproc-per-node=4" in block
+        assert '--rdzv-backend=c10d --rdzv-endpoint="$head_node:29500"' in block
+        assert 'scontrol show hostnames "$nodelist"' in block
+        sbatch = sbatch_options(resources_of(block))
+        for option in ("--nodes=2", "--ntasks=2", "--cpus-per-task=32", "--gpus-per-node=4",
+                       "--mem 64000"):  # fmt: skip
+            assert option in sbatch, (option, sbatch)
+
+    baseline = job_blocks(plan, "scaling_baseline")
+    assert len(baseline) == 3
+    sbatch = sbatch_options(resources_of(baseline[0]))
+    assert "--cpus-per-task=16" in sbatch and "--gpus" not in sbatch
+    assert resources_of(baseline[0])["slurm_partition"] == "main"

@@ -10,7 +10,11 @@ SSVAE_BASELINE_POINT = "baseline/frac~{frac}/corrupt~{corrupt}"
 SSVAE_BASELINE = f"{SSVAE_DIR}/{SSVAE_BASELINE_POINT}/seed~{{seed}}/metrics.json"
 SSVAE_DATA = f"{SSVAE_DIR}/data/mnist.npz"
 SSVAE_STACKED = SSVAE["train"]["stack"] == "seeds"
-SSVAE_WILDCARDS = {"frac": r"[0-9.e+-]+", "corrupt": r"[0-9.e+-]+", "alpha": r"[0-9.e+-]+"}
+SSVAE_WILDCARDS = {
+    "frac": r"[0-9.e+-]+",
+    "corrupt": r"[0-9.e+-]+",
+    "alpha": r"[0-9.e+-]+",
+}
 
 if SSVAE["data"]["source"] == "idx" and not SSVAE["data"]["path"]:
     raise WorkflowError(
@@ -81,16 +85,16 @@ localrules:
 rule ssvae_data:
     output:
         data=SSVAE_DATA,
-    params:
-        source=ssvae_data_args(),
     log:
         f"{SSVAE_DIR}/logs/data.log",
     benchmark:
         f"{SSVAE_DIR}/benchmarks/data.tsv"
-    resources:
-        **rule_resources("ssvae", "ssvae_data"),
     conda:
         CONDA_ENV
+    resources:
+        **rule_resources("ssvae", "ssvae_data"),
+    params:
+        source=ssvae_data_args(),
     shell:
         "gpuflow ssvae-data {params.source} --out {output.data:q} > {log:q} 2>&1"
 
@@ -102,21 +106,21 @@ if SSVAE_STACKED:
             data=SSVAE_DATA,
         output:
             metrics=expand(SSVAE_M2, seed=SSVAE_GRID["seeds"], allow_missing=True),
-        wildcard_constraints:
-            **SSVAE_WILDCARDS,
-        params:
-            seeds=" ".join(SSVAE_GRID["seeds"]),
-            settings=ssvae_settings(),
-            state=lambda w: f"{SSVAE_DIR}/{SSVAE_POINT.format(**w)}/train_state.pt",
         log:
             f"{SSVAE_DIR}/logs/train/{SSVAE_POINT}.log",
         benchmark:
             f"{SSVAE_DIR}/benchmarks/train/{SSVAE_POINT}.tsv"
+        wildcard_constraints:
+            **SSVAE_WILDCARDS,
+        conda:
+            CONDA_ENV
         threads: SSVAE["resources"]["ssvae_train"]["cpus_per_task"]
         resources:
             **rule_resources("ssvae", "ssvae_train"),
-        conda:
-            CONDA_ENV
+        params:
+            seeds=" ".join(SSVAE_GRID["seeds"]),
+            settings=ssvae_settings(),
+            state=lambda w: f"{SSVAE_DIR}/{SSVAE_POINT.format(**w)}/train_state.pt",
         shell:
             SSVAE_TRAIN_SHELL
 
@@ -127,22 +131,22 @@ else:
             data=SSVAE_DATA,
         output:
             metrics=SSVAE_M2,
-        wildcard_constraints:
-            **SSVAE_WILDCARDS,
-            seed=r"\d+",
-        params:
-            seeds=lambda w: w.seed,
-            settings=ssvae_settings(),
-            state=lambda w: f"{SSVAE_DIR}/{SSVAE_POINT.format(**w)}/seed~{w.seed}/train_state.pt",
         log:
             f"{SSVAE_DIR}/logs/train/{SSVAE_POINT}/seed~{{seed}}.log",
         benchmark:
             f"{SSVAE_DIR}/benchmarks/train/{SSVAE_POINT}/seed~{{seed}}.tsv"
+        wildcard_constraints:
+            **SSVAE_WILDCARDS,
+            seed=r"\d+",
+        conda:
+            CONDA_ENV
         threads: SSVAE["resources"]["ssvae_train"]["cpus_per_task"]
         resources:
             **rule_resources("ssvae", "ssvae_train"),
-        conda:
-            CONDA_ENV
+        params:
+            seeds=lambda w: w.seed,
+            settings=ssvae_settings(),
+            state=lambda w: f"{SSVAE_DIR}/{SSVAE_POINT.format(**w)}/seed~{w.seed}/train_state.pt",
         shell:
             SSVAE_TRAIN_SHELL
 
@@ -152,22 +156,22 @@ rule ssvae_baseline:
         data=SSVAE_DATA,
     output:
         metrics=expand(SSVAE_BASELINE, seed=SSVAE_GRID["seeds"], allow_missing=True),
-    wildcard_constraints:
-        frac=SSVAE_WILDCARDS["frac"],
-        corrupt=SSVAE_WILDCARDS["corrupt"],
-    params:
-        seeds=" ".join(SSVAE_GRID["seeds"]),
-        settings=ssvae_settings(),
-        state=lambda w: f"{SSVAE_DIR}/{SSVAE_BASELINE_POINT.format(**w)}/train_state.pt",
     log:
         f"{SSVAE_DIR}/logs/{SSVAE_BASELINE_POINT}.log",
     benchmark:
         f"{SSVAE_DIR}/benchmarks/{SSVAE_BASELINE_POINT}.tsv"
+    wildcard_constraints:
+        frac=SSVAE_WILDCARDS["frac"],
+        corrupt=SSVAE_WILDCARDS["corrupt"],
+    conda:
+        CONDA_ENV
     threads: SSVAE["resources"]["ssvae_baseline"]["cpus_per_task"]
     resources:
         **rule_resources("ssvae", "ssvae_baseline"),
-    conda:
-        CONDA_ENV
+    params:
+        seeds=" ".join(SSVAE_GRID["seeds"]),
+        settings=ssvae_settings(),
+        state=lambda w: f"{SSVAE_DIR}/{SSVAE_BASELINE_POINT.format(**w)}/train_state.pt",
     shell:
         "gpuflow ssvae-train --model baseline --data {input.data:q} --frac {wildcards.frac}"
         " --corrupt {wildcards.corrupt} --seeds {params.seeds} --settings {params.settings}"
@@ -185,10 +189,10 @@ rule ssvae_aggregate:
         f"{SSVAE_DIR}/logs/aggregate.log",
     benchmark:
         f"{SSVAE_DIR}/benchmarks/aggregate.tsv"
-    resources:
-        **rule_resources("ssvae", "ssvae_aggregate"),
     conda:
         CONDA_ENV
+    resources:
+        **rule_resources("ssvae", "ssvae_aggregate"),
     shell:
         "gpuflow ssvae-aggregate --metrics {input.m2:q} {input.baseline:q}"
         " --out-runs {output.runs:q} --out-summary {output.summary:q} > {log:q} 2>&1"
@@ -226,10 +230,10 @@ rule ssvae_figures:
         f"{SSVAE_DIR}/logs/figures.log",
     benchmark:
         f"{SSVAE_DIR}/benchmarks/figures.tsv"
-    resources:
-        **rule_resources("ssvae", "ssvae_figures"),
     conda:
         CONDA_ENV
+    resources:
+        **rule_resources("ssvae", "ssvae_figures"),
     shell:
         "gpuflow ssvae-figures --runs {input.runs:q} --out-fraction {output.fraction:q}"
         " --out-heatmap {output.heatmap:q} --out-corruption {output.corruption:q}"

@@ -1,6 +1,8 @@
 """SSVAE grid: M2 and a labelled-only baseline over label fractions x corruption rates x alphas
 x seeds, aggregated into tables, figures and a summary beside Kingma et al. (2014)."""
 
+import os
+
 SSVAE = config["ssvae"]
 SSVAE_DIR = "results/ssvae"
 SSVAE_GRID = {key: [str(v) for v in values] for key, values in SSVAE["grid"].items()}
@@ -56,6 +58,26 @@ def ssvae_data_args():
     )
 
 
+def ssvae_idx_files(wildcards):
+    """The IDX files that exist (so a changed file re-runs the data job). Missing ones are left
+    out: dry runs plan without the data, and the data job names what is missing."""
+    data = SSVAE["data"]
+    if data["source"] != "idx":
+        return []
+    names = (
+        "train-images-idx3-ubyte",
+        "train-labels-idx1-ubyte",
+        "t10k-images-idx3-ubyte",
+        "t10k-labels-idx1-ubyte",
+    )
+    folders = (data["path"], os.path.join(data["path"], "MNIST", "raw"))
+    found = []
+    for name in names:
+        candidates = [os.path.join(f, name + s) for f in folders for s in ("", ".gz")]
+        found += [c for c in candidates if os.path.isfile(c)][:1]
+    return found
+
+
 def ssvae_targets():
     return [
         f"{SSVAE_DIR}/summary.md",
@@ -83,6 +105,8 @@ localrules:
 
 
 rule ssvae_data:
+    input:
+        idx=ssvae_idx_files,
     output:
         data=SSVAE_DATA,
     log:

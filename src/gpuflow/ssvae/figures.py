@@ -54,8 +54,10 @@ def heatmap(summary: pd.DataFrame) -> plt.Figure:
         image = ax.imshow(table.to_numpy(), cmap="viridis", aspect="auto", origin="lower")
         ax.set_xticks(range(len(table.columns)), [f"{f:g}" for f in table.columns])
         ax.set_yticks(range(len(table.index)), [f"{a:g}" for a in table.index])
+        middle = np.nanmean(table.to_numpy())
         for (i, j), value in np.ndenumerate(table.to_numpy()):
-            ax.text(j, i, f"{value:.3f}", ha="center", va="center", color="white", fontsize=8)
+            color = "black" if value > middle else "white"
+            ax.text(j, i, f"{value:.3f}", ha="center", va="center", color=color, fontsize=8)
         ax.set(xlabel="label fraction", title=f"label corruption {rate:g}")
         fig.colorbar(image, ax=ax, label="mean test accuracy")
     axes[0].set_ylabel("alpha")

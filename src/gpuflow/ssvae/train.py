@@ -285,11 +285,15 @@ def save_state(path: Path, state: dict[str, Any]) -> None:
         torch.save(state, tmp)
 
 
-def load_state(path: Path, fp: str, device: torch.device) -> dict[str, Any] | None:
-    """The saved state if it belongs to these runs and settings, else None."""
+def load_state(path: Path, fp: str) -> dict[str, Any] | None:
+    """The saved state if it belongs to these runs and settings, else None.
+
+    Loaded on the CPU: generator states must be CPU tensors, and load_state_dict copies the
+    weights and Adam moments onto the parameters' device.
+    """
     if not path.is_file():
         return None
-    state = torch.load(path, map_location=device, weights_only=True)
+    state = torch.load(path, map_location="cpu", weights_only=True)
     if state.get("fingerprint") != fp:
         print(f"ignoring {path}: it belongs to other runs or settings", flush=True)
         return None
@@ -312,7 +316,7 @@ def train(
     devices = choose_devices(settings["device"], settings["gpu_ids"], settings["no_multi_gpu"])
     trainer = StackTrainer(runs, data, settings, devices)
     fp, state_path = fingerprint(runs, settings, data), Path(state_path)
-    state = load_state(state_path, fp, trainer.device)
+    state = load_state(state_path, fp)
     resumed_from = None
     if state is not None:
         trainer.load_state(state)

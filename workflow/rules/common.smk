@@ -317,3 +317,77 @@ def scaling_targets():
         f"{SCALING_DIR}/performance_report.txt",
         *[f"{SCALING_DIR}/figures/{name}.png" for name in SCALING_FIGURES],
     ]
+
+
+# SSVAE family
+
+
+def check_ssvae_data():
+    """Stop a real run before any job when the configured MNIST IDX folder is incomplete."""
+    from gpuflow.ssvae.data import find_idx_files
+
+    find_idx_files(config["ssvae"]["data"]["path"])
+
+
+def ssvae_m2_metrics():
+    return expand(
+        SSVAE_M2,
+        frac=SSVAE_GRID["fractions"],
+        corrupt=SSVAE_GRID["corruption_rates"],
+        alpha=SSVAE_GRID["alphas"],
+        seed=SSVAE_GRID["seeds"],
+    )
+
+
+def ssvae_baseline_metrics():
+    return expand(
+        SSVAE_BASELINE,
+        frac=SSVAE_GRID["fractions"],
+        corrupt=SSVAE_GRID["corruption_rates"],
+        seed=SSVAE_GRID["seeds"],
+    )
+
+
+def ssvae_settings():
+    train = {k: v for k, v in SSVAE["train"].items() if k != "stack"}
+    return as_json({**SSVAE["model"], **train})
+
+
+def ssvae_data_args():
+    data = SSVAE["data"]
+    if data["source"] == "idx":
+        return f"--source idx --path {shlex.quote(data['path'])}"
+    return (
+        f"--source embedded --test-fraction {data['test_fraction']}"
+        f" --split-seed {data['split_seed']}"
+    )
+
+
+def ssvae_idx_files(wildcards):
+    """The IDX files that exist (so a changed file re-runs the data job). Missing ones are left
+    out: dry runs plan without the data, and the data job names what is missing."""
+    data = SSVAE["data"]
+    if data["source"] != "idx":
+        return []
+    names = (
+        "train-images-idx3-ubyte",
+        "train-labels-idx1-ubyte",
+        "t10k-images-idx3-ubyte",
+        "t10k-labels-idx1-ubyte",
+    )
+    folders = (data["path"], os.path.join(data["path"], "MNIST", "raw"))
+    found = []
+    for name in names:
+        candidates = [os.path.join(f, name + s) for f in folders for s in ("", ".gz")]
+        found += [c for c in candidates if os.path.isfile(c)][:1]
+    return found
+
+
+def ssvae_targets():
+    return [
+        f"{SSVAE_DIR}/summary.md",
+        f"{SSVAE_DIR}/figures/accuracy_vs_fraction.png",
+        f"{SSVAE_DIR}/figures/alpha_fraction_heatmap.png",
+        f"{SSVAE_DIR}/figures/corruption_effect.png",
+        f"{SSVAE_DIR}/figures/m2_vs_baseline.png",
+    ]

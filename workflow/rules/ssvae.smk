@@ -1,1 +1,222 @@
-"""The ssvae family: not built yet."""
+"""SSVAE grid: M2 and a labelled-only baseline over label fractions x corruption rates x alphas
+x seeds, aggregated into tables, figures and a summary beside Kingma et al. (2014)."""
+
+import os
+
+SSVAE = config["ssvae"]
+SSVAE_DIR = "results/ssvae"
+SSVAE_GRID = {key: [str(v) for v in values] for key, values in SSVAE["grid"].items()}
+SSVAE_POINT = "frac~{frac}/corrupt~{corrupt}/alpha~{alpha}"
+SSVAE_M2 = f"{SSVAE_DIR}/{SSVAE_POINT}/seed~{{seed}}/metrics.json"
+SSVAE_BASELINE_POINT = "baseline/frac~{frac}/corrupt~{corrupt}"
+SSVAE_BASELINE = f"{SSVAE_DIR}/{SSVAE_BASELINE_POINT}/seed~{{seed}}/metrics.json"
+SSVAE_DATA = f"{SSVAE_DIR}/data/mnist.npz"
+SSVAE_STACKED = SSVAE["train"]["stack"] == "seeds"
+SSVAE_WILDCARDS = {
+    "frac": r"[0-9.e+-]+",
+    "corrupt": r"[0-9.e+-]+",
+    "alpha": r"[0-9.e+-]+",
+}
+
+if SSVAE["data"]["source"] == "idx" and not SSVAE["data"]["path"]:
+    raise WorkflowError(
+        "config key 'ssvae.data.path': empty, but source is 'idx' (expected the MNIST IDX folder)"
+    )
+if SSVAE["data"]["source"] == "idx":
+    STARTUP_CHECKS.append(check_ssvae_data)
+
+
+FAMILY_TARGETS["ssvae"] = ssvae_targets
+
+SSVAE_TRAIN_SHELL = (
+    "GPUFLOW_GPUS={resources.gpu} gpuflow ssvae-train --model m2 --data {input.data:q} --frac {wildcards.frac}"
+    " --corrupt {wildcards.corrupt} --alpha {wildcards.alpha} --seeds {params.seeds}"
+    " --settings {params.settings} --out {output.metrics:q} --state {params.state:q}"
+    " --threads {threads} > {log:q} 2>&1"
+)
+
+
+localrules:
+    ssvae_data,
+    ssvae_aggregate,
+    ssvae_report,
+
+
+rule ssvae_data:
+    input:
+        idx=ssvae_idx_files,
+    output:
+        data=SSVAE_DATA,
+    log:
+        f"{SSVAE_DIR}/logs/data.log",
+    benchmark:
+        f"{SSVAE_DIR}/benchmarks/data.tsv"
+    conda:
+        CONDA_ENV
+    resources:
+        **rule_resources("ssvae", "ssvae_data"),
+    params:
+        source=ssvae_data_args(),
+    shell:
+        "gpuflow ssvae-data {params.source} --out {output.data:q} > {log:q} 2>&1"
+
+
+if SSVAE_STACKED:
+
+    rule ssvae_train:
+        input:
+            data=SSVAE_DATA,
+        output:
+            metrics=expand(SSVAE_M2, seed=SSVAE_GRID["seeds"], allow_missing=True),
+        log:
+            f"{SSVAE_DIR}/logs/train/{SSVAE_POINT}.log",
+        benchmark:
+            f"{SSVAE_DIR}/benchmarks/train/{SSVAE_POINT}.tsv"
+        wildcard_constraints:
+            **SSVAE_WILDCARDS,
+        conda:
+            CONDA_ENV
+        threads: SSVAE["resources"]["ssvae_train"]["cpus_per_task"]
+        resources:
+            **rule_resources("ssvae", "ssvae_train"),
+        params:
+            seeds=" ".join(SSVAE_GRID["seeds"]),
+            settings=ssvae_settings(),
+            state=lambda w: f"{SSVAE_DIR}/{SSVAE_POINT.format(**w)}/train_state.pt",
+        shell:
+            SSVAE_TRAIN_SHELL
+
+else:
+
+    rule ssvae_train:
+        input:
+            data=SSVAE_DATA,
+        output:
+            metrics=SSVAE_M2,
+        log:
+            f"{SSVAE_DIR}/logs/train/{SSVAE_POINT}/seed~{{seed}}.log",
+        benchmark:
+            f"{SSVAE_DIR}/benchmarks/train/{SSVAE_POINT}/seed~{{seed}}.tsv"
+        wildcard_constraints:
+            **SSVAE_WILDCARDS,
+            seed=r"\d+",
+        conda:
+            CONDA_ENV
+        threads: SSVAE["resources"]["ssvae_train"]["cpus_per_task"]
+        resources:
+            **rule_resources("ssvae", "ssvae_train"),
+        params:
+            seeds=lambda w: w.seed,
+            settings=ssvae_settings(),
+            state=lambda w: f"{SSVAE_DIR}/{SSVAE_POINT.format(**w)}/seed~{w.seed}/train_state.pt",
+        shell:
+            SSVAE_TRAIN_SHELL
+
+
+rule ssvae_baseline:
+    input:
+        data=SSVAE_DATA,
+    output:
+        metrics=expand(SSVAE_BASELINE, seed=SSVAE_GRID["seeds"], allow_missing=True),
+    log:
+        f"{SSVAE_DIR}/logs/{SSVAE_BASELINE_POINT}.log",
+    benchmark:
+        f"{SSVAE_DIR}/benchmarks/{SSVAE_BASELINE_POINT}.tsv"
+    wildcard_constraints:
+        frac=SSVAE_WILDCARDS["frac"],
+        corrupt=SSVAE_WILDCARDS["corrupt"],
+    conda:
+        CONDA_ENV
+    threads: SSVAE["resources"]["ssvae_baseline"]["cpus_per_task"]
+    resources:
+        **rule_resources("ssvae", "ssvae_baseline"),
+    params:
+        seeds=" ".join(SSVAE_GRID["seeds"]),
+        settings=ssvae_settings(),
+        state=lambda w: f"{SSVAE_DIR}/{SSVAE_BASELINE_POINT.format(**w)}/train_state.pt",
+    shell:
+        "GPUFLOW_GPUS={resources.gpu} gpuflow ssvae-train --model baseline --data {input.data:q} --frac {wildcards.frac}"
+        " --corrupt {wildcards.corrupt} --seeds {params.seeds} --settings {params.settings}"
+        " --out {output.metrics:q} --state {params.state:q} --threads {threads} > {log:q} 2>&1"
+
+
+rule ssvae_aggregate:
+    input:
+        m2=ssvae_m2_metrics(),
+        baseline=ssvae_baseline_metrics(),
+    output:
+        runs=f"{SSVAE_DIR}/runs.csv",
+        summary=f"{SSVAE_DIR}/summary.csv",
+    log:
+        f"{SSVAE_DIR}/logs/aggregate.log",
+    benchmark:
+        f"{SSVAE_DIR}/benchmarks/aggregate.tsv"
+    conda:
+        CONDA_ENV
+    resources:
+        **rule_resources("ssvae", "ssvae_aggregate"),
+    shell:
+        "gpuflow ssvae-aggregate --metrics {input.m2:q} {input.baseline:q}"
+        " --out-runs {output.runs:q} --out-summary {output.summary:q} > {log:q} 2>&1"
+
+
+rule ssvae_figures:
+    input:
+        runs=f"{SSVAE_DIR}/runs.csv",
+    output:
+        fraction=report(
+            f"{SSVAE_DIR}/figures/accuracy_vs_fraction.png",
+            caption="../report/ssvae_fraction.rst",
+            category="SSVAE grid",
+            labels={"figure": "accuracy vs label fraction"},
+        ),
+        heatmap=report(
+            f"{SSVAE_DIR}/figures/alpha_fraction_heatmap.png",
+            caption="../report/ssvae_heatmap.rst",
+            category="SSVAE grid",
+            labels={"figure": "alpha x fraction"},
+        ),
+        corruption=report(
+            f"{SSVAE_DIR}/figures/corruption_effect.png",
+            caption="../report/ssvae_corruption.rst",
+            category="SSVAE grid",
+            labels={"figure": "label corruption"},
+        ),
+        baseline=report(
+            f"{SSVAE_DIR}/figures/m2_vs_baseline.png",
+            caption="../report/ssvae_baseline.rst",
+            category="SSVAE grid",
+            labels={"figure": "M2 vs baseline"},
+        ),
+    log:
+        f"{SSVAE_DIR}/logs/figures.log",
+    benchmark:
+        f"{SSVAE_DIR}/benchmarks/figures.tsv"
+    conda:
+        CONDA_ENV
+    resources:
+        **rule_resources("ssvae", "ssvae_figures"),
+    shell:
+        "gpuflow ssvae-figures --runs {input.runs:q} --out-fraction {output.fraction:q}"
+        " --out-heatmap {output.heatmap:q} --out-corruption {output.corruption:q}"
+        " --out-baseline {output.baseline:q} > {log:q} 2>&1"
+
+
+rule ssvae_report:
+    input:
+        runs=f"{SSVAE_DIR}/runs.csv",
+        summary=f"{SSVAE_DIR}/summary.csv",
+    output:
+        report=report(
+            f"{SSVAE_DIR}/summary.md",
+            caption="../report/ssvae_summary.rst",
+            category="SSVAE grid",
+            labels={"figure": "summary"},
+        ),
+    log:
+        f"{SSVAE_DIR}/logs/report.log",
+    conda:
+        CONDA_ENV
+    shell:
+        "gpuflow ssvae-report --runs {input.runs:q} --summary {input.summary:q}"
+        " --out {output.report:q} > {log:q} 2>&1"

@@ -1,0 +1,84 @@
+"""One tidy row per run (M2 and baseline) and the mean, std and 95% CI over seeds."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from gpuflow.atomic import write_csv
+from gpuflow.errors import DataError
+
+GRID = ["model", "frac", "n_labelled", "corrupt", "alpha"]
+PAIR = ["frac", "corrupt", "seed"]
+
+
+def run_row(path: str | Path) -> dict[str, Any]:
+    """The flat row of one metrics.json."""
+    try:
+        metrics = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as error:
+        raise DataError(path, f"unreadable metrics: {error}") from error
+    timing = metrics["timing"]
+    row = {key: metrics[key] for key in ("model", "frac", "corrupt", "alpha", "seed")}
+    row.update({key: metrics[key] for key in ("n_train", "n_labelled", "n_corrupted", "epochs")})
+    row.update(test_accuracy=metrics["test_accuracy"], test_error=metrics["test_error"])
+    row.update({f"test_{k}": v for k, v in metrics["test_elbo"].items()})
+    row.update(
+        train_time_s=timing["train_time_s"],
+        samples_per_s=timing["samples_per_s"],
+        stack_size=timing["stack_size"],
+        devices=" ".join(metrics["run_record"]["devices"]),
+        path=str(path),
+    )
+    return row
+
+
+def tidy_runs(paths: list[str | Path]) -> pd.DataFrame:
+    """All runs, with each M2 run's paired baseline accuracy (same subset, labels, seed)."""
+    runs = pd.DataFrame([run_row(p) for p in paths])
+    baseline = runs.loc[runs["model"] == "baseline", [*PAIR, "test_accuracy"]].rename(
+        columns={"test_accuracy": "baseline_accuracy"}
+    )
+    runs = runs.merge(baseline, on=PAIR, how="left")
+    runs["gain_over_baseline"] = runs["test_accuracy"] - runs["baseline_accuracy"]
+    runs.loc[runs["model"] == "baseline", ["baseline_accuracy", "gain_over_baseline"]] = np.nan
+    return runs.sort_values(["model", "frac", "corrupt", "alpha", "seed"]).reset_index(drop=True)
+
+
+def ci95(values: pd.Series) -> float:
+    """Half-width of the 95% t-interval of the mean (NaN for fewer than two values)."""
+    values = values.dropna()
+    if len(values) < 2:
+        return float("nan")
+    return float(stats.t.ppf(0.975, len(values) - 1) * values.std(ddof=1) / np.sqrt(len(values)))
+
+
+def summarise(runs: pd.DataFrame) -> pd.DataFrame:
+    """Mean, std and 95% CI over seeds of accuracy, error and gain per grid point."""
+    grouped = runs.groupby(GRID, dropna=False)
+    summary = grouped.agg(
+        n_seeds=("seed", "nunique"),
+        accuracy_mean=("test_accuracy", "mean"),
+        accuracy_std=("test_accuracy", "std"),
+        accuracy_ci95=("test_accuracy", ci95),
+        error_mean=("test_error", "mean"),
+        error_std=("test_error", "std"),
+        gain_mean=("gain_over_baseline", "mean"),
+        gain_ci95=("gain_over_baseline", ci95),
+        samples_per_s_mean=("samples_per_s", "mean"),
+    )
+    return summary.reset_index()
+
+
+def main(args: argparse.Namespace) -> None:
+    """`gpuflow ssvae-aggregate`."""
+    runs = tidy_runs(args.metrics)
+    write_csv(args.out_runs, runs)
+    write_csv(args.out_summary, summarise(runs))
+    print(f"{len(runs)} runs -> {args.out_runs}, {args.out_summary}")

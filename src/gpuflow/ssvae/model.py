@@ -1,0 +1,164 @@
+"""M2 (Kingma et al. 2014) and its classifier, stacked: R independent runs in one module.
+
+Every weight has a leading run dimension and every layer is one batched matmul
+(`torch.baddbmm`), so R runs cost one set of kernels. Run r only ever touches slice r of each
+parameter, and the training loss is the sum of the runs' losses, so each run's gradient is its
+own; Adam being elementwise, one Adam over the stacked parameters is R independent Adams.
+
+Inputs are [R, batch, ...] and outputs per example [R, batch], so `nn.DataParallel(dim=1)` can
+split a batch across GPUs.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+N_CLASSES = 10
+N_PIXELS = 28 * 28
+
+
+class StackedLinear(nn.Module):
+    """R independent linear layers: x [R, N, n_in] -> [R, N, n_out]."""
+
+    def __init__(self, n_runs: int, n_in: int, n_out: int, bias: bool = True):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(n_runs, n_in, n_out))
+        self.bias = nn.Parameter(torch.empty(n_runs, 1, n_out)) if bias else None
+
+    def reset(self, generators: list[torch.Generator], fan_in: int) -> None:
+        """Uniform(-1/sqrt(fan_in), 1/sqrt(fan_in)) per run from that run's generator."""
+        bound = 1.0 / math.sqrt(fan_in)
+        with torch.no_grad():
+            for r, generator in enumerate(generators):
+                for param in (self.weight, self.bias):
+                    if param is not None:
+                        shape = param.shape[1:]
+                        draw = torch.rand(shape, generator=generator, dtype=param.dtype)
+                        param[r].copy_((draw * 2 - 1) * bound)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.bias is None:
+            return torch.bmm(x, self.weight)
+        return torch.baddbmm(self.bias, x, self.weight)
+
+
+class StackedClassifier(nn.Module):
+    """q(y|x): one softplus hidden layer, logits over 10 classes."""
+
+    def __init__(self, n_runs: int, hidden: int):
+        super().__init__()
+        self.hidden = StackedLinear(n_runs, N_PIXELS, hidden)
+        self.out = StackedLinear(n_runs, hidden, N_CLASSES)
+
+    def reset(self, generators: list[torch.Generator]) -> None:
+        self.hidden.reset(generators, N_PIXELS)
+        self.out.reset(generators, self.hidden.weight.shape[2])
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(F.softplus(self.hidden(x)))
+
+    def forward(self, x_l: torch.Tensor, y_l: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Per-example cross-entropy of the labelled batch (the baseline's loss)."""
+        ce = cross_entropy(self.logits(x_l), y_l)
+        return {"labelled": ce, "ce": ce}
+
+
+def cross_entropy(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Per-example cross-entropy, logits [R, B, K] and labels [R, B] -> [R, B]."""
+    return F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none").view(y.shape)
+
+
+class StackedM2(nn.Module):
+    """M2 with Bernoulli p(x|y,z), Gaussian q(z|x,y), categorical q(y|x); R runs stacked.
+
+    The first layer of q(z|x,y) on [x, onehot(y)] is split into x W_x + W_y[y], so enumerating
+    the 10 classes of an unlabelled example computes x W_x once.
+    """
+
+    def __init__(self, n_runs: int, hidden: int, latent: int, alpha: torch.Tensor):
+        super().__init__()
+        self.latent = latent
+        self.classifier = StackedClassifier(n_runs, hidden)
+        self.enc_x = StackedLinear(n_runs, N_PIXELS, hidden)
+        self.enc_y = StackedLinear(n_runs, N_CLASSES, hidden, bias=False)
+        self.enc_out = StackedLinear(n_runs, hidden, 2 * latent)
+        self.dec_z = StackedLinear(n_runs, latent, hidden)
+        self.dec_y = StackedLinear(n_runs, N_CLASSES, hidden, bias=False)
+        self.dec_out = StackedLinear(n_runs, hidden, N_PIXELS)
+        self.register_buffer("alpha", alpha.reshape(n_runs, 1).clone())
+        self.register_buffer("log_prior_y", torch.tensor(math.log(N_CLASSES)))
+
+    def reset(self, generators: list[torch.Generator]) -> None:
+        """Initialise every run from its own generator, in a fixed layer order."""
+        hidden = self.enc_x.weight.shape[2]
+        self.classifier.reset(generators)
+        self.enc_x.reset(generators, N_PIXELS + N_CLASSES)
+        self.enc_y.reset(generators, N_PIXELS + N_CLASSES)
+        self.enc_out.reset(generators, hidden)
+        self.dec_z.reset(generators, self.latent + N_CLASSES)
+        self.dec_y.reset(generators, self.latent + N_CLASSES)
+        self.dec_out.reset(generators, hidden)
+
+    def neg_elbo(
+        self, x: torch.Tensor, onehot: torch.Tensor, eps: torch.Tensor
+    ) -> dict[str, torch.Tensor]:
+        """-log p(x|y,z) and KL(q(z|x,y)||p(z)) for K labels per example.
+
+        x [R, B, D], onehot [R, B*K, 10], eps [R, B, K, latent] -> terms [R, B, K].
+        """
+        runs, batch, _ = x.shape
+        k = eps.shape[2]
+        hidden_y = self.enc_y(onehot).view(runs, batch, k, -1)
+        h = F.softplus(self.enc_x(x)[:, :, None, :] + hidden_y)
+        stats = self.enc_out(h.view(runs, batch * k, -1))
+        mu, logvar = stats.chunk(2, dim=-1)
+        z = mu + torch.exp(0.5 * logvar) * eps.reshape(runs, batch * k, self.latent)
+        logits = self.dec_out(F.softplus(self.dec_z(z) + self.dec_y(onehot)))
+        logits = logits.view(runs, batch, k, -1)
+        # Bernoulli NLL with grey levels as targets: softplus(l) - x * l, summed over pixels.
+        recon = F.softplus(logits).sum(-1) - torch.einsum("rbkd,rbd->rbk", logits, x)
+        kl = 0.5 * (mu.square() + logvar.exp() - 1.0 - logvar).sum(-1).view(runs, batch, k)
+        return {"recon": recon, "kl": kl, "neg_elbo": recon + kl + self.log_prior_y}
+
+    def forward(
+        self,
+        x_l: torch.Tensor,
+        y_l: torch.Tensor,
+        x_u: torch.Tensor,
+        eps_l: torch.Tensor,
+        eps_u: torch.Tensor,
+    ) -> dict[str, torch.Tensor]:
+        """Per-example losses: labelled -L(x,y) + alpha CE, unlabelled -U(x); all [R, B]."""
+        labelled = self.labelled_terms(x_l, y_l, eps_l)
+        unlabelled = self.unlabelled_terms(x_u, eps_u)
+        return {
+            "labelled": labelled["neg_elbo"] + self.alpha * labelled["ce"],
+            "unlabelled": unlabelled["neg_bound"],
+            "ce": labelled["ce"],
+            "recon_l": labelled["recon"],
+            "kl_l": labelled["kl"],
+        }
+
+    def labelled_terms(
+        self, x: torch.Tensor, y: torch.Tensor, eps: torch.Tensor
+    ) -> dict[str, torch.Tensor]:
+        """-L(x, y) and its parts, and the classifier's CE, for labelled examples."""
+        onehot = F.one_hot(y, N_CLASSES).to(x.dtype).flatten(0, 1).view(y.shape[0], -1, N_CLASSES)
+        terms = self.neg_elbo(x, onehot, eps[:, :, None, :])
+        out = {key: value.squeeze(2) for key, value in terms.items()}
+        out["ce"] = cross_entropy(self.classifier.logits(x), y)
+        return out
+
+    def unlabelled_terms(self, x: torch.Tensor, eps: torch.Tensor) -> dict[str, torch.Tensor]:
+        """-U(x) = sum_y q(y|x) (-L(x, y) + log q(y|x)), enumerating all 10 classes."""
+        runs, batch, _ = x.shape
+        log_q = torch.log_softmax(self.classifier.logits(x), dim=-1)
+        eye = torch.eye(N_CLASSES, dtype=x.dtype, device=x.device)
+        onehot = eye.expand(runs, batch, N_CLASSES, N_CLASSES).reshape(runs, -1, N_CLASSES)
+        terms = self.neg_elbo(x, onehot, eps)
+        neg_bound = (log_q.exp() * (terms["neg_elbo"] + log_q)).sum(-1)
+        return {"neg_bound": neg_bound, "log_q": log_q}

@@ -1,0 +1,99 @@
+"""The SSVAE summary: accuracy by fraction and alpha beside the baseline, and Kingma et al."""
+
+from __future__ import annotations
+
+import argparse
+
+import pandas as pd
+
+from gpuflow.atomic import write_text
+
+# Kingma, Rezende, Mohamed, Welling (2014), Table 1: M2 test error (%) on MNIST, 60,000 training.
+KINGMA_M2_ERROR = {100: (11.97, 1.71), 600: (4.94, 0.13), 1000: (3.60, 0.56), 3000: (3.92, 0.63)}
+KINGMA_N_TRAIN = 60000
+
+
+def _cell(mean: float, std: float) -> str:
+    return f"{mean:.3f}" if pd.isna(std) else f"{mean:.3f} ± {std:.3f}"
+
+
+def accuracy_table(summary: pd.DataFrame, rate: float) -> str:
+    """Markdown: rows = label fraction, columns = M2 per alpha and the baseline."""
+    at = summary[summary["corrupt"] == rate]
+    alphas = sorted(at.loc[at["model"] == "m2", "alpha"].unique())
+    header = [
+        "fraction",
+        "labels",
+        *[f"M2 α={a:g}" for a in alphas],
+        "baseline",
+        "best M2 − baseline",
+    ]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for frac, rows in at.groupby("frac"):
+        m2 = rows[rows["model"] == "m2"].set_index("alpha")
+        base = rows[rows["model"] == "baseline"]
+        cells = [f"{frac:g}", str(int(rows["n_labelled"].iloc[0]))]
+        cells += [
+            _cell(m2.at[a, "accuracy_mean"], m2.at[a, "accuracy_std"]) if a in m2.index else ""
+            for a in alphas
+        ]
+        base_mean = base["accuracy_mean"].iloc[0] if len(base) else float("nan")
+        cells.append(_cell(base_mean, base["accuracy_std"].iloc[0]) if len(base) else "")
+        cells.append(f"{m2['accuracy_mean'].max() - base_mean:+.3f}" if len(base) else "")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def kingma_table(summary: pd.DataFrame, n_train: int) -> str:
+    """M2 test error beside Kingma et al.'s Table 1 for the label counts both have."""
+    clean = summary[(summary["model"] == "m2") & (summary["corrupt"] == 0)]
+    shared = sorted(set(clean["n_labelled"]) & set(KINGMA_M2_ERROR))
+    if n_train != KINGMA_N_TRAIN or not shared:
+        return (
+            f"No label count of this grid matches Kingma et al.'s Table 1 (100, 600, 1000, 3000 "
+            f"labels of {KINGMA_N_TRAIN} training digits); this grid trains on {n_train} digits."
+        )
+    lines = [
+        "| labels | alpha | M2 error % here (mean ± std) | Kingma et al. M2 error % |",
+        "|---|---|---|---|",
+    ]
+    for n in shared:
+        rows = clean[clean["n_labelled"] == n].sort_values("error_mean")
+        for _, row in rows.iterrows():
+            paper, paper_std = KINGMA_M2_ERROR[n]
+            lines.append(
+                f"| {n} | {row['alpha']:g} | {100 * row['error_mean']:.2f} ± "
+                f"{100 * row['error_std']:.2f} | {paper:.2f} ± {paper_std:.2f} |"
+            )
+    return "\n".join(lines)
+
+
+def summary_markdown(runs: pd.DataFrame, summary: pd.DataFrame) -> str:
+    """The whole summary.md."""
+    m2 = runs[runs["model"] == "m2"]
+    n_train, epochs = int(runs["n_train"].iloc[0]), int(runs["epochs"].iloc[0])
+    wins = (m2["gain_over_baseline"] > 0).sum()
+    parts = [
+        "# SSVAE grid: M2 against a labelled-only classifier",
+        "",
+        f"{len(m2)} M2 runs and {(runs['model'] == 'baseline').sum()} baseline runs, "
+        f"{n_train} training digits, {epochs} epochs. Test accuracy, mean ± std over "
+        f"{int(summary['n_seeds'].max())} seeds. The baseline is the M2 classifier's architecture "
+        "trained on the same labelled subset (same corrupted labels, same seed) alone.",
+        "",
+        f"M2 beats its paired baseline in {wins} of {len(m2)} runs "
+        f"(mean gain {m2['gain_over_baseline'].mean():+.3f}).",
+    ]
+    for rate in sorted(summary["corrupt"].unique()):
+        parts += ["", f"## Label corruption {rate:g}", "", accuracy_table(summary, rate)]
+    parts += ["", "## Beside Kingma et al. (2014), Table 1", "", kingma_table(summary, n_train)]
+    rate = m2["samples_per_s"].median()
+    parts += ["", f"Median training throughput: {rate:,.0f} examples/s per M2 run.", ""]
+    return "\n".join(parts)
+
+
+def main(args: argparse.Namespace) -> None:
+    """`gpuflow ssvae-report`."""
+    runs, summary = pd.read_csv(args.runs), pd.read_csv(args.summary)
+    write_text(args.out, summary_markdown(runs, summary))
+    print(f"wrote {args.out}")

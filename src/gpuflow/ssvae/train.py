@@ -1,0 +1,417 @@
+"""Train R stacked runs of one grid point (M2 or the labelled-only baseline) with resume.
+
+Each run has its own seed, labelled subset, corruption, initialisation, data order, noise and
+(in effect) Adam state. The training state (model, optimizer, generators, epoch, curve so far)
+is written atomically beside the outputs after every epoch; a re-run with the same settings
+continues from it, and the state is removed once every metrics.json is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from gpuflow.atomic import atomic_path, write_json
+from gpuflow.devices import run_record, worker_devices
+from gpuflow.errors import ConfigError
+from gpuflow.ssvae.batches import Batches, Plan, RunIndex, epoch_indices, make_plan
+from gpuflow.ssvae.data import load_prepared
+from gpuflow.ssvae.labels import LabelSplit, split_labels
+from gpuflow.ssvae.model import StackedClassifier, StackedM2
+
+DEFAULTS: dict[str, Any] = {
+    "hidden": 500,
+    "latent": 50,
+    "epochs": 75,
+    "batch_size": 100,
+    "labelled_batch_size": 100,
+    "learning_rate": 3e-4,
+    "eval_frequency": 1,
+    "eval_batch_size": 500,
+    "device": "auto",
+    "gpu_ids": None,
+    "no_multi_gpu": False,
+    "data_on_device": True,
+    "num_workers": 0,
+    "pin_memory": False,
+    "persistent_workers": False,
+}
+# Settings that change where and how fast a run goes, not its numbers: a state survives them.
+RUNTIME_ONLY = (
+    "device",
+    "gpu_ids",
+    "no_multi_gpu",
+    "data_on_device",
+    "num_workers",
+    "pin_memory",
+    "persistent_workers",
+    "eval_batch_size",
+)
+INIT_STREAM, ORDER_STREAM, NOISE_STREAM, EVAL_STREAM = 3, 4, 5, 6
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run of the grid."""
+
+    kind: str  # "m2" or "baseline"
+    fraction: float
+    corruption: float
+    alpha: float | None
+    seed: int
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "model": self.kind,
+            "frac": self.fraction,
+            "corrupt": self.corruption,
+            "alpha": self.alpha,
+            "seed": self.seed,
+        }
+
+
+def stream_seed(seed: int, stream: int) -> int:
+    """A 63-bit seed for one random stream of one run."""
+    return int(np.random.SeedSequence([seed, stream]).generate_state(1, np.uint64)[0] >> 1)
+
+
+def generators(seeds: list[int], stream: int, device: torch.device) -> list[torch.Generator]:
+    return [torch.Generator(device=device).manual_seed(stream_seed(s, stream)) for s in seeds]
+
+
+def choose_devices(
+    device: str, gpu_ids: list[int] | None, no_multi_gpu: bool
+) -> list[torch.device]:
+    """Every visible GPU (or those in gpu_ids), only the first with no_multi_gpu, else the CPU."""
+    devices = worker_devices(device)
+    if devices[0].type == "cpu":
+        if gpu_ids:
+            raise ConfigError("ssvae.train.gpu_ids", f"{gpu_ids} given but no GPU is visible")
+        return devices[:1]
+    if gpu_ids:
+        unknown = [i for i in gpu_ids if not 0 <= i < len(devices)]
+        if unknown:
+            raise ConfigError("ssvae.train.gpu_ids", f"{unknown} not visible", f"< {len(devices)}")
+        devices = [torch.device("cuda", i) for i in gpu_ids]
+    return devices[:1] if no_multi_gpu else devices
+
+
+def parallel(model: nn.Module, devices: list[torch.device]) -> nn.Module:
+    """DataParallel over the batch dimension (1) when a run is given more than one GPU."""
+    if len(devices) > 1:
+        return nn.DataParallel(model, device_ids=[d.index for d in devices], dim=1)
+    return model
+
+
+class StackTrainer:
+    """The state and loop of R stacked runs that share a grid point's shapes."""
+
+    def __init__(
+        self,
+        runs: list[Run],
+        data: dict[str, np.ndarray],
+        settings: dict[str, Any],
+        devices: list[torch.device],
+    ):
+        self.runs, self.settings, self.devices = runs, settings, devices
+        self.device = devices[0]
+        self.m2 = runs[0].kind == "m2"
+        seeds = [r.seed for r in runs]
+        self.splits: list[LabelSplit] = [
+            split_labels(data["y_train"], r.fraction, r.corruption, r.seed) for r in runs
+        ]
+        self.index = RunIndex(
+            labelled=torch.from_numpy(np.stack([s.labelled for s in self.splits])),
+            labels=torch.from_numpy(np.stack([s.labels for s in self.splits])),
+            unlabelled=torch.from_numpy(np.stack([s.unlabelled for s in self.splits])),
+        )
+        self.plan: Plan = make_plan(
+            self.index.labelled.shape[1],
+            self.index.unlabelled.shape[1],
+            settings["batch_size"],
+            settings["labelled_batch_size"],
+        )
+        images = torch.from_numpy(data["x_train"].reshape(len(data["x_train"]), -1)).float() / 255
+        self.batches = Batches(
+            images,
+            self.device,
+            settings["data_on_device"],
+            settings["num_workers"],
+            settings["pin_memory"],
+            settings["persistent_workers"],
+        )
+        self.x_test = (
+            torch.from_numpy(data["x_test"].reshape(len(data["x_test"]), -1)).float() / 255
+        ).to(self.device)
+        self.y_test = torch.from_numpy(data["y_test"]).to(self.device)
+        if self.m2:
+            alphas = torch.tensor([r.alpha for r in runs], dtype=torch.float32)
+            self.model: nn.Module = StackedM2(
+                len(runs), settings["hidden"], settings["latent"], alphas
+            )
+        else:
+            self.model = StackedClassifier(len(runs), settings["hidden"])
+        self.model.reset(generators(seeds, INIT_STREAM, torch.device("cpu")))
+        self.model.to(self.device)
+        self.net = parallel(self.model, devices)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=settings["learning_rate"])
+        self.order_rng = generators(seeds, ORDER_STREAM, torch.device("cpu"))
+        self.noise_rng = generators(seeds, NOISE_STREAM, self.device)
+        self.epoch = 0
+        self.curve: list[list[dict[str, Any]]] = [[] for _ in runs]
+        self.train_time_s = 0.0
+
+    # --- state -------------------------------------------------------------------------
+    def state(self, fingerprint: str) -> dict[str, Any]:
+        return {
+            "fingerprint": fingerprint,
+            "epoch": self.epoch,
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "order_rng": [g.get_state() for g in self.order_rng],
+            "noise_rng": [g.get_state() for g in self.noise_rng],
+            "curve": self.curve,
+            "train_time_s": self.train_time_s,
+        }
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        for g, s in zip(self.order_rng, state["order_rng"], strict=True):
+            g.set_state(s)
+        for g, s in zip(self.noise_rng, state["noise_rng"], strict=True):
+            g.set_state(s)
+        self.epoch, self.curve = state["epoch"], state["curve"]
+        self.train_time_s = state["train_time_s"]
+
+    # --- training ------------------------------------------------------------------------
+    def _noise(self, *shape: int) -> torch.Tensor:
+        return torch.stack(
+            [torch.randn(shape, generator=g, device=self.device) for g in self.noise_rng]
+        )
+
+    def train_step(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """One Adam step of every run; returns [4, R] loss, labelled, unlabelled, CE (detached)."""
+        if self.m2:
+            latent = self.settings["latent"]
+            eps_l = self._noise(self.plan.labelled_batch, latent)
+            eps_u = self._noise(self.plan.unlabelled_batch, 10, latent)
+            out = self.net(batch["x_l"], batch["y_l"], batch["x_u"], eps_l, eps_u)
+            unlabelled = out["unlabelled"].mean(1)
+        else:
+            out = self.net(batch["x_l"], batch["y_l"])
+            unlabelled = torch.zeros_like(out["ce"][:, 0])
+        labelled = out["labelled"].mean(1)
+        per_run = labelled + unlabelled
+        self.optimizer.zero_grad(set_to_none=True)
+        per_run.sum().backward()
+        self.optimizer.step()
+        return torch.stack([per_run, labelled, unlabelled, out["ce"].mean(1)]).detach()
+
+    def train_epoch(self) -> dict[str, np.ndarray]:
+        indices = epoch_indices(self.index, self.plan, self.order_rng, unlabelled=self.m2)
+        self.model.train()
+        sums = torch.zeros(4, len(self.runs), device=self.device)
+        for batch in self.batches.epoch(indices, self.plan):
+            sums += self.train_step(batch)
+        means = (sums / self.plan.steps).cpu().numpy()
+        self.epoch += 1
+        return dict(
+            zip(
+                ("train_loss", "train_labelled", "train_unlabelled", "train_ce"), means, strict=True
+            )
+        )
+
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, np.ndarray]:
+        """Test accuracy per run; for M2 also the test ELBO terms (one seeded z sample)."""
+        self.model.eval()
+        runs, n_test = len(self.runs), len(self.y_test)
+        rng = generators([r.seed for r in self.runs], EVAL_STREAM, self.device)
+        keys = ("labelled_neg_elbo", "recon", "kl", "unlabelled_neg_bound")
+        sums = {key: torch.zeros(runs, device=self.device) for key in keys}
+        correct = torch.zeros(runs, device=self.device)
+        size = self.settings["eval_batch_size"]
+        classifier = self.model.classifier if self.m2 else self.model
+        for start in range(0, n_test, size):
+            x = self.x_test[start : start + size].expand(runs, -1, -1)
+            y = self.y_test[start : start + size].expand(runs, -1)
+            correct += (classifier.logits(x).argmax(-1) == y).sum(1)
+            if self.m2:
+                b, latent = x.shape[1], self.settings["latent"]
+                eps_l = torch.stack(
+                    [torch.randn(b, latent, generator=g, device=self.device) for g in rng]
+                )
+                eps_u = torch.stack(
+                    [torch.randn(b, 10, latent, generator=g, device=self.device) for g in rng]
+                )
+                lab = self.model.labelled_terms(x, y, eps_l)
+                sums["labelled_neg_elbo"] += lab["neg_elbo"].sum(1)
+                sums["recon"] += lab["recon"].sum(1)
+                sums["kl"] += lab["kl"].sum(1)
+                sums["unlabelled_neg_bound"] += self.model.unlabelled_terms(x, eps_u)[
+                    "neg_bound"
+                ].sum(1)
+        out = {"test_accuracy": (correct / n_test).cpu().numpy()}
+        if self.m2:
+            out.update({f"test_{k}": (v / n_test).cpu().numpy() for k, v in sums.items()})
+        return out
+
+    def examples_per_epoch(self) -> int:
+        """Examples one run processes per epoch (labelled + unlabelled)."""
+        per_step = self.plan.labelled_batch + (self.plan.unlabelled_batch if self.m2 else 0)
+        return self.plan.steps * per_step
+
+
+def fingerprint(runs: list[Run], settings: dict[str, Any], data: dict[str, np.ndarray]) -> str:
+    """What a saved state must match to be resumed: runs, numeric settings, data shapes."""
+    numeric = {k: v for k, v in settings.items() if k not in RUNTIME_ONLY}
+    shapes = {k: list(v.shape) for k, v in data.items()}
+    text = json.dumps([[r.describe() for r in runs], numeric, shapes], sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def save_state(path: Path, state: dict[str, Any]) -> None:
+    with atomic_path(path) as tmp:
+        torch.save(state, tmp)
+
+
+def load_state(path: Path, fp: str) -> dict[str, Any] | None:
+    """The saved state if it belongs to these runs and settings, else None.
+
+    Loaded on the CPU: generator states must be CPU tensors, and load_state_dict copies the
+    weights and Adam moments onto the parameters' device.
+    """
+    if not path.is_file():
+        return None
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    if state.get("fingerprint") != fp:
+        print(f"ignoring {path}: it belongs to other runs or settings", flush=True)
+        return None
+    return state
+
+
+def train(
+    runs: list[Run],
+    data_path: str | Path,
+    settings: dict[str, Any],
+    outs: list[str | Path],
+    state_path: str | Path,
+) -> list[dict[str, Any]]:
+    """Train the stacked runs to the end (resuming when a state exists); write each metrics.json."""
+    started = time.perf_counter()
+    settings = {**DEFAULTS, **settings}
+    if len(outs) != len(runs):
+        raise ConfigError("--out", f"{len(outs)} outputs for {len(runs)} runs", "one per run")
+    data = load_prepared(data_path)
+    devices = choose_devices(settings["device"], settings["gpu_ids"], settings["no_multi_gpu"])
+    trainer = StackTrainer(runs, data, settings, devices)
+    fp, state_path = fingerprint(runs, settings, data), Path(state_path)
+    state = load_state(state_path, fp)
+    resumed_from = None
+    if state is not None:
+        trainer.load_state(state)
+        resumed_from = trainer.epoch
+        print(f"resumed from {state_path} after epoch {trainer.epoch}", flush=True)
+    epochs, every = settings["epochs"], settings["eval_frequency"]
+    last_eval: dict[str, np.ndarray] = {}
+    while trainer.epoch < epochs:
+        t0 = time.perf_counter()
+        row = trainer.train_epoch()
+        if trainer.device.type == "cuda":
+            torch.cuda.synchronize(trainer.device)
+        trainer.train_time_s += time.perf_counter() - t0
+        evaluated = trainer.epoch % every == 0 or trainer.epoch == epochs
+        if evaluated:
+            row.update(last_eval := trainer.evaluate())
+        for r, curve in enumerate(trainer.curve):
+            curve.append({"epoch": trainer.epoch, **{k: float(v[r]) for k, v in row.items()}})
+        save_state(state_path, trainer.state(fp))
+        accuracy = f" test accuracy {np.round(row['test_accuracy'], 4)}" if evaluated else ""
+        print(
+            f"epoch {trainer.epoch}/{epochs} loss {np.round(row['train_loss'], 3)}{accuracy}",
+            flush=True,
+        )
+    if not last_eval:  # resumed after the last epoch's checkpoint: the curve holds it
+        last_eval = {
+            k: np.array([c[-1][k] for c in trainer.curve])
+            for k in trainer.curve[0][-1]
+            if k.startswith("test_")
+        }
+    metrics = write_metrics(
+        trainer, runs, settings, outs, last_eval, resumed_from, started, devices
+    )
+    state_path.unlink(missing_ok=True)
+    return metrics
+
+
+def write_metrics(
+    trainer: StackTrainer,
+    runs: list[Run],
+    settings: dict[str, Any],
+    outs: list[str | Path],
+    final: dict[str, np.ndarray],
+    resumed_from: int | None,
+    started: float,
+    devices: list[torch.device],
+) -> list[dict[str, Any]]:
+    examples = trainer.examples_per_epoch() * trainer.epoch
+    per_run_rate = examples / trainer.train_time_s if trainer.train_time_s else None
+    record = run_record(devices)
+    written = []
+    for r, (run, out) in enumerate(zip(runs, outs, strict=True)):
+        split = trainer.splits[r]
+        accuracy = float(final["test_accuracy"][r])
+        metrics = {
+            "family": "ssvae",
+            **run.describe(),
+            "n_train": int(len(trainer.index.labelled[r]) + len(trainer.index.unlabelled[r])),
+            "n_test": len(trainer.y_test),
+            "n_labelled": len(split.labelled),
+            "n_corrupted": int(split.corrupted.sum()),
+            "n_unlabelled": len(split.unlabelled),
+            "epochs": trainer.epoch,
+            "steps_per_epoch": trainer.plan.steps,
+            "test_accuracy": accuracy,
+            "test_error": 1.0 - accuracy,
+            "test_elbo": {
+                k.removeprefix("test_"): float(v[r])
+                for k, v in final.items()
+                if k != "test_accuracy"
+            },
+            "curve": trainer.curve[r],
+            "settings": {k: v for k, v in settings.items() if k not in RUNTIME_ONLY},
+            "timing": {
+                "wall_time_s": time.perf_counter() - started,
+                "train_time_s": trainer.train_time_s,
+                "samples_per_s": per_run_rate,
+                "stack_size": len(runs),
+                "stack_samples_per_s": per_run_rate * len(runs) if per_run_rate else None,
+                "resumed_from_epoch": resumed_from,
+            },
+            "run_record": record,
+        }
+        write_json(out, metrics)
+        written.append(metrics)
+    return written
+
+
+def main(args: argparse.Namespace) -> None:
+    """`gpuflow ssvae-train`."""
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    settings = json.loads(args.settings)
+    alpha = None if args.model == "baseline" else args.alpha
+    if args.model == "m2" and alpha is None:
+        raise ConfigError("--alpha", "required for M2 runs")
+    runs = [Run(args.model, float(args.frac), float(args.corrupt), alpha, s) for s in args.seeds]
+    train(runs, args.data, settings, args.out, args.state)

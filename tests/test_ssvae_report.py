@@ -1,0 +1,56 @@
+"""The summary sets M2 beside the paired baseline and beside Kingma et al.'s Table 1."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from gpuflow.ssvae.aggregate import summarise
+from gpuflow.ssvae.report import summary_markdown
+
+
+def fake_runs(n_train: int, n_labelled: int) -> pd.DataFrame:
+    rows = []
+    for seed, (m2, base) in enumerate([(0.95, 0.80), (0.93, 0.82)]):
+        common = {
+            "frac": n_labelled / n_train,
+            "n_labelled": n_labelled,
+            "corrupt": 0.0,
+            "seed": seed,
+            "n_train": n_train,
+            "epochs": 75,
+            "samples_per_s": 1000.0,
+        }
+        rows.append(
+            {
+                **common,
+                "model": "m2",
+                "alpha": 10.0,
+                "test_accuracy": m2,
+                "test_error": 1 - m2,
+                "gain_over_baseline": m2 - base,
+            }
+        )
+        rows.append(
+            {
+                **common,
+                "model": "baseline",
+                "alpha": float("nan"),
+                "test_accuracy": base,
+                "test_error": 1 - base,
+                "gain_over_baseline": float("nan"),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def test_full_mnist_label_counts_of_table_1_are_set_beside_the_paper():
+    runs = fake_runs(60000, 100)
+    text = summary_markdown(runs, summarise(runs))
+    assert "| 100 | 10 | 6.00 ± 1.41 | 11.97 ± 1.71 |" in text
+    assert "M2 beats its paired baseline in 2 of 2 runs (mean gain +0.130)" in text
+    assert "| 0.00166667 | 100 | 0.940 ± 0.014 | 0.810 ± 0.014 | +0.130 |" in text
+
+
+def test_a_grid_on_other_data_says_it_shares_no_label_count_with_the_paper():
+    runs = fake_runs(4000, 200)
+    assert "No label count of this grid matches" in summary_markdown(runs, summarise(runs))

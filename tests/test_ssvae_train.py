@@ -1,0 +1,264 @@
+"""Stacked training: each run is itself, resumes exactly, and batches the same from any source."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from gpuflow.ssvae.batches import epoch_indices
+from gpuflow.ssvae.data import split_embedded
+from gpuflow.ssvae.model import StackedM2
+from gpuflow.ssvae.train import DEFAULTS, Run, StackTrainer, train
+from tests.conftest import BIN, workflow_env
+
+TINY = {
+    "hidden": 32,
+    "latent": 4,
+    "batch_size": 50,
+    "labelled_batch_size": 20,
+    "learning_rate": 1e-3,
+    "eval_batch_size": 250,
+}
+CPU = [torch.device("cpu")]
+
+
+@pytest.fixture(scope="module")
+def data_path(tmp_path_factory):
+    """A quarter of the embedded training digits and a fifth of its test digits: fast runs."""
+    arrays = split_embedded(0.2, seed=0)
+    small = {
+        "x_train": arrays["x_train"][:1000],
+        "y_train": arrays["y_train"][:1000],
+        "x_test": arrays["x_test"][:200],
+        "y_test": arrays["y_test"][:200],
+    }
+    path = tmp_path_factory.mktemp("ssvae") / "mnist.npz"
+    np.savez(path, **small)
+    return path
+
+
+@pytest.fixture(scope="module")
+def data(data_path):
+    with np.load(data_path) as handle:
+        return {key: handle[key] for key in handle.files}
+
+
+def take_steps(trainer: StackTrainer, n: int) -> None:
+    indices = epoch_indices(trainer.index, trainer.plan, trainer.order_rng, unlabelled=trainer.m2)
+    batches = trainer.batches.epoch(indices, trainer.plan)
+    for _ in range(n):
+        trainer.train_step(next(batches))
+
+
+@pytest.mark.parametrize("kind", ["m2", "baseline"])
+def test_a_stacked_runs_kth_member_matches_the_same_run_trained_alone(data, kind):
+    torch.set_num_threads(1)
+    settings = {**DEFAULTS, **TINY}
+    runs = [
+        Run(kind, 0.05, 0.2, 1.0 if kind == "m2" else None, 0),
+        Run(kind, 0.05, 0.2, 10.0 if kind == "m2" else None, 7),
+        Run(kind, 0.05, 0.2, 3.0 if kind == "m2" else None, 2),
+    ]
+    stacked = StackTrainer(runs, data, settings, CPU)
+    alone = StackTrainer([runs[1]], data, settings, CPU)
+    take_steps(stacked, 6)
+    take_steps(alone, 6)
+    for (name, p), (_, q) in zip(
+        stacked.model.named_parameters(), alone.model.named_parameters(), strict=True
+    ):
+        # Adam's first steps are about lr * sign(grad): float rounding of near-zero gradients
+        # (batched vs single matmuls) moves a weight by far less than 1% of one step.
+        assert (p[1] - q[0]).abs().max() < 0.01 * TINY["learning_rate"], name
+        assert not torch.allclose(p[0], q[0]), name  # other members really are other runs
+    exp_avg = [s["exp_avg"] for s in stacked.optimizer.state.values()]
+    exp_avg_alone = [s["exp_avg"] for s in alone.optimizer.state.values()]
+    for m, m_alone in zip(exp_avg, exp_avg_alone, strict=True):
+        assert torch.allclose(m[1], m_alone[0], rtol=1e-4, atol=1e-6)
+
+
+def test_one_adam_over_stacked_parameters_equals_one_adam_per_run():
+    generator = torch.Generator().manual_seed(0)
+    stacked = torch.nn.Parameter(torch.randn(3, 5, 4, generator=generator))
+    apart = [torch.nn.Parameter(stacked.detach()[r].clone()) for r in range(3)]
+    one = torch.optim.Adam([stacked], lr=0.01)
+    each = [torch.optim.Adam([p], lr=0.01) for p in apart]
+    for _ in range(5):
+        grads = torch.randn(3, 5, 4, generator=generator)
+        stacked.grad = grads.clone()
+        one.step()
+        for r, (p, opt) in enumerate(zip(apart, each, strict=True)):
+            p.grad = grads[r].clone()
+            opt.step()
+    for r in range(3):
+        assert torch.allclose(stacked.detach()[r], apart[r].detach(), rtol=0, atol=1e-7)
+
+
+def test_a_batch_split_in_two_gives_the_same_per_example_losses_as_dataparallel_needs():
+    torch.manual_seed(0)
+    model = StackedM2(2, 16, 3, torch.tensor([1.0, 5.0]))
+    model.reset([torch.Generator().manual_seed(s) for s in (0, 1)])
+    x_l, x_u = torch.rand(2, 6, 784), torch.rand(2, 8, 784)
+    y_l = torch.randint(0, 10, (2, 6))
+    eps_l, eps_u = torch.randn(2, 6, 3), torch.randn(2, 8, 10, 3)
+    whole = model(x_l, y_l, x_u, eps_l, eps_u)
+    halves = [
+        model(x_l[:, s], y_l[:, s], x_u[:, t], eps_l[:, s], eps_u[:, t])
+        for s, t in ((slice(0, 3), slice(0, 4)), (slice(3, 6), slice(4, 8)))
+    ]
+    for key in whole:
+        joined = torch.cat([h[key] for h in halves], dim=1)
+        assert torch.allclose(whole[key], joined, rtol=1e-5, atol=1e-5), key
+
+
+def test_the_unlabelled_bound_sums_the_labelled_bound_over_classes_plus_entropy():
+    model = StackedM2(1, 16, 3, torch.tensor([1.0]))
+    model.reset([torch.Generator().manual_seed(0)])
+    x, eps = torch.rand(1, 4, 784), torch.randn(1, 4, 10, 3)
+    with torch.no_grad():
+        unlabelled = model.unlabelled_terms(x, eps)
+        q = unlabelled["log_q"].exp()
+        by_class = torch.stack(
+            [
+                model.labelled_terms(x, torch.full((1, 4), k), eps[:, :, k])["neg_elbo"]
+                for k in range(10)
+            ],
+            dim=-1,
+        )
+        entropy = -(q * unlabelled["log_q"]).sum(-1)
+        expected = (q * by_class).sum(-1) - entropy
+    assert torch.allclose(unlabelled["neg_bound"], expected, rtol=1e-5, atol=1e-4)
+
+
+def test_a_dataloader_with_workers_gives_the_numbers_of_device_resident_data(data_path, tmp_path):
+    settings = {**TINY, "epochs": 2, "eval_frequency": 1}
+    runs = [Run("m2", 0.05, 0.0, 1.0, s) for s in (0, 1)]
+    resident = train(
+        runs, data_path, settings, [tmp_path / "a0.json", tmp_path / "a1.json"], tmp_path / "a.pt"
+    )
+    loaded = train(
+        runs,
+        data_path,
+        {
+            **settings,
+            "data_on_device": False,
+            "num_workers": 1,
+            "persistent_workers": True,
+            "pin_memory": True,
+        },
+        [tmp_path / "b0.json", tmp_path / "b1.json"],
+        tmp_path / "b.pt",
+    )
+    for a, b in zip(resident, loaded, strict=True):
+        assert a["curve"] == b["curve"]
+
+
+def test_eval_frequency_evaluates_every_kth_epoch_and_always_the_last(data_path, tmp_path):
+    settings = {**TINY, "epochs": 5, "eval_frequency": 2, "batch_size": 200}
+    (metrics,) = train(
+        [Run("baseline", 0.05, 0.0, None, 0)],
+        data_path,
+        settings,
+        [tmp_path / "m.json"],
+        tmp_path / "s.pt",
+    )
+    evaluated = [row["epoch"] for row in metrics["curve"] if "test_accuracy" in row]
+    assert evaluated == [2, 4, 5]
+    assert metrics["test_accuracy"] == metrics["curve"][-1]["test_accuracy"]
+    assert not (tmp_path / "s.pt").exists()  # the state goes once the metrics are written
+
+
+def train_command(data_path, out_dir, epochs):
+    settings = {**TINY, "epochs": epochs, "eval_frequency": 2}
+    return [
+        str(BIN / "gpuflow"),
+        "ssvae-train",
+        "--data",
+        str(data_path),
+        "--frac",
+        "0.05",
+        "--corrupt",
+        "0.1",
+        "--alpha",
+        "3",
+        "--seeds",
+        "4",
+        "9",
+        "--threads",
+        "1",
+        "--settings",
+        json.dumps(settings),
+        "--state",
+        str(out_dir / "train_state.pt"),
+        "--out",
+        str(out_dir / "seed~4.json"),
+        str(out_dir / "seed~9.json"),
+    ]
+
+
+def comparable(path):
+    metrics = json.loads(path.read_text())
+    metrics.pop("timing")
+    metrics.pop("run_record")
+    return metrics
+
+
+def test_a_run_killed_after_a_checkpoint_resumes_to_identical_metrics(data_path, tmp_path):
+    epochs = 6
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    whole.mkdir()
+    killed.mkdir()
+    subprocess.run(
+        train_command(data_path, whole, epochs), check=True, env=workflow_env(), capture_output=True
+    )
+    state = killed / "train_state.pt"
+    process = subprocess.Popen(
+        train_command(data_path, killed, epochs),
+        env=workflow_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 120
+    while not state.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    assert process.returncode == -signal.SIGKILL
+    saved = torch.load(state, weights_only=True)
+    assert 1 <= saved["epoch"] < epochs and not (killed / "seed~4.json").exists()
+    rerun = subprocess.run(
+        train_command(data_path, killed, epochs),
+        check=True,
+        env=workflow_env(),
+        capture_output=True,
+        text=True,
+    )
+    assert f"after epoch {saved['epoch']}" in rerun.stdout
+    for name in ("seed~4.json", "seed~9.json"):
+        assert comparable(killed / name) == comparable(whole / name)
+    resumed = json.loads((killed / "seed~4.json").read_text())
+    assert resumed["timing"]["resumed_from_epoch"] == saved["epoch"]
+    assert len(resumed["curve"]) == epochs
+
+
+def test_a_state_from_other_settings_is_not_resumed(data_path, tmp_path):
+    settings = {**TINY, "epochs": 1}
+    state = tmp_path / "s.pt"
+    trainer = StackTrainer(
+        [Run("baseline", 0.05, 0.0, None, 0)],
+        dict(np.load(data_path)),
+        {**DEFAULTS, **settings},
+        CPU,
+    )
+    trainer.epoch = 1
+    torch.save(trainer.state("another fingerprint"), state)
+    (metrics,) = train(
+        [Run("baseline", 0.05, 0.0, None, 0)], data_path, settings, [tmp_path / "m.json"], state
+    )
+    assert metrics["timing"]["resumed_from_epoch"] is None

@@ -1,0 +1,95 @@
+"""The SSVAE grid end to end through Snakemake, on a tiny grid of the embedded digits."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+TINY = {
+    "families": ["ssvae"],
+    "ssvae": {
+        "grid": {
+            "fractions": [0.05, 0.2],
+            "corruption_rates": [0.5],
+            "alphas": [10],
+            "seeds": [0, 1],
+        },
+        "model": {"hidden": 16, "latent": 4},
+        "train": {
+            "epochs": 2,
+            "batch_size": 400,
+            "labelled_batch_size": 50,
+            "learning_rate": 0.003,
+        },
+    },
+}
+
+
+def with_train(**changes):
+    config = json.loads(json.dumps(TINY))
+    config["ssvae"]["train"].update(changes)
+    return config
+
+
+def job_counts(stdout: str) -> dict[str, int]:
+    lines = stdout[stdout.index("Job stats:") :].splitlines()[3:]
+    counts = {}
+    for line in lines:
+        parts = line.split()
+        if len(parts) != 2 or not parts[1].isdigit():
+            break
+        counts[parts[0]] = int(parts[1])
+    return counts
+
+
+@pytest.mark.workflow
+def test_stacked_mode_trains_all_seeds_of_a_grid_point_in_one_job_and_per_run_mode_one_each(
+    tmp_path, run_snakemake
+):
+    stacked = run_snakemake(tmp_path / "stacked", TINY, "-n")
+    assert job_counts(stacked.stdout)["ssvae_train"] == 2  # 2 fractions x 1 rate x 1 alpha
+    assert stacked.stdout.count("alpha~10/seed~1/metrics.json") >= 2
+    per_run = run_snakemake(tmp_path / "runs", with_train(stack="none"), "-n")
+    assert job_counts(per_run.stdout)["ssvae_train"] == 4
+    assert job_counts(per_run.stdout)["ssvae_baseline"] == 2
+
+
+@pytest.mark.workflow
+def test_the_tiny_grid_runs_to_tables_figures_and_a_summary(tmp_path, run_snakemake):
+    run_snakemake(tmp_path, TINY)
+    root = tmp_path / "results" / "ssvae"
+    metrics = json.loads((root / "frac~0.05/corrupt~0.5/alpha~10/seed~1/metrics.json").read_text())
+    assert metrics["n_labelled"] == 200 and metrics["n_corrupted"] == 100
+    assert len(metrics["curve"]) == 2 and metrics["run_record"]["devices"] == ["cpu"]
+    assert metrics["timing"]["samples_per_s"] > 0
+    assert not (root / "frac~0.05/corrupt~0.5/alpha~10/train_state.pt").exists()
+    runs = pd.read_csv(root / "runs.csv")
+    assert len(runs) == 4 + 4 and set(runs["model"]) == {"m2", "baseline"}
+    assert runs.loc[runs["model"] == "m2", "gain_over_baseline"].notna().all()
+    summary = pd.read_csv(root / "summary.csv")
+    assert (summary["n_seeds"] == 2).all()
+    text = (root / "summary.md").read_text()
+    assert "| fraction | labels | M2 α=10 | baseline |" in text
+    for name in (
+        "accuracy_vs_fraction",
+        "alpha_fraction_heatmap",
+        "corruption_effect",
+        "m2_vs_baseline",
+    ):
+        assert (root / "figures" / f"{name}.png").stat().st_size > 1000
+
+
+@pytest.mark.workflow
+def test_a_missing_idx_folder_plans_in_a_dry_run_but_stops_before_any_training(
+    tmp_path, run_snakemake
+):
+    config = json.loads(json.dumps(TINY))
+    config["ssvae"]["data"] = {"source": "idx", "path": str(tmp_path / "no-mnist-here")}
+    assert run_snakemake(tmp_path, config, "-n").returncode == 0
+    result = run_snakemake(tmp_path, config, check=False)
+    assert result.returncode != 0
+    log = (tmp_path / "results/ssvae/logs/data.log").read_text()
+    assert "no-mnist-here: no such folder" in log
+    assert not (tmp_path / "results/ssvae/logs/train").exists()

@@ -24,7 +24,7 @@ import pandas as pd
 import torch
 
 from gpuflow.atomic import write_csv, write_json
-from gpuflow.devices import run_record, threads_per_worker, worker_devices
+from gpuflow.devices import run_record, worker_devices
 from gpuflow.errors import ConfigError, DataError
 from gpuflow.fluency.ppl_model import (
     check_dtype,
@@ -35,7 +35,7 @@ from gpuflow.fluency.ppl_model import (
 )
 from gpuflow.fluency.ppl_scoring import Forward
 from gpuflow.fluency.ppl_segments import deal, make_segments, sort_longest_first
-from gpuflow.fluency.ppl_workers import WorkerJob, run_worker, run_workers
+from gpuflow.fluency.ppl_workers import WorkerJob, run_worker, run_workers, worker_threads
 
 OUTPUT_COLUMNS = ["text_id", "nll_sum", "n_tokens", "ppl"]
 
@@ -111,7 +111,7 @@ def score_token_ids(
             device=str(device),
             segments=share,
             token_budget=token_budget,
-            threads=threads_per_worker(len(devices)),
+            threads=worker_threads(len(devices)),
             index=index,
         )
         for index, (device, share) in enumerate(zip(devices, shares, strict=True))

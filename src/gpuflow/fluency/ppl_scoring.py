@@ -11,7 +11,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from tqdm import tqdm
 
 from gpuflow.errors import GpuflowError
@@ -60,13 +59,15 @@ def batch_nll(
 
     Target position j (predicted by logits at j-1) counts when both j and j-1 are real tokens
     and j >= the row's first scored position. Padding is found from the mask, never from ids.
+    Cross-entropy is computed as logsumexp(logits) - logits[target], which reads the logits
+    once and writes no vocabulary-sized output.
     """
     positions = torch.arange(1, ids.shape[1], device=ids.device)
     scored = (mask[:, 1:] * mask[:, :-1]).bool() & (positions[None, :] >= first[:, None])
-    rows, cols = scored.nonzero(as_tuple=True)
-    losses = F.cross_entropy(logits[rows, cols].float(), ids[rows, cols + 1], reduction="none")
-    nll = torch.zeros(ids.shape[0], dtype=torch.float64, device=ids.device)
-    nll.index_add_(0, rows, losses.double())
+    predicting = logits[:, :-1].float()
+    targets = ids[:, 1:].unsqueeze(-1)
+    losses = torch.logsumexp(predicting, dim=-1) - predicting.gather(-1, targets).squeeze(-1)
+    nll = torch.where(scored, losses.double(), 0.0).sum(dim=1)
     return nll, scored.sum(dim=1)
 
 

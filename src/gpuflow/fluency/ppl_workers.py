@@ -6,6 +6,7 @@ process; with one, the same `run_worker` function runs in this process.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
@@ -15,9 +16,24 @@ from multiprocessing import get_context
 import torch
 from tqdm import tqdm
 
+from gpuflow.devices import threads_per_worker
 from gpuflow.fluency.ppl_model import load_causal_lm
 from gpuflow.fluency.ppl_scoring import Forward, SegmentScores, model_forward, score_segments
 from gpuflow.fluency.ppl_segments import Segment
+
+
+def worker_threads(n_workers: int) -> int:
+    """CPU threads per worker: the cores this process may use, capped by OMP_NUM_THREADS.
+
+    Snakemake sets OMP_NUM_THREADS to the job's `threads`; honouring it keeps jobs that run side
+    by side from oversubscribing the cores (which slows small models down by an order of
+    magnitude).
+    """
+    threads = threads_per_worker(n_workers)
+    limit = os.environ.get("OMP_NUM_THREADS", "")
+    if limit.isdigit() and int(limit) > 0:
+        threads = min(threads, max(1, int(limit) // n_workers))
+    return threads
 
 
 @dataclass(frozen=True)

@@ -170,7 +170,7 @@ def main(args: argparse.Namespace) -> int:
     for row, (text_id, tokens) in enumerate(zip(frame["text_id"], token_ids, strict=True)):
         if not tokens:
             raise DataError(
-                args.texts, f"text_id {text_id!r} is empty (no tokens to score)", row=row + 1
+                args.texts, f"text_id {text_id!r} has no tokens to score (empty text)", row=row + 1
             )
     stats: dict[str, int] = {"segments": 0, "oom_splits": 0, "final_token_budget": 0}
     nll, n_tokens = np.zeros(0), np.zeros(0, dtype=np.int64)

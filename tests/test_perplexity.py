@@ -249,6 +249,15 @@ def test_cli_writes_one_row_per_text_in_input_order_and_keeps_the_text_na(tiny_l
     assert table["n_tokens"].tolist() == [len(t) for t in tokenize(tokenizer, texts)]
 
 
+def test_a_shard_without_texts_gives_an_empty_table(tiny_lm, tmp_path):
+    source = write_texts(tmp_path / "texts.csv", [], [])
+    out = tmp_path / "ppl.csv"
+    argv = ["perplexity", "--texts", str(source), "--model", str(tiny_lm), "--out", str(out)]
+    assert gpuflow_main([*argv, "--device", "cpu"]) == 0
+    table = pd.read_csv(out)
+    assert table.columns.tolist() == ["text_id", "nll_sum", "n_tokens", "ppl"] and table.empty
+
+
 def test_corpus_perplexity_weights_texts_by_their_length():
     nll, n_tokens = [2.0 * 10, 4.0 * 30], [10, 30]
     assert corpus_perplexity(nll, n_tokens) == pytest.approx(math.exp(140 / 40))

@@ -143,16 +143,25 @@ def score_token_ids(
 def perplexity_frame(
     text_ids: Sequence[str], nll: np.ndarray, n_tokens: np.ndarray
 ) -> pd.DataFrame:
-    """The output table: text_id, nll_sum, n_tokens, ppl = exp(nll_sum / n_tokens)."""
+    """The output table: text_id, nll_sum, n_tokens, ppl = exp(nll_sum / n_tokens) (NaN if 0)."""
     return pd.DataFrame(
         {
             "text_id": list(text_ids),
             "nll_sum": nll,
             "n_tokens": n_tokens,
-            "ppl": np.exp(nll / np.maximum(n_tokens, 1)),
+            "ppl": np.where(n_tokens > 0, np.exp(nll / np.maximum(n_tokens, 1)), np.nan),
         },
         columns=OUTPUT_COLUMNS,
     )
+
+
+def reject_empty(
+    token_ids: Sequence[Sequence[int]], text_ids: Sequence[str], path: str | Path
+) -> None:
+    """A text without tokens has no perplexity: name the first one (row counted from 1)."""
+    for row, (text_id, tokens) in enumerate(zip(text_ids, token_ids, strict=True), start=1):
+        if not tokens:
+            raise DataError(path, f"text_id {text_id!r} has no tokens to score (empty text)", row)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -167,11 +176,12 @@ def main(args: argparse.Namespace) -> int:
     tokenizer = load_tokenizer(args.model, args.trust_remote_code)
     bos_id = start_token_id(tokenizer, args.model)
     token_ids = tokenize(tokenizer, frame["text"].tolist())
-    for row, (text_id, tokens) in enumerate(zip(frame["text_id"], token_ids, strict=True)):
-        if not tokens:
-            raise DataError(
-                args.texts, f"text_id {text_id!r} has no tokens to score (empty text)", row=row + 1
-            )
+    reject_empty(token_ids, frame["text_id"], args.texts)
+    print(
+        f"scoring {len(frame)} texts with {args.model} (context {context}, stride {stride}, "
+        f"{args.dtype}) on {', '.join(map(str, devices))}",
+        file=sys.stderr,
+    )
     stats: dict[str, int] = {"segments": 0, "oom_splits": 0, "final_token_budget": 0}
     nll, n_tokens = np.zeros(0), np.zeros(0, dtype=np.int64)
     if token_ids:

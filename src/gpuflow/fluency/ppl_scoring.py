@@ -11,12 +11,15 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from tqdm import tqdm
 
 from gpuflow.errors import GpuflowError
 from gpuflow.fluency.ppl_segments import Segment, batch_size_for
 
 Forward = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+LOSS_CHUNK_TOKENS = 512
+IGNORE = -100
 
 
 def model_forward(model: torch.nn.Module) -> Forward:
@@ -53,22 +56,37 @@ def pad_right(
 
 
 def batch_nll(
-    logits: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor, first: torch.Tensor
+    logits: torch.Tensor,
+    ids: torch.Tensor,
+    mask: torch.Tensor,
+    first: torch.Tensor,
+    chunk_tokens: int = LOSS_CHUNK_TOKENS,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """NLL sum (float64) and target count of each row; logits are upcast to fp32 first.
 
     Target position j (predicted by logits at j-1) counts when both j and j-1 are real tokens
     and j >= the row's first scored position. Padding is found from the mask, never from ids.
-    Cross-entropy is computed as logsumexp(logits) - logits[target], which reads the logits
-    once and writes no vocabulary-sized output.
+    The cross-entropy runs over `chunk_tokens` positions at a time, so each fp32 chunk stays
+    small: in cache on a CPU, little extra memory on a GPU.
     """
-    positions = torch.arange(1, ids.shape[1], device=ids.device)
+    batch, length, vocab = logits.shape
+    positions = torch.arange(1, length, device=ids.device)
     scored = (mask[:, 1:] * mask[:, :-1]).bool() & (positions[None, :] >= first[:, None])
-    predicting = logits[:, :-1].float()
-    targets = ids[:, 1:].unsqueeze(-1)
-    losses = torch.logsumexp(predicting, dim=-1) - predicting.gather(-1, targets).squeeze(-1)
-    nll = torch.where(scored, losses.double(), 0.0).sum(dim=1)
-    return nll, scored.sum(dim=1)
+    targets = torch.full_like(ids, IGNORE)
+    targets[:, :-1] = torch.where(scored, ids[:, 1:], IGNORE)
+    flat_logits, flat_targets = logits.reshape(batch * length, vocab), targets.view(-1)
+    losses = torch.cat(
+        [
+            F.cross_entropy(
+                flat_logits[start : start + chunk_tokens].float(),
+                flat_targets[start : start + chunk_tokens],
+                reduction="none",
+                ignore_index=IGNORE,
+            )
+            for start in range(0, batch * length, chunk_tokens)
+        ]
+    )
+    return losses.view(batch, length).double().sum(dim=1), scored.sum(dim=1)
 
 
 def _try_batch(

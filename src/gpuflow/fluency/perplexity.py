@@ -1,0 +1,216 @@
+"""`gpuflow perplexity`: exact batched perplexity of each text under a local causal LM.
+
+Per text the reference is `ids = [BOS] + tokens`, `ppl = exp(mean CE(logits[:-1], ids[1:]))`.
+The scorer computes exactly that, fast: texts are tokenized once without padding, cut into
+context-sized windows when too long (each window scores only its new tokens), sorted longest
+first, dealt round-robin to one worker per device, batched by a token budget with right padding
+to each batch's own maximum, scored with fp32 loss, summed per text in float64 and mapped back
+to input order.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from gpuflow.atomic import write_csv, write_json
+from gpuflow.devices import run_record, worker_devices
+from gpuflow.errors import ConfigError, DataError
+from gpuflow.fluency.ppl_model import (
+    check_dtype,
+    load_config,
+    load_tokenizer,
+    model_context,
+    start_token_id,
+)
+from gpuflow.fluency.ppl_scoring import Forward
+from gpuflow.fluency.ppl_segments import deal, make_segments, sort_longest_first
+from gpuflow.fluency.ppl_workers import WorkerJob, run_worker, run_workers, worker_threads
+
+OUTPUT_COLUMNS = ["text_id", "nll_sum", "n_tokens", "ppl"]
+
+
+def corpus_perplexity(nll_sums: Sequence[float], n_tokens: Sequence[int]) -> float:
+    """exp(total NLL / total tokens): the perplexity of all texts as one corpus.
+
+    It weights texts by their length, unlike the mean of per-text perplexities.
+    """
+    total_tokens = int(np.sum(np.asarray(n_tokens, dtype=np.int64)))
+    if total_tokens == 0:
+        return float("nan")
+    return math.exp(float(np.sum(np.asarray(nll_sums, dtype=np.float64))) / total_tokens)
+
+
+def read_texts(path: str | Path) -> pd.DataFrame:
+    """The text_id and text columns of a texts CSV, as strings (the text 'NA' stays a text)."""
+    try:
+        frame = pd.read_csv(path, keep_default_na=False, dtype=str)
+    except (OSError, ValueError, UnicodeDecodeError) as error:
+        raise DataError(path, f"cannot read as CSV: {error}") from error
+    missing = [c for c in ("text_id", "text") if c not in frame.columns]
+    if missing:
+        raise DataError(path, f"missing columns {missing}", expected="columns text_id and text")
+    return frame.loc[:, ["text_id", "text"]]
+
+
+def tokenize(tokenizer: Any, texts: Sequence[str]) -> list[list[int]]:
+    """Token ids of each text: no special tokens, no padding, no truncation."""
+    if not texts:
+        return []
+    return tokenizer(list(texts), add_special_tokens=False, verbose=False)["input_ids"]
+
+
+def check_stride(stride: int | None, context: int) -> int:
+    """The window stride: `stride`, or half the context when None; it must be below it."""
+    chosen = context // 2 if stride is None else stride
+    if not 1 <= chosen < context:
+        raise ConfigError(
+            "fluency.perplexity.stride",
+            f"stride {chosen} does not fit the model context of {context} tokens",
+            f"an integer from 1 to {context - 1}, or null for {context // 2}",
+        )
+    return chosen
+
+
+def score_token_ids(
+    token_ids: Sequence[Sequence[int]],
+    *,
+    model: str,
+    bos_id: int,
+    context: int,
+    stride: int,
+    devices: Sequence[torch.device],
+    dtype: str = "float32",
+    token_budget: int = 8192,
+    trust_remote_code: bool = False,
+    wrap_forward: Callable[[Forward], Forward] | None = None,
+) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
+    """Per-text NLL sums (float64) and token counts, in input order, plus batching stats.
+
+    `wrap_forward` (one device only) wraps the model's forward call, e.g. to inject errors.
+    """
+    if token_budget < 1:
+        raise ConfigError("fluency.perplexity.token_budget", f"got {token_budget}", ">= 1")
+    ordered = sort_longest_first(make_segments(token_ids, bos_id, context, stride))
+    shares = deal(ordered, len(devices))
+    jobs = [
+        WorkerJob(
+            model=model,
+            trust_remote_code=trust_remote_code,
+            dtype=dtype,
+            device=str(device),
+            segments=share,
+            token_budget=token_budget,
+            threads=worker_threads(len(devices)),
+            index=index,
+        )
+        for index, (device, share) in enumerate(zip(devices, shares, strict=True))
+    ]
+    if wrap_forward is not None:
+        if len(jobs) != 1:
+            raise ValueError("wrap_forward needs exactly one device")
+        results = [run_worker(jobs[0], wrap_forward)]
+    else:
+        results = run_workers(jobs)
+    segment_nll = np.zeros(len(ordered), dtype=np.float64)
+    segment_tokens = np.zeros(len(ordered), dtype=np.int64)
+    for index, result in enumerate(results):
+        segment_nll[index :: len(devices)] = result.nll
+        segment_tokens[index :: len(devices)] = result.n_tokens
+    text_index = np.array([s.text for s in ordered], dtype=np.int64)
+    nll = np.zeros(len(token_ids), dtype=np.float64)
+    n_tokens = np.zeros(len(token_ids), dtype=np.int64)
+    np.add.at(nll, text_index, segment_nll)
+    np.add.at(n_tokens, text_index, segment_tokens)
+    stats = {
+        "segments": len(ordered),
+        "oom_splits": sum(r.oom_splits for r in results),
+        "final_token_budget": min((r.token_budget for r in results), default=token_budget),
+    }
+    return nll, n_tokens, stats
+
+
+def perplexity_frame(
+    text_ids: Sequence[str], nll: np.ndarray, n_tokens: np.ndarray
+) -> pd.DataFrame:
+    """The output table: text_id, nll_sum, n_tokens, ppl = exp(nll_sum / n_tokens) (NaN if 0)."""
+    return pd.DataFrame(
+        {
+            "text_id": list(text_ids),
+            "nll_sum": nll,
+            "n_tokens": n_tokens,
+            "ppl": np.where(n_tokens > 0, np.exp(nll / np.maximum(n_tokens, 1)), np.nan),
+        },
+        columns=OUTPUT_COLUMNS,
+    )
+
+
+def reject_empty(
+    token_ids: Sequence[Sequence[int]], text_ids: Sequence[str], path: str | Path
+) -> None:
+    """A text without tokens has no perplexity: name the first one (row counted from 1)."""
+    for row, (text_id, tokens) in enumerate(zip(text_ids, token_ids, strict=True), start=1):
+        if not tokens:
+            raise DataError(path, f"text_id {text_id!r} has no tokens to score (empty text)", row)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Score every text of `args.texts` and write text_id, nll_sum, n_tokens, ppl."""
+    started = time.perf_counter()
+    devices = worker_devices(args.device, args.cpu_workers)
+    check_dtype(args.dtype, devices)
+    frame = read_texts(args.texts)
+    config = load_config(args.model, args.trust_remote_code)
+    context = model_context(config, args.model)
+    stride = check_stride(args.stride, context)
+    tokenizer = load_tokenizer(args.model, args.trust_remote_code)
+    bos_id = start_token_id(tokenizer, args.model)
+    token_ids = tokenize(tokenizer, frame["text"].tolist())
+    reject_empty(token_ids, frame["text_id"], args.texts)
+    print(
+        f"scoring {len(frame)} texts with {args.model} (context {context}, stride {stride}, "
+        f"{args.dtype}) on {', '.join(map(str, devices))}",
+        file=sys.stderr,
+    )
+    stats: dict[str, int] = {"segments": 0, "oom_splits": 0, "final_token_budget": 0}
+    nll, n_tokens = np.zeros(0), np.zeros(0, dtype=np.int64)
+    if token_ids:
+        nll, n_tokens, stats = score_token_ids(
+            token_ids,
+            model=args.model,
+            bos_id=bos_id,
+            context=context,
+            stride=stride,
+            devices=devices,
+            dtype=args.dtype,
+            token_budget=args.token_budget,
+            trust_remote_code=args.trust_remote_code,
+        )
+    write_csv(args.out, perplexity_frame(frame["text_id"], nll, n_tokens))
+    seconds = time.perf_counter() - started
+    record = {
+        **run_record(list(devices)),
+        "model": args.model,
+        "dtype": args.dtype,
+        "context": context,
+        "stride": stride,
+        "texts": len(frame),
+        "tokens": int(n_tokens.sum()),
+        "corpus_perplexity": corpus_perplexity(nll, n_tokens) if len(frame) else None,
+        "seconds": round(seconds, 3),
+        "token_budget": args.token_budget,
+        **stats,
+    }
+    write_json(Path(args.out).with_suffix(".run.json"), record)
+    print(json.dumps(record), file=sys.stderr)
+    return 0

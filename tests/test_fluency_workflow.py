@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -58,14 +59,21 @@ def test_a_finished_run_has_nothing_left_to_do(finished: Path):
 
 
 @pytest.mark.workflow
-def test_a_lost_shard_is_rebuilt_alone(finished: Path):
-    lost = finished / "results" / "fluency" / "perplexity" / "shard~1.csv"
-    lost.unlink()
-    counts = job_counts(snakemake(finished, TINY, "--dry-run", "--quiet", "rules").stdout)
+def test_a_failed_shard_is_rerun_alone(finished: Path):
+    results = finished / "results" / "fluency"
+    failed = results / "perplexity" / "shard~1.csv"
+    kept = results / "perplexity" / "shard~0.csv"
+    kept_mtime = kept.stat().st_mtime_ns
+    downstream = ["scores.csv", "perplexity_summary.json", "stats", "figures", "summary.md"]
+    failed.unlink()
+    for name in downstream:
+        shutil.rmtree(results / name) if (results / name).is_dir() else (results / name).unlink()
+    dry = snakemake(finished, TINY, "--dry-run")
+    counts = job_counts(dry.stdout + dry.stderr)
     assert counts["fluency_perplexity"] == 1
-    assert "fluency_train_lm" not in counts and "fluency_texts" not in counts
+    assert not {"fluency_train_lm", "fluency_texts", "fluency_toxicity"} & set(counts)
     snakemake(finished, TINY)
-    assert lost.exists()
+    assert failed.exists() and kept.stat().st_mtime_ns == kept_mtime
 
 
 BAD_CONFIGS = {

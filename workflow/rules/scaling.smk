@@ -16,7 +16,8 @@ SCALING_FIGURES = [
 ]
 
 
-scaling_check()
+if "scaling" in config["families"]:
+    scaling_check()
 
 
 FAMILY_TARGETS["scaling"] = scaling_targets

@@ -21,11 +21,8 @@ import torch.nn.functional as F
 from gpuflow.cli import main as gpuflow_main
 from gpuflow.data.embedded import load_movie_reviews
 from gpuflow.errors import GpuflowError
-from gpuflow.fluency.perplexity import (
-    corpus_perplexity,
-    score_token_ids,
-    tokenize,
-)
+from gpuflow.fluency.merge import corpus_perplexity
+from gpuflow.fluency.perplexity import score_token_ids, tokenize
 from gpuflow.fluency.ppl_segments import windows
 
 CONTEXT = 32

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpuflow.plan import Job, parse_dry_run, size_of
+from gpuflow.plan import Job, parse_dry_run, rule_order, size_of
 
 REPO = Path(__file__).resolve().parents[1]
 SNAKEFILE = REPO / "tests" / "slurm" / "Snakefile"
@@ -119,3 +119,23 @@ def test_reasons_are_sorted_into_resume_changed_and_downstream():
     assert why("Forced execution") == "incomplete", "--rerun-incomplete reports them so"
     assert why("Input files updated by another job: x") == "downstream"
     assert why("Params have changed since last execution") == "changed"
+
+
+def test_a_two_node_job_counts_every_gpu_of_both_nodes():
+    job = Job(
+        rule="train_multinode",
+        local=False,
+        fields={"resources": "nodes=2, tasks=2, slurm_extra=--gpus-per-node=4, runtime=60"},
+    )
+    assert job.gpus == 8
+    assert job.runtime_h == 1.0
+
+
+def test_rows_follow_the_order_rules_are_defined_in_through_includes(tmp_path):
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "rules" / "b.smk").write_text("rule second:\n    output: 'b'\n")
+    (tmp_path / "Snakefile").write_text(
+        "rule first:\n    output: 'a'\n\ninclude: 'rules/b.smk'\n\nif True:\n\n"
+        "    rule third:\n        output: 'c'\n"
+    )
+    assert rule_order(tmp_path / "Snakefile") == ["first", "second", "third"]

@@ -54,6 +54,10 @@ class Job:
 
     @property
     def gpus(self) -> int:
+        """GPUs of the whole job: `gpu`, or nodes x --gpus-per-node for multi-node rules."""
+        per_node = re.search(r"--gpus-per-node[= ](\d+)", self.resources.get("slurm_extra", ""))
+        if per_node:
+            return int(float(self.resources.get("nodes", 1) or 1)) * int(per_node[1])
         return int(float(self.resources.get("gpu", 0) or 0))
 
     @property
@@ -136,6 +140,22 @@ def local_rules(snakefile: Path) -> set[str]:
     for path in files:
         for block in LOCALRULES.finditer(path.read_text(errors="replace")):
             names |= set(re.findall(r"[A-Za-z_]\w*", block["names"]))
+    return names
+
+
+DEFINITIONS = re.compile(
+    r'^\s*(?:include:\s*["\'](?P<include>[^"\']+)["\']|rule\s+(?P<rule>\w+)\s*:)', re.M
+)
+
+
+def rule_order(snakefile: Path) -> list[str]:
+    """Rule names in the order the Snakefile defines them, following its `include:`s."""
+    names: list[str] = []
+    for match in DEFINITIONS.finditer(snakefile.read_text(errors="replace")):
+        if match["rule"]:
+            names.append(match["rule"])
+        elif (snakefile.parent / match["include"]).is_file():
+            names.extend(rule_order(snakefile.parent / match["include"]))
     return names
 
 
@@ -258,7 +278,7 @@ class Benchmarks:
 def summarise(
     jobs: list[Job], benchmarks: Benchmarks, arrays: set[str], array_limit: int, per_node: int
 ) -> list[dict[str, Any]]:
-    """One row per rule (in order of first appearance) with counts, hours and submissions."""
+    """One row per rule with counts, hours and submissions."""
     rows: dict[str, dict[str, Any]] = {}
     for job in jobs:
         if job.rule == "all" and not job.fields.get("output"):
@@ -353,11 +373,14 @@ def main(args: argparse.Namespace) -> None:
     """Print the plan (a table, or JSON with --json)."""
     started = time.monotonic()
     jobs = parse_dry_run(dry_run(args))
-    local = local_rules(find_snakefile(args))
+    snakefile = find_snakefile(args)
+    local = local_rules(snakefile)
     for job in jobs:
         job.local = job.local or job.rule in local
     arrays, array_limit = profile_arrays(args.profile)
     rows = summarise(jobs, Benchmarks(args.directory), arrays, array_limit, args.gpus_per_node)
+    order = {name: index for index, name in enumerate(rule_order(snakefile))}
+    rows.sort(key=lambda row: (order.get(row["rule"], len(order)), row["rule"]))
     if args.json:
         print(json.dumps(rows, indent=2))
     else:

@@ -65,6 +65,7 @@ rule fluency_train_lm:
         f"{FLUENCY_DIR}/benchmarks/train_lm.tsv"
     conda:
         CONDA_ENV
+    threads: FLUENCY["resources"]["fluency_train_lm"]["cpus_per_task"]
     resources:
         **rule_resources("fluency", "fluency_train_lm"),
     params:
@@ -99,6 +100,7 @@ rule fluency_perplexity:
         f"{FLUENCY_DIR}/benchmarks/perplexity/shard~{{shard}}.tsv"
     conda:
         CONDA_ENV
+    threads: FLUENCY["resources"]["fluency_perplexity"]["cpus_per_task"]
     resources:
         **rule_resources("fluency", "fluency_perplexity"),
     params:

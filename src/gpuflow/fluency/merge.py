@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from gpuflow.atomic import write_csv, write_json
@@ -49,10 +51,15 @@ def join_scores(
     return scored.merge(toxicity, on="text_id", validate="one_to_one")
 
 
-def corpus_perplexity(nll_sum: pd.Series, n_tokens: pd.Series) -> float:
-    """exp(total NLL / total tokens): each token counts once, unlike the mean of per-text ppl."""
-    tokens = float(n_tokens.sum())
-    return math.exp(float(nll_sum.sum()) / tokens) if tokens else float("nan")
+def corpus_perplexity(nll_sums: Sequence[float], n_tokens: Sequence[int]) -> float:
+    """exp(total NLL / total tokens): the perplexity of all texts as one corpus.
+
+    Each token counts once, so texts weigh by their length, unlike the mean of per-text ppl.
+    """
+    total_tokens = int(np.sum(np.asarray(n_tokens, dtype=np.int64)))
+    if total_tokens == 0:
+        return float("nan")
+    return math.exp(float(np.sum(np.asarray(nll_sums, dtype=np.float64))) / total_tokens)
 
 
 def summarise(scores: pd.DataFrame, model: str, group_columns: list[str]) -> dict[str, Any]:

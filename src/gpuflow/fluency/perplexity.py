@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -26,6 +25,7 @@ import torch
 from gpuflow.atomic import write_csv, write_json
 from gpuflow.devices import run_record, worker_devices
 from gpuflow.errors import ConfigError, DataError
+from gpuflow.fluency.merge import corpus_perplexity
 from gpuflow.fluency.ppl_model import (
     check_dtype,
     load_config,
@@ -36,31 +36,9 @@ from gpuflow.fluency.ppl_model import (
 from gpuflow.fluency.ppl_scoring import Forward
 from gpuflow.fluency.ppl_segments import deal, make_segments, sort_longest_first
 from gpuflow.fluency.ppl_workers import WorkerJob, run_worker, run_workers, worker_threads
+from gpuflow.fluency.texts import read_texts
 
 OUTPUT_COLUMNS = ["text_id", "nll_sum", "n_tokens", "ppl"]
-
-
-def corpus_perplexity(nll_sums: Sequence[float], n_tokens: Sequence[int]) -> float:
-    """exp(total NLL / total tokens): the perplexity of all texts as one corpus.
-
-    It weights texts by their length, unlike the mean of per-text perplexities.
-    """
-    total_tokens = int(np.sum(np.asarray(n_tokens, dtype=np.int64)))
-    if total_tokens == 0:
-        return float("nan")
-    return math.exp(float(np.sum(np.asarray(nll_sums, dtype=np.float64))) / total_tokens)
-
-
-def read_texts(path: str | Path) -> pd.DataFrame:
-    """The text_id and text columns of a texts CSV, as strings (the text 'NA' stays a text)."""
-    try:
-        frame = pd.read_csv(path, keep_default_na=False, dtype=str)
-    except (OSError, ValueError, UnicodeDecodeError) as error:
-        raise DataError(path, f"cannot read as CSV: {error}") from error
-    missing = [c for c in ("text_id", "text") if c not in frame.columns]
-    if missing:
-        raise DataError(path, f"missing columns {missing}", expected="columns text_id and text")
-    return frame.loc[:, ["text_id", "text"]]
 
 
 def tokenize(tokenizer: Any, texts: Sequence[str]) -> list[list[int]]:
@@ -169,7 +147,7 @@ def main(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     devices = worker_devices(args.device, args.cpu_workers)
     check_dtype(args.dtype, devices)
-    frame = read_texts(args.texts)
+    frame = read_texts(args.texts).loc[:, ["text_id", "text"]]
     config = load_config(args.model, args.trust_remote_code)
     context = model_context(config, args.model)
     stride = check_stride(args.stride, context)

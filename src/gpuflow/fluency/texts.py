@@ -161,8 +161,15 @@ def main(args: argparse.Namespace) -> int:
 
 
 def read_texts(path: str | Path) -> pd.DataFrame:
-    """A texts CSV written by `fluency-texts` (empty strings stay strings)."""
-    return pd.read_csv(path, dtype=str, keep_default_na=False)
+    """A texts CSV as strings (the text 'NA' stays a text); it must have text_id and text."""
+    try:
+        frame = pd.read_csv(path, keep_default_na=False, dtype=str)
+    except (OSError, ValueError, UnicodeDecodeError) as error:
+        raise DataError(path, f"cannot read as CSV: {error}") from error
+    missing = [c for c in ("text_id", "text") if c not in frame.columns]
+    if missing:
+        raise DataError(path, f"missing columns {missing}", expected="columns text_id and text")
+    return frame
 
 
 def split_main(args: argparse.Namespace) -> int:

@@ -178,11 +178,13 @@ def submitted_jobs() -> dict[str, list[str]]:
     return jobs
 
 
-def test_every_gpu_job_records_its_slurm_job_and_one_fake_gpu(cluster_run):
+def test_every_gpu_job_records_its_slurm_job_and_one_fake_gpu(cluster_run, local_run):
     for name, record in run_records(cluster_run).items():
         assert record["slurm_job_id"], name
         assert record["cuda_visible_devices"] in FAKE_GPUS, (name, record)
         assert record["devices"] == ["cpu"], f"{name}: CPU torch runs the GPU rule on the CPU"
+    for name, record in run_records(local_run).items():
+        assert record["slurm_job_id"] is None, f"{name}: the local run ran outside SLURM"
 
 
 def test_gpu_jobs_were_submitted_with_one_gpu_their_cpus_per_gpu_and_memory(cluster_run):

@@ -200,6 +200,20 @@ def test_gpu_jobs_were_submitted_with_one_gpu_their_cpus_per_gpu_and_memory(clus
         assert job["TimeLimit"] == f"00:0{wanted['runtime']}:00", name
 
 
+def test_gpu_jobs_that_ran_at_the_same_time_saw_distinct_gpus(cluster_run):
+    spans = []
+    for name, record in run_records(cluster_run).items():
+        job = harness.slurm_job(record["slurm_job_id"])
+        spans.append((name, job["StartTime"], job["EndTime"], record["cuda_visible_devices"]))
+    # SLURM's times are ISO 8601 to the second: compared as strings, they sort in time order
+    overlapping = [
+        (a, b) for i, a in enumerate(spans) for b in spans[i + 1 :] if a[1] < b[2] and b[1] < a[2]
+    ]
+    assert overlapping, f"no two GPU jobs ran at once: {spans}"
+    for a, b in overlapping:
+        assert a[3] != b[3], (a, b)
+
+
 def test_sweep_shards_ran_as_one_job_array(cluster_run):
     records = [r for name, r in run_records(cluster_run).items() if name.startswith("sweep")]
     jobs = [harness.slurm_job(r["slurm_job_id"]) for r in records]

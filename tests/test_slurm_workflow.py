@@ -197,7 +197,7 @@ def test_gpu_jobs_were_submitted_with_one_gpu_their_cpus_per_gpu_and_memory(clus
         assert job["CpusPerTres"] == f"gres:gpu:{wanted['cpus_per_task']}", name
         # the plugin adds 1 MB to array jobs for their payload
         assert job["MinMemoryNode"] in (f"{wanted['mem_mb']}M", f"{wanted['mem_mb'] + 1}M"), name
-        assert job["TimeLimit"] == f"00:0{wanted['runtime']}:00", name
+        assert job["TimeLimit"] == f"00:{wanted['runtime']:02d}:00", name
 
 
 def test_gpu_jobs_that_ran_at_the_same_time_saw_distinct_gpus(cluster_run):

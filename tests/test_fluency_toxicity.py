@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -78,3 +79,6 @@ def test_the_cli_writes_one_score_per_text_with_the_scorer_name(tmp_path: Path, 
     scores = pd.read_csv(out)
     assert scores["text_id"].tolist() == ["a", "b", "c"]
     assert scores["toxicity_scorer"].str.contains("proxy").all()
+    record = json.loads((tmp_path / "tox.run.json").read_text())
+    assert record["devices"] == ["cpu"] and record["texts"] == 3
+    assert {"host", "slurm_job_id", "cuda_visible_devices"} <= record.keys()

@@ -17,6 +17,7 @@ import pytest
 from tests.slurm import cluster, harness
 
 pytestmark = [pytest.mark.slurm, pytest.mark.workflow]
+pytest_plugins = ["tests.slurm.fixtures"]
 
 SNAKEFILE = harness.REPO / "tests" / "slurm" / "Snakefile"
 HOLD = 15
@@ -36,15 +37,6 @@ def probe_config(n_gpu_jobs: int, kill_hold: int) -> dict[str, Any]:
             },
         }
     }
-
-
-@pytest.fixture(scope="module")
-def slurm_cluster():
-    """A running test cluster for this module; its daemons are stopped afterwards, by pid."""
-    try:
-        yield cluster.up()
-    finally:
-        cluster.down()
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """A real single-node SLURM on loopback, from Debian's packages, with four fake GPUs.
 
-Used by the SLURM tests (fixture in tests/slurm/conftest.py) and by hand:
+Used by the SLURM tests (session fixture in tests/slurm/fixtures.py) and by hand:
 
     python tests/slurm/cluster.py up      # install if missing, write /etc/slurm, start daemons
     python tests/slurm/cluster.py down    # stop the daemons this script started, by pid

@@ -104,9 +104,10 @@ def run_profile(
         str(snakefile),
         "--directory",
         str(workdir),
+        *args,
+        # last: --configfile takes every word that follows (targets would become configfiles)
         "--configfile",
         str(configfile),
-        *args,
     ]
     cancelled: list[str] = []
     stop = threading.Event()

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
 
-from gpuflow.atomic import write_csv
-from gpuflow.devices import worker_devices
+from gpuflow.atomic import write_csv, write_json
+from gpuflow.devices import run_record, worker_devices
 from gpuflow.errors import ConfigError, GpuflowError
 from gpuflow.fluency.texts import read_texts
 
@@ -80,6 +81,7 @@ def main(args: argparse.Namespace) -> int:
     """`gpuflow toxicity`: score every text of a shard."""
     texts = read_texts(args.texts)
     items = texts["text"].tolist()
+    device = torch.device("cpu")
     if args.scorer == "profanity-check":
         scores, name = profanity_scores(items)
     else:
@@ -92,6 +94,10 @@ def main(args: argparse.Namespace) -> int:
     write_csv(
         args.out,
         pd.DataFrame({"text_id": texts["text_id"], "toxicity": scores, "toxicity_scorer": name}),
+    )
+    write_json(
+        Path(args.out).with_suffix(".run.json"),
+        {**run_record([device]), "scorer": name, "texts": len(items)},
     )
     print(f"scored {len(items)} texts with {name}")
     return 0

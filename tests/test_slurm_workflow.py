@@ -1,0 +1,266 @@
+"""A slice of the real workflow through `snakemake --profile profiles/slurm` on the live cluster.
+
+One GPU rule of every family (fluency_perplexity, ssvae_train, scaling_train, sweep_shard) runs
+with `gpu: 1` on the test cluster's fake GPUs (CPU torch), the rules they need as CPU jobs or
+local rules. SLURM's own records (scontrol) and the devices each job wrote into its outputs
+show where and how it ran; its numbers must equal those of a local run of the same config.
+"""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from tests.conftest import snakemake
+from tests.slurm import cluster, harness
+
+pytestmark = [pytest.mark.slurm, pytest.mark.workflow]
+pytest_plugins = ["tests.slurm.fixtures"]
+
+SNAKEFILE = harness.REPO / "Snakefile"
+FAKE_GPUS = {str(i) for i in range(cluster.N_GPUS)}
+
+PERPLEXITY = "results/fluency/perplexity/shard~0.csv"
+SSVAE = "results/ssvae/frac~0.2/corrupt~0.0/alpha~10/seed~0/metrics.json"
+SCALING = "results/scaling/runs/short/nodes~1/world~1/run.json"
+SWEEP = [f"results/sweep/shards/method~gd/rank~2/width~4/shard~{i}.csv" for i in (0, 1)]
+TARGETS = [PERPLEXITY, SSVAE, SCALING, *SWEEP]
+
+# Each GPU rule asks for its own memory and CPUs per GPU, so SLURM's records tell them apart.
+GPU_RESOURCES = {
+    "fluency_perplexity": {"gpu": 1, "cpus_per_task": 2, "mem_mb": 1500, "runtime": 5},
+    "ssvae_train": {"gpu": 1, "cpus_per_task": 1, "mem_mb": 1200, "runtime": 6},
+    "scaling_train": {"gpu": 1, "cpus_per_task": 1, "mem_mb": 1300, "runtime": 7},
+    "sweep_shard": {"gpu": 1, "cpus_per_task": 1, "mem_mb": 1100, "runtime": 8},
+}
+CPU = {"gpu": 0, "cpus_per_task": 1, "mem_mb": 900, "runtime": 5}
+CPU_RULES = ("fluency_texts", "scaling_data", "scaling_tokenize")
+LOCAL_RULES = ("fluency_split", "ssvae_data")
+
+
+def slice_config(lm: Path) -> dict[str, Any]:
+    """Every family, tiny; the fluency LM is a random GPT-2 folder, so none is trained."""
+    res = GPU_RESOURCES
+    return {
+        "families": ["fluency", "ssvae", "scaling", "sweep"],
+        "fluency": {
+            "texts": {"n_texts": 8, "max_words": 40, "seed": 3},
+            "lm": {"path": str(lm)},
+            "perplexity": {"shards": 1, "token_budget": 2048},
+            "resources": {"fluency_texts": CPU, "fluency_perplexity": res["fluency_perplexity"]},
+        },
+        "ssvae": {
+            "grid": {"fractions": [0.2], "corruption_rates": [0.0], "alphas": [10], "seeds": [0]},
+            "model": {"hidden": 16, "latent": 4},
+            "train": {"epochs": 1, "batch_size": 400, "labelled_batch_size": 50},
+            "resources": {"ssvae_train": res["ssvae_train"]},
+        },
+        "scaling": {
+            "run": ["short"],
+            "world_sizes": [1],
+            "configurations": {
+                "short": {
+                    "data": {"n_train": 64, "n_val": 32},
+                    "tokenizer": {"vocab_size": 300},
+                    "model": {"d_model": 16, "n_heads": 2, "ffn_dim": 32, "max_seq_len": 24},
+                    "train": {"epochs": 2, "global_batch_size": 16},
+                }
+            },
+            "resources": {
+                "scaling_data": CPU,
+                "scaling_tokenize": CPU,
+                "scaling_train": res["scaling_train"],
+            },
+        },
+        "sweep": {
+            "methods": ["gd"],
+            "teacher_ranks": [2],
+            "student_widths": [4],
+            "n_seeds": 2,
+            "shard_size": 1,
+            "resources": {"sweep_shard": res["sweep_shard"]},
+        },
+    }
+
+
+def random_gpt2(folder: Path) -> Path:
+    """A randomly initialised 1-layer GPT-2 and a byte-level BPE tokenizer, save_pretrained."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+
+    from gpuflow.data.embedded import load_movie_reviews
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=300,
+        special_tokens=["<|endoftext|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    bpe.train_from_iterator(load_movie_reviews("imdb")["text"].iloc[:200].tolist(), trainer)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=bpe, bos_token="<|endoftext|>", eos_token="<|endoftext|>"
+    )
+    torch.manual_seed(0)
+    eos = tokenizer.eos_token_id
+    config = GPT2Config(
+        vocab_size=len(tokenizer),
+        n_positions=64,
+        n_embd=32,
+        n_layer=1,
+        n_head=2,
+        bos_token_id=eos,
+        eos_token_id=eos,
+    )
+    GPT2LMHeadModel(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def config(tmp_path_factory) -> dict[str, Any]:
+    return slice_config(random_gpt2(tmp_path_factory.mktemp("random-gpt2")))
+
+
+@pytest.fixture(scope="module")
+def runs(slurm_cluster, config, tmp_path_factory) -> dict[str, Path]:
+    """The slice through the SLURM profile (GPU rules as 1-GPU jobs, sweep shards as an array)
+    and, at the same time, with Snakemake's local scheduler (no SLURM, no GPUs)."""
+    workdirs = {name: tmp_path_factory.mktemp(f"{name}-workflow") for name in ("slurm", "local")}
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        local = pool.submit(snakemake, workdirs["local"], config, *TARGETS)
+        result, _ = harness.run_profile(workdirs["slurm"], SNAKEFILE, config, *TARGETS)
+        local.result()
+    assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-8000:]}"
+    return workdirs
+
+
+@pytest.fixture(scope="module")
+def cluster_run(runs) -> Path:
+    return runs["slurm"]
+
+
+@pytest.fixture(scope="module")
+def local_run(runs) -> Path:
+    return runs["local"]
+
+
+def run_records(workdir: Path) -> dict[str, dict[str, Any]]:
+    """Each GPU rule's record of where it ran (gpuflow.devices.run_record), as it wrote it."""
+
+    def read(path: str) -> dict[str, Any]:
+        return json.loads((workdir / path).read_text())
+
+    return {
+        "fluency_perplexity": read(PERPLEXITY.replace(".csv", ".run.json")),
+        "ssvae_train": read(SSVAE)["run_record"],
+        "scaling_train": read(SCALING)["run_record"],
+        **{f"sweep_shard~{i}": read(p.replace(".csv", ".run.json")) for i, p in enumerate(SWEEP)},
+    }
+
+
+def submitted_jobs() -> dict[str, list[str]]:
+    """SLURM job ids per rule of this workflow, from SLURM's queue records (comment field)."""
+    rules = (*GPU_RESOURCES, *CPU_RULES, *LOCAL_RULES)
+    jobs: dict[str, list[str]] = {}
+    for job in harness.squeue():
+        rule = next((r for r in rules if job["comment"].startswith(f"rule_{r}")), None)
+        if rule:
+            jobs.setdefault(rule, []).append(job["id"])
+    return jobs
+
+
+def test_every_gpu_job_records_its_slurm_job_and_one_fake_gpu(cluster_run, local_run):
+    for name, record in run_records(cluster_run).items():
+        assert record["slurm_job_id"], name
+        assert record["cuda_visible_devices"] in FAKE_GPUS, (name, record)
+        assert record["devices"] == ["cpu"], f"{name}: CPU torch runs the GPU rule on the CPU"
+    for name, record in run_records(local_run).items():
+        assert record["slurm_job_id"] is None, f"{name}: the local run ran outside SLURM"
+
+
+def test_gpu_jobs_were_submitted_with_one_gpu_their_cpus_per_gpu_and_memory(cluster_run):
+    for name, record in run_records(cluster_run).items():
+        wanted = GPU_RESOURCES[name.split("~")[0]]
+        job = harness.slurm_job(record["slurm_job_id"])
+        assert job["JobState"] == "COMPLETED", name
+        assert job["Partition"] == "gpu", name
+        assert job["TresPerJob"] == f"gres:gpu:{cluster.GPU_TYPE}:1", name
+        assert job["CpusPerTres"] == f"gres:gpu:{wanted['cpus_per_task']}", name
+        # the plugin adds 1 MB to array jobs for their payload
+        assert job["MinMemoryNode"] in (f"{wanted['mem_mb']}M", f"{wanted['mem_mb'] + 1}M"), name
+        assert job["TimeLimit"] == f"00:{wanted['runtime']:02d}:00", name
+
+
+def test_gpu_jobs_that_ran_at_the_same_time_saw_distinct_gpus(cluster_run):
+    spans = []
+    for name, record in run_records(cluster_run).items():
+        job = harness.slurm_job(record["slurm_job_id"])
+        spans.append((name, job["StartTime"], job["EndTime"], record["cuda_visible_devices"]))
+    # SLURM's times are ISO 8601 to the second: compared as strings, they sort in time order
+    overlapping = [
+        (a, b) for i, a in enumerate(spans) for b in spans[i + 1 :] if a[1] < b[2] and b[1] < a[2]
+    ]
+    assert overlapping, f"no two GPU jobs ran at once: {spans}"
+    for a, b in overlapping:
+        assert a[3] != b[3], (a, b)
+
+
+def test_sweep_shards_ran_as_one_job_array(cluster_run):
+    records = [r for name, r in run_records(cluster_run).items() if name.startswith("sweep")]
+    jobs = [harness.slurm_job(r["slurm_job_id"]) for r in records]
+    assert len({job["ArrayJobId"] for job in jobs}) == 1
+    assert len({job["ArrayTaskId"] for job in jobs}) == 2
+
+
+def test_cpu_rules_ran_as_cpu_jobs_without_a_gpu_and_local_rules_were_not_submitted(cluster_run):
+    jobs = submitted_jobs()
+    for rule in CPU_RULES:
+        assert len(jobs.get(rule, [])) == 1, (rule, jobs)
+        job = harness.slurm_job(jobs[rule][0])
+        assert job["JobState"] == "COMPLETED", rule
+        assert job["Partition"] == "cpu", rule
+        # no GPU: no GPU request, or (with a gpu_model in site.yaml) a request for zero
+        assert job.get("TresPerJob", "(null)") in ("(null)", f"gres:gpu:{cluster.GPU_TYPE}:0"), rule
+        assert job["MinMemoryNode"] == f"{CPU['mem_mb']}M", rule
+    assert not set(LOCAL_RULES) & set(jobs)
+
+
+def test_fluency_perplexities_equal_a_local_run(cluster_run, local_run):
+    on_cluster = pd.read_csv(cluster_run / PERPLEXITY)
+    local = pd.read_csv(local_run / PERPLEXITY)
+    assert len(on_cluster) == 16  # 8 texts and their shuffled twins
+    pd.testing.assert_frame_equal(on_cluster, local, check_exact=False, rtol=1e-6)
+
+
+def test_ssvae_metrics_equal_a_local_run(cluster_run, local_run):
+    on_cluster = json.loads((cluster_run / SSVAE).read_text())
+    local = json.loads((local_run / SSVAE).read_text())
+    assert on_cluster["test_accuracy"] == local["test_accuracy"]
+    assert on_cluster["test_elbo"] == pytest.approx(local["test_elbo"], rel=1e-6)
+    assert on_cluster["curve"] == local["curve"]
+
+
+def test_scaling_losses_and_accuracy_equal_a_local_run(cluster_run, local_run):
+    keys = ("epoch", "train_loss", "val_loss", "val_accuracy")
+    on_cluster = json.loads((cluster_run / SCALING).read_text())["epochs"]
+    local = json.loads((local_run / SCALING).read_text())["epochs"]
+    assert len(on_cluster) == 2
+    for mine, theirs in zip(on_cluster, local, strict=True):
+        assert {k: mine[k] for k in keys} == pytest.approx({k: theirs[k] for k in keys}, rel=1e-6)
+
+
+def test_sweep_rows_equal_a_local_run_except_wall_time(cluster_run, local_run):
+    for shard in SWEEP:
+        on_cluster = pd.read_csv(cluster_run / shard).drop(columns="wall_s")
+        local = pd.read_csv(local_run / shard).drop(columns="wall_s")
+        assert len(on_cluster) == 1
+        pd.testing.assert_frame_equal(on_cluster, local)

@@ -267,7 +267,7 @@ def scaling_train_resources():
             tasks_per_gpu=0,
         )
     else:
-        resources.update(cpus_per_task=cpus * max(SCALING_WORLDS))
+        resources.update(gpu=0, cpus_per_task=cpus * max(SCALING_WORLDS))
     return resources
 
 

@@ -5,6 +5,7 @@ A failed or killed job therefore never leaves a file (or folder) that looks comp
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -13,9 +14,18 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpuflow.errors import DataError
+
 if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.figure import Figure
+
+
+# Errors that say the output cannot be written where it should go (full, read-only, not a folder).
+WRITE_ERRNOS = frozenset(
+    {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM}
+    | {errno.ENOTDIR, errno.EEXIST}
+)
 
 
 def _temporary_sibling(path: Path) -> Path:
@@ -38,16 +48,29 @@ def _fsync_file(path: Path) -> None:
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temporary path to write (a file or a folder); it replaces `path` on success."""
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
     tmp = _temporary_sibling(target)
-    _remove(tmp)
     try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        _remove(tmp)
         yield tmp
         if tmp.is_file():
             _fsync_file(tmp)
         if target.is_dir() and tmp.is_dir():
             shutil.rmtree(target)
         os.replace(tmp, target)
+    except OSError as error:
+        if error.errno not in WRITE_ERRNOS:
+            raise
+        problem = (
+            "a part of its folder path is a file, not a folder"
+            if error.errno in (errno.ENOTDIR, errno.EEXIST)
+            else error.strerror or str(error)
+        )
+        raise DataError(
+            target,
+            f"cannot write the output ({problem})",
+            expected="a writable output folder with free space",
+        ) from error
     finally:
         _remove(tmp)
 

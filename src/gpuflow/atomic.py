@@ -1,11 +1,13 @@
 """Atomic outputs: write to a hidden temporary name beside the target, rename on success.
 
-A failed or killed job therefore never leaves a file (or folder) that looks complete.
+A failed or killed job therefore never leaves a file (or folder) that looks complete. The next
+write of the same output removes what a killed writer left behind.
 """
 
 from __future__ import annotations
 
 import errno
+import glob
 import json
 import os
 import shutil
@@ -51,7 +53,8 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     tmp = _temporary_sibling(target)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        _remove(tmp)
+        for stale in target.parent.glob(f".{glob.escape(target.name)}.tmp-*"):
+            _remove(stale)  # left by a writer that was killed (one job writes an output)
         yield tmp
         if tmp.is_file():
             _fsync_file(tmp)

@@ -1,10 +1,13 @@
 """Atomic outputs: write to a hidden temporary name beside the target, rename on success.
 
-A failed or killed job therefore never leaves a file (or folder) that looks complete.
+A failed or killed job therefore never leaves a file (or folder) that looks complete. The next
+write of the same output removes what a killed writer left behind.
 """
 
 from __future__ import annotations
 
+import errno
+import glob
 import json
 import os
 import shutil
@@ -13,9 +16,18 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpuflow.errors import DataError
+
 if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.figure import Figure
+
+
+# Errors that say the output cannot be written where it should go (full, read-only, not a folder).
+WRITE_ERRNOS = frozenset(
+    {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM}
+    | {errno.ENOTDIR, errno.EEXIST}
+)
 
 
 def _temporary_sibling(path: Path) -> Path:
@@ -38,16 +50,30 @@ def _fsync_file(path: Path) -> None:
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temporary path to write (a file or a folder); it replaces `path` on success."""
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
     tmp = _temporary_sibling(target)
-    _remove(tmp)
     try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        for stale in target.parent.glob(f".{glob.escape(target.name)}.tmp-*"):
+            _remove(stale)  # left by a writer that was killed (one job writes an output)
         yield tmp
         if tmp.is_file():
             _fsync_file(tmp)
         if target.is_dir() and tmp.is_dir():
             shutil.rmtree(target)
         os.replace(tmp, target)
+    except OSError as error:
+        if error.errno not in WRITE_ERRNOS:
+            raise
+        problem = (
+            "a part of its folder path is a file, not a folder"
+            if error.errno in (errno.ENOTDIR, errno.EEXIST)
+            else error.strerror or str(error)
+        )
+        raise DataError(
+            target,
+            f"cannot write the output ({problem})",
+            expected="a writable output folder with free space",
+        ) from error
     finally:
         _remove(tmp)
 

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from types import ModuleType
 
 import gpuflow
+from gpuflow.atomic import WRITE_ERRNOS
 from gpuflow.errors import GpuflowError
 from gpuflow.gpulock import gpus_for_this_process
 
@@ -61,6 +62,16 @@ def main(argv: list[str] | None = None) -> int:
             return int(args.run(args) or 0)
     except GpuflowError as error:
         print(f"gpuflow {args.step}: error: {error}", file=sys.stderr)
+        return 2
+    except OSError as error:
+        if error.errno not in WRITE_ERRNOS:
+            raise
+        where = f"{error.filename}: " if error.filename else ""
+        print(
+            f"gpuflow {args.step}: error: {where}cannot write ({error.strerror})"
+            " (expected a writable output folder with free space)",
+            file=sys.stderr,
+        )
         return 2
 
 

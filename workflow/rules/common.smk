@@ -5,6 +5,7 @@ pandas here; checks that need files use gpuflow.modelref, which imports neither.
 """
 
 import json
+import os
 import shlex
 
 from gpuflow.config import check_files_exist
@@ -19,6 +20,18 @@ FAMILY_TARGETS = {}
 # after the DAG is built and before the first job of a real run. Dry runs and `gpuflow plan`
 # skip them, so a cluster run can be planned on a machine that lacks the data.
 STARTUP_CHECKS = []
+
+
+def check_results_folder():
+    """Stop with one line when results/ exists but is not a folder (Snakemake would crash)."""
+    if os.path.lexists("results") and not os.path.isdir("results"):
+        raise WorkflowError(
+            "results: not a folder (expected the folder every output goes to;"
+            " move the file away)"
+        )
+
+
+check_results_folder()
 
 
 def run_startup_checks():
@@ -267,7 +280,7 @@ def scaling_train_resources():
             tasks_per_gpu=0,
         )
     else:
-        resources.update(cpus_per_task=cpus * max(SCALING_WORLDS))
+        resources.update(gpu=0, cpus_per_task=cpus * max(SCALING_WORLDS))
     return resources
 
 

@@ -4,29 +4,29 @@ FLUENCY = config["fluency"]
 FLUENCY_DIR = "results/fluency"
 FLUENCY_SHARDS = [str(i) for i in range(FLUENCY["perplexity"]["shards"])]
 
-if FLUENCY["lm"]["path"] is not None:
-    STARTUP_CHECKS.append(
-        lambda: check_model_reference("fluency.lm.path", FLUENCY["lm"]["path"])
-    )
-if FLUENCY["toxicity"]["scorer"] == "huggingface":
-    if FLUENCY["toxicity"]["model_path"] is None:
-        raise WorkflowError(
-            "config key 'fluency.toxicity.model_path': required when scorer is 'huggingface'"
+if "fluency" in config["families"]:
+    if FLUENCY["lm"]["path"] is not None:
+        STARTUP_CHECKS.append(
+            lambda: check_model_reference("fluency.lm.path", FLUENCY["lm"]["path"])
         )
-    STARTUP_CHECKS.append(
-        lambda: check_model_reference(
-            "fluency.toxicity.model_path", FLUENCY["toxicity"]["model_path"]
+    if FLUENCY["toxicity"]["scorer"] == "huggingface":
+        if FLUENCY["toxicity"]["model_path"] is None:
+            raise WorkflowError(
+                "config key 'fluency.toxicity.model_path': required when scorer is 'huggingface'"
+            )
+        STARTUP_CHECKS.append(
+            lambda: check_model_reference(
+                "fluency.toxicity.model_path", FLUENCY["toxicity"]["model_path"]
+            )
         )
-    )
-if FLUENCY["texts"]["source"] == "files":
-    if not FLUENCY["texts"]["files"]:
-        raise WorkflowError(
-            "config key 'fluency.texts.files': empty, but source is 'files' (expected text files)"
+    if FLUENCY["texts"]["source"] == "files":
+        if not FLUENCY["texts"]["files"]:
+            raise WorkflowError(
+                "config key 'fluency.texts.files': empty, but source is 'files' (expected text files)"
+            )
+        STARTUP_CHECKS.append(
+            lambda: check_files_exist("fluency.texts.files", FLUENCY["texts"]["files"])
         )
-    STARTUP_CHECKS.append(
-        lambda: check_files_exist("fluency.texts.files", FLUENCY["texts"]["files"])
-    )
-
 
 FAMILY_TARGETS["fluency"] = fluency_targets
 

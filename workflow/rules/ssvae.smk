@@ -18,11 +18,11 @@ SSVAE_WILDCARDS = {
     "alpha": r"[0-9.e+-]+",
 }
 
-if SSVAE["data"]["source"] == "idx" and not SSVAE["data"]["path"]:
-    raise WorkflowError(
-        "config key 'ssvae.data.path': empty, but source is 'idx' (expected the MNIST IDX folder)"
-    )
-if SSVAE["data"]["source"] == "idx":
+if "ssvae" in config["families"] and SSVAE["data"]["source"] == "idx":
+    if not SSVAE["data"]["path"]:
+        raise WorkflowError(
+            "config key 'ssvae.data.path': empty, but source is 'idx' (expected the MNIST IDX folder)"
+        )
     STARTUP_CHECKS.append(check_ssvae_data)
 
 

@@ -60,6 +60,8 @@ def _read_delimited(file: Path, content: str, delimiter: str) -> pd.DataFrame:
         raise DataError(
             file, f"malformed {'CSV' if delimiter == ',' else 'TSV'}: {error}"
         ) from None
+    if not records:
+        raise DataError(file, "no rows below the header", expected="a header row and data rows")
     return pd.DataFrame(records, columns=header, index=pd.Index(rows, name="row"), dtype=object)
 
 

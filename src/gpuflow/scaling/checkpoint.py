@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from gpuflow.atomic import atomic_path
+from gpuflow.resume import read_state
 
 
 def fingerprint(settings: dict[str, Any]) -> str:
@@ -36,9 +37,9 @@ def save(path: Path, state: dict[str, Any]) -> None:
 
 def load(path: Path, expected: str, device: torch.device) -> dict[str, Any] | None:
     """The saved state when it exists and was written by the same settings, else None."""
-    if not path.is_file():
+    state = read_state(path, device)
+    if state is None:
         return None
-    state = torch.load(path, map_location=device, weights_only=True)
     if state.get("fingerprint") != expected:
         print(f"ignoring {path}: written by different settings")
         return None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -156,7 +157,7 @@ def load_prepared(path: str | Path) -> dict[str, np.ndarray]:
     try:
         with np.load(path) as handle:
             arrays = {key: handle[key] for key in ARRAYS}
-    except (OSError, ValueError, KeyError) as error:
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as error:
         raise DataError(path, f"not a prepared SSVAE dataset: {error}") from error
     return arrays
 

@@ -23,6 +23,7 @@ from torch import nn
 from gpuflow.atomic import atomic_path, write_json
 from gpuflow.devices import run_record, worker_devices
 from gpuflow.errors import ConfigError
+from gpuflow.resume import read_state
 from gpuflow.ssvae.batches import Batches, Plan, RunIndex, epoch_indices, make_plan
 from gpuflow.ssvae.data import load_prepared
 from gpuflow.ssvae.labels import LabelSplit, split_labels
@@ -291,9 +292,9 @@ def load_state(path: Path, fp: str) -> dict[str, Any] | None:
     Loaded on the CPU: generator states must be CPU tensors, and load_state_dict copies the
     weights and Adam moments onto the parameters' device.
     """
-    if not path.is_file():
+    state = read_state(path, "cpu")
+    if state is None:
         return None
-    state = torch.load(path, map_location="cpu", weights_only=True)
     if state.get("fingerprint") != fp:
         print(f"ignoring {path}: it belongs to other runs or settings", flush=True)
         return None

@@ -27,25 +27,36 @@ class ProgressFile:
         self.settings = json.loads(json.dumps(settings, sort_keys=True))
         self.records: dict[int, dict[str, Any]] = {}
         self.started_over = False
+        self.reason: str | None = None
         self._handle: TextIO | None = None
 
     def open(self) -> ProgressFile:
-        """Read what an earlier run left (if written for the same settings), then open to append."""
+        """Read what an earlier run left (if written for the same settings), then open to append.
+
+        A file that cannot be read back (not UTF-8, a line that is not a seed record) is
+        reported in `started_over` / `reason` and started over, as is one for other settings.
+        """
         self.path.parent.mkdir(parents=True, exist_ok=True)
         lines = self._read_whole_lines()
-        header = json.loads(lines[0]) if lines else None
-        if header is None or header.get("settings") != self.settings:
-            self.started_over = bool(lines)
+        try:
+            header, records = self._parse(lines)
+        except (ValueError, KeyError, TypeError) as error:
+            header, records = None, {}
+            self.reason = f"unreadable ({error}); earlier results dropped"
+        else:
+            if lines and (header is None or header.get("settings") != self.settings):
+                self.reason = "written for other settings"
+        if self.reason is not None:
+            self.started_over = True
+        if not lines or self.started_over:
             self._handle = open(self.path, "w", encoding="utf-8")  # noqa: SIM115 (closed by close())
             self._append({"kind": "header", "settings": self.settings})
             return self
-        for line in lines[1:]:
-            record = json.loads(line)
-            self.records[record["seed"]] = record
+        self.records = records
         self._handle = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (closed by close())
         return self
 
-    def _read_whole_lines(self) -> list[str]:
+    def _read_whole_lines(self) -> list[bytes]:
         if not self.path.exists():
             return []
         raw = self.path.read_bytes()
@@ -53,13 +64,32 @@ class ProgressFile:
         if len(whole) != len(raw):
             with open(self.path, "r+b") as handle:
                 handle.truncate(len(whole))
-        lines = [line for line in whole.decode("utf-8").splitlines() if line.strip()]
-        try:
-            if lines:
-                json.loads(lines[0])
-        except json.JSONDecodeError:
-            return []
-        return lines
+        return [line for line in whole.splitlines() if line.strip()]
+
+    @staticmethod
+    def _parse(lines: list[bytes]) -> tuple[dict[str, Any] | None, dict[int, dict[str, Any]]]:
+        """The header and the seed records; ValueError/KeyError/TypeError when a line is bad."""
+        if not lines:
+            return None, {}
+        parsed = []
+        for number, line in enumerate(lines, 1):
+            try:
+                record = json.loads(line.decode("utf-8"))
+            except ValueError as error:
+                raise ValueError(f"line {number}: {error}") from None
+            if not isinstance(record, dict):
+                raise ValueError(f"line {number}: not a JSON object")
+            parsed.append(record)
+        header, records = parsed[0], {}
+        if header.get("kind") != "header":
+            raise ValueError("line 1: not a header")
+        for number, record in enumerate(parsed[1:], 2):
+            if record.get("kind") != "seed" or record.get("status") not in ("ok", "failed"):
+                raise ValueError(f"line {number}: not a seed record")
+            if record["status"] == "ok" and not isinstance(record.get("row"), dict):
+                raise ValueError(f"line {number}: a finished seed without its row")
+            records[int(record["seed"])] = record
+        return header, records
 
     def done(self) -> dict[int, dict[str, Any]]:
         """Rows of the seeds finished successfully, by seed."""

@@ -105,7 +105,7 @@ def main(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     try:
         if progress.started_over:
-            log(f"{progress.path}: written for other settings, starting over")
+            log(f"{progress.path}: {progress.reason}, starting over")
         rows = {s: r for s, r in progress.done().items() if s in seeds}
         todo = [s for s in seeds if s not in rows]
         name = f"{args.method} rank={args.teacher_rank} width={args.student_width}"

@@ -1,0 +1,88 @@
+"""Output folders that cannot take the output: full, read-only, or a path through a file.
+
+Tests run as root, where `chmod` stops nothing, so the folders are ones root cannot write either:
+a tiny tmpfs (full after 64 KiB), a read-only tmpfs, and a path whose parent is a regular file.
+Mounting needs root with CAP_SYS_ADMIN; where that is missing those cases are skipped.
+The step must stop with one line naming the output and the problem, and leave nothing behind.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from gpuflow.cli import main as gpuflow_main
+from tests.conftest import snakemake
+
+
+@pytest.fixture
+def mounted(tmp_path) -> Iterator[Callable[[str], Path]]:
+    """mount(options) -> a fresh tmpfs folder mounted with those options, unmounted afterwards."""
+    points: list[Path] = []
+
+    def mount(options: str) -> Path:
+        point = tmp_path / f"mnt{len(points)}"
+        point.mkdir()
+        result = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(point)],
+            capture_output=True,
+            text=True,
+        )
+        if result.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {result.stderr.strip()}")
+        points.append(point)
+        return point
+
+    yield mount
+    for point in reversed(points):
+        subprocess.run(["umount", str(point)], check=False)
+
+
+def write_texts(out: Path, capsys) -> str:
+    """The texts step with ~200 KB of reviews to write; returns its stderr."""
+    argv = ["fluency-texts", "--n-texts", "100", "--corpus", "imdb", "--max-words", "400"]
+    argv += ["--shuffled-twins", "--out", str(out)]
+    capsys.readouterr()
+    assert gpuflow_main(argv) == 2
+    return capsys.readouterr().err.strip()
+
+
+def test_a_full_disk_is_one_line_naming_the_output_and_leaves_nothing(mounted, capsys):
+    folder = mounted("size=64k")
+    out = folder / "fluency" / "texts.csv"
+    err = write_texts(out, capsys)
+    assert err == (
+        f"gpuflow fluency-texts: error: {out}: cannot write the output (No space left on device)"
+        " (expected a writable output folder with free space)"
+    )
+    assert not any(p.is_file() for p in folder.rglob("*")), list(folder.rglob("*"))
+
+
+def test_a_read_only_folder_is_one_line_naming_the_output(mounted, capsys):
+    out = mounted("ro,size=64k") / "texts.csv"
+    err = write_texts(out, capsys)
+    assert f"{out}: cannot write the output (Read-only file system)" in err
+    assert len(err.splitlines()) == 1
+
+
+def test_an_output_path_through_a_regular_file_is_one_line_naming_it(tmp_path, capsys):
+    (tmp_path / "results").write_text("a file where a folder should be\n")
+    out = tmp_path / "results" / "fluency" / "texts.csv"
+    err = write_texts(out, capsys)
+    assert f"{out}: cannot write the output (a part of its folder path is a file" in err
+    assert (tmp_path / "results").read_text() == "a file where a folder should be\n"
+
+
+@pytest.mark.workflow
+def test_a_workflow_whose_results_folder_is_a_file_stops_with_a_clear_error(tmp_path):
+    (tmp_path / "results").write_text("not a folder\n")
+    config = {"families": ["sweep"], "sweep": {"teacher_ranks": [2], "student_widths": [4]}}
+    result = snakemake(tmp_path, config, check=False)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert "results: not a folder (expected the folder every output goes to" in output
+    assert "Traceback" not in output
+    assert (tmp_path / "results").read_text() == "not a folder\n"

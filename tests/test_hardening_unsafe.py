@@ -1,0 +1,158 @@
+"""Unsafe input: config strings cannot inject shell commands, files cannot run code.
+
+Strings from the config reach shell command lines (paths, model names, column names); state files
+and models are read from disk. None of them may run anything: each test plants a payload that
+would create a file named `pwned*` and checks that it never appears.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+import torch
+
+from gpuflow.cli import main as gpuflow_main
+from gpuflow.resume import read_state
+from gpuflow.scaling import checkpoint
+from tests.conftest import REPO, snakemake
+
+SRC = REPO / "src" / "gpuflow"
+EVIL = "x; touch pwned; echo 'q\" $(touch pwned2) `touch pwned3`"
+
+
+def planted(*folders: Path) -> list[Path]:
+    """Every file named pwned* under the folders (what a payload would have made)."""
+    return [p for folder in folders for p in folder.rglob("pwned*")]
+
+
+def python_sources() -> dict[Path, str]:
+    return {path: path.read_text(encoding="utf-8") for path in SRC.rglob("*.py")}
+
+
+def test_every_torch_load_in_src_uses_weights_only():
+    calls = [
+        (path.name, call)
+        for path, text in python_sources().items()
+        for call in re.findall(r"torch\.load\([^)]*\)", text)
+    ]
+    assert calls, "no torch.load found: the pattern is stale"
+    assert all("weights_only=True" in call for _, call in calls), calls
+
+
+def test_no_eval_exec_unsafe_yaml_or_pickle_in_src():
+    for path, text in python_sources().items():
+        code = "\n".join(line.split("#")[0] for line in text.splitlines())
+        assert not re.search(r"(?<![.\w])(eval|exec)\(", code), path
+        assert not re.search(r"yaml\.(load|unsafe_load|full_load)\(", code), path
+        assert not re.search(r"\bimport pickle\b|pickle\.loads?\(|allow_pickle=True", code), path
+
+
+def test_remote_model_code_runs_only_when_the_config_says_so():
+    for path, text in python_sources().items():
+        assert "trust_remote_code=True" not in text, path
+    schema = (REPO / "workflow" / "schemas" / "fluency.schema.yaml").read_text()
+    assert re.search(r"trust_remote_code:\s*\n(\s+.*\n)*?\s+default: false", schema)
+
+
+class Payload:
+    """An object whose unpickling would create a file."""
+
+    def __init__(self, target: Path):
+        self.target = target
+
+    def __reduce__(self):
+        return (Path.touch, (self.target,))
+
+
+@pytest.mark.parametrize("loader", ["read_state", "scaling checkpoint"])
+def test_a_resume_state_holding_code_is_refused_and_the_run_starts_over(tmp_path, capsys, loader):
+    state = tmp_path / "train_state.pt"
+    torch.save({"fingerprint": "f", "epoch": Payload(tmp_path / "pwned")}, state)
+    if loader == "read_state":
+        assert read_state(state, "cpu") is None
+    else:
+        assert checkpoint.load(state, "f", torch.device("cpu")) is None
+    assert not planted(tmp_path)
+    assert f"ignoring {state}: unreadable resume state" in capsys.readouterr().out
+
+
+def test_a_model_folder_asking_to_run_its_own_code_is_refused(tmp_path, capsys):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "evil.py").write_text(
+        "from pathlib import Path\nPath(__file__).with_name('pwned').touch()\n"
+    )
+    config = {"model_type": "evil", "auto_map": {"AutoConfig": "evil.EvilConfig"}}
+    (model / "config.json").write_text(json.dumps(config))
+    texts = tmp_path / "texts.csv"
+    texts.write_text("text_id,text\na,Fine film.\n")
+    out = tmp_path / "out" / "ppl.csv"
+    argv = ["perplexity", "--texts", str(texts), "--model", str(model), "--out", str(out)]
+    assert gpuflow_main([*argv, "--device", "cpu"]) == 2
+    assert str(model) in capsys.readouterr().err
+    assert not planted(tmp_path) and not out.exists()
+
+
+def evil_config(root: Path) -> dict:
+    """Every family with config strings that would run commands if they reached a shell raw."""
+    evil = root / EVIL
+    return {
+        "families": ["fluency", "ssvae", "scaling"],
+        "fluency": {
+            "texts": {
+                "source": "files",
+                "files": [f"{evil}.csv"],
+                "text_column": EVIL,
+                "id_column": EVIL,
+                "group_columns": [EVIL],
+            },
+            "lm": {"path": str(evil)},
+            "toxicity": {"scorer": "huggingface", "model_path": str(evil), "toxic_label": EVIL},
+        },
+        "ssvae": {"data": {"source": "idx", "path": str(evil)}},
+        "scaling": {
+            "run": ["short"],
+            "configurations": {"short": {"data": {"source": "imdb", "path": f"{evil}.csv"}}},
+        },
+    }
+
+
+@pytest.mark.workflow
+def test_config_strings_are_quoted_in_every_planned_command_line(tmp_path):
+    workdir = tmp_path / "work"
+    result = snakemake(workdir, evil_config(tmp_path), "--dry-run", "--printshellcmds")
+    commands = [line for line in result.stdout.splitlines() if "gpuflow " in line]
+    with_payload = [c for c in commands if "pwned" in c]
+    assert len(with_payload) >= 6, result.stdout[-3000:]
+    for command in with_payload:
+        words = shlex.split(command)
+        assert any(EVIL in word or json.dumps(EVIL)[1:-1] in word for word in words), command
+        assert "touch" not in words and "pwned;" not in words, command
+    assert not planted(tmp_path)
+
+
+@pytest.mark.workflow
+def test_a_real_run_with_hostile_paths_and_names_reads_them_as_plain_strings(tmp_path):
+    """The texts step and the startup checks run for real on a file and a model folder whose
+    names, like the columns, hold shell syntax."""
+    evil = tmp_path / EVIL
+    evil.mkdir()
+    (evil / "config.json").write_text("{}")
+    with open(f"{evil}.csv", "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow([EVIL, "id", "group"])
+        writer.writerows([f"Review number {i} was fine.", i, f"m{i % 2}"] for i in range(4))
+    config = evil_config(tmp_path)
+    config["families"] = ["fluency"]
+    config["fluency"]["texts"].update(id_column="id", group_columns=["group"])
+    config["fluency"]["toxicity"] = {"scorer": "profanity-check"}
+    workdir = tmp_path / "work"
+    snakemake(workdir, config, "results/fluency/texts.csv")
+    written = (workdir / "results" / "fluency" / "texts.csv").read_text()
+    assert "Review number 3 was fine." in written
+    assert not planted(tmp_path)

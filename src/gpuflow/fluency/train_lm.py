@@ -91,6 +91,54 @@ def train_tokenizer(texts: list[str], vocab_size: int) -> PreTrainedTokenizerFas
     )
 
 
+def gpt2_config(
+    tokenizer: PreTrainedTokenizerFast,
+    n_positions: int,
+    n_embd: int,
+    n_layer: int,
+    n_head: int,
+    **extra: Any,
+) -> GPT2Config:
+    """A GPT-2 shape for `tokenizer`, with its end-of-text token as BOS, EOS and padding."""
+    return GPT2Config(
+        vocab_size=len(tokenizer),
+        n_positions=n_positions,
+        n_embd=n_embd,
+        n_layer=n_layer,
+        n_head=n_head,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        **extra,
+    )
+
+
+def save_untrained_lm(
+    folder: Path,
+    texts: list[str],
+    vocab_size: int,
+    n_positions: int,
+    n_embd: int,
+    n_layer: int,
+    n_head: int,
+    seed: int = 0,
+    initializer_range: float = 0.02,
+) -> Path:
+    """A randomly initialised GPT-2 and a BPE tokenizer trained on `texts`, saved to `folder`.
+
+    Loaded exactly like the embedded LM; for tests and benchmarks that need a model fast.
+    """
+    tokenizer = train_tokenizer(texts, vocab_size)
+    torch.manual_seed(seed)
+    config = gpt2_config(
+        tokenizer, n_positions, n_embd, n_layer, n_head, initializer_range=initializer_range
+    )
+    with atomic_path(folder) as tmp:
+        GPT2LMHeadModel(config).save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+    return folder
+
+
 def token_blocks(texts: list[str], tokenizer: PreTrainedTokenizerFast, block: int) -> torch.Tensor:
     """All texts as one stream (each preceded by end-of-text), cut into rows of `block` tokens."""
     eos = tokenizer.eos_token_id
@@ -134,15 +182,12 @@ def train_lm(excluded: list[str], settings: LMSettings, out: Path) -> dict[str, 
     order = torch.randperm(len(blocks), generator=torch.Generator().manual_seed(settings.seed))
     n_valid = max(1, int(len(blocks) * VALIDATION_SHARE))
     valid, train = blocks[order[:n_valid]], blocks[order[n_valid:]]
-    config = GPT2Config(
-        vocab_size=len(tokenizer),
-        n_positions=settings.n_positions,
-        n_embd=settings.n_embd,
-        n_layer=settings.n_layer,
-        n_head=settings.n_head,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
+    config = gpt2_config(
+        tokenizer,
+        settings.n_positions,
+        settings.n_embd,
+        settings.n_layer,
+        settings.n_head,
         resid_pdrop=0.0,
         embd_pdrop=0.0,
         attn_pdrop=0.0,

@@ -53,3 +53,13 @@ def test_a_bad_value_names_its_key_and_the_problem(change, key, words):
         validate_config(config)
     assert f"config key '{key}'" in str(raised.value)
     assert words in str(raised.value)
+
+
+def test_step_settings_name_the_key_of_bad_json_or_an_unknown_setting():
+    from gpuflow.fluency.train_lm import LMSettings
+
+    with pytest.raises(ConfigError, match=r"'fluency.lm.train': not valid JSON"):
+        LMSettings.from_json("{steps: 3}")
+    with pytest.raises(ConfigError, match=r"'fluency.lm.train.stepz': unknown key"):
+        LMSettings.from_json('{"stepz": 3}')
+    assert LMSettings.from_json('{"steps": 3}').steps == 3

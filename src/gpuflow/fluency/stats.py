@@ -20,7 +20,6 @@ why in the `reason` column.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import time
 import warnings
@@ -35,6 +34,7 @@ import pandas as pd
 from scipy import stats
 
 from gpuflow.atomic import write_csv, write_json
+from gpuflow.config import dataclass_from_json
 from gpuflow.errors import ConfigError, DataError
 
 REQUIRED_COLUMNS = ("text_id", "ppl", "n_tokens", "toxicity", "toxicity_scorer")
@@ -92,19 +92,7 @@ class Settings:
     @classmethod
     def from_json(cls, text: str) -> Settings:
         """Parse `--settings` JSON; unknown keys and out-of-range values raise ConfigError."""
-        try:
-            values = json.loads(text)
-        except json.JSONDecodeError as error:
-            raise ConfigError(
-                "fluency.stats", f"not valid JSON ({error})", "a JSON object"
-            ) from None
-        if not isinstance(values, dict):
-            raise ConfigError("fluency.stats", f"got {type(values).__name__}", "a JSON object")
-        known = set(cls.__dataclass_fields__)
-        for key in values:
-            if key not in known:
-                raise ConfigError(f"fluency.stats.{key}", "unknown key", f"one of {sorted(known)}")
-        settings = cls(**values)
+        settings = dataclass_from_json(cls, text, "fluency.stats")
         rules = {
             "n_bootstrap": (int, lambda v: v >= 10, "an integer >= 10"),
             "confidence": (int | float, lambda v: 0 < v < 1, "a number between 0 and 1"),

@@ -20,6 +20,7 @@ from tokenizers import ByteLevelBPETokenizer
 from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
 from gpuflow.atomic import atomic_path
+from gpuflow.config import dataclass_from_json
 from gpuflow.data.embedded import load_movie_reviews
 from gpuflow.errors import ConfigError
 from gpuflow.fluency.texts import clean_review, read_texts
@@ -46,12 +47,8 @@ class LMSettings:
 
     @classmethod
     def from_json(cls, text: str) -> LMSettings:
-        """Settings from a JSON object; unknown keys are errors."""
-        values: dict[str, Any] = json.loads(text)
-        unknown = sorted(set(values) - set(cls.__dataclass_fields__))
-        if unknown:
-            raise ConfigError("fluency.lm.train", f"unknown keys {unknown}")
-        settings = cls(**values)
+        """Settings from a JSON object; bad JSON, unknown keys and a bad n_head are errors."""
+        settings = dataclass_from_json(cls, text, "fluency.lm.train")
         if settings.n_embd % settings.n_head:
             raise ConfigError(
                 "fluency.lm.train.n_head",

@@ -129,7 +129,9 @@ def gpuflow_way(reference, tokenizer, texts, bos, context, stride, budget, worke
         context=context,
         stride=stride,
         devices=[torch.device("cpu")] * workers,
+        dtype="float32",
         token_budget=budget,
+        trust_remote_code=False,
     )
     return nll, int(n_tokens.sum()), n_tokens, stats
 

@@ -50,13 +50,13 @@ def prepare(folder: Path, n_train: int) -> None:
 
 def run(folder: Path, name: str, world: int, epochs: int, **ddp: object) -> dict:
     settings = {
-        "device": "auto", "amp": "bf16", "warmup_epochs": 1, "cpu_threads_per_process": None,
+        "amp": "bf16", "warmup_epochs": 1,
         "ddp": {"static_graph": True, "gradient_as_bucket_view": True, "bucket_cap_mb": 25,
                 "compression": "none", "comm_timing": True, **ddp},
-        "model": MODEL,
-        "train": {"epochs": epochs, "global_batch_size": 16, "per_gpu_batch_size": None,
-                  "accumulation_steps": 1, "learning_rate": 0.003, "weight_decay": 0.01,
-                  "warmup_steps": 10, "eval_batch_size": 256, "num_workers": 0, "seed": 0},
+        "configurations": {name: {"model": MODEL, "train": {
+            "epochs": epochs, "global_batch_size": 16, "per_gpu_batch_size": None,
+            "accumulation_steps": 1, "learning_rate": 0.003, "weight_decay": 0.01,
+            "warmup_steps": 10, "seed": 0}}},
     }  # fmt: skip
     out = folder / name
     subprocess.run(

@@ -25,7 +25,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from gpuflow.ssvae.batches import epoch_indices
 from gpuflow.ssvae.data import split_embedded
-from gpuflow.ssvae.train import DEFAULTS, Run, StackTrainer
+from gpuflow.ssvae.train import Run, StackTrainer, train_settings
 
 D, K = 784, 10
 
@@ -87,7 +87,7 @@ def reference_step(data, hidden, latent, device, alpha=10.0):
 
 def gpuflow_step(data, hidden, latent, runs, device):
     """gpuflow's trainer with `runs` stacked runs; returns (step, examples per step)."""
-    settings = {**DEFAULTS, "hidden": hidden, "latent": latent, "device": device.type}
+    settings = {**train_settings(), "hidden": hidden, "latent": latent, "device": device.type}
     stack = [Run("m2", 0.025, 0.0, 10.0, seed) for seed in range(runs)]
     trainer = StackTrainer(stack, data, settings, [device])
 

@@ -38,8 +38,7 @@ def run_shard(workdir: Path, workers: int, seeds: int, guesses: int) -> dict[str
         "--student-width=8",
         f"--seeds=0:{seeds}",
         f"--settings={json.dumps(settings)}",
-        "--device=cpu",
-        f"--cpu-workers={workers}",
+        f"--runtime={json.dumps({'device': 'cpu', 'cpu_workers': workers})}",
         f"--out={out}",
         f"--run-out={out.with_suffix('.run.json')}",
     ]

@@ -220,7 +220,15 @@ def not_a_causal_lm(tmp: Path) -> list[str]:
     folder = tmp / "classifier"
     DistilBertConfig(dim=32, n_layers=1, n_heads=2, hidden_dim=64).save_pretrained(folder)
     (tmp / "t.csv").write_text("text_id,text\na,Fine film.\n")
-    return ["perplexity", "--texts", str(tmp / "t.csv"), "--model", str(folder), "--device", "cpu"]
+    return [
+        "perplexity",
+        "--texts",
+        str(tmp / "t.csv"),
+        "--model",
+        str(folder),
+        "--runtime",
+        '{"device": "cpu"}',
+    ]
 
 
 def not_a_prepared_dataset(tmp: Path) -> list[str]:

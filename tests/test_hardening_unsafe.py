@@ -93,7 +93,7 @@ def test_a_model_folder_asking_to_run_its_own_code_is_refused(tmp_path, capsys):
     texts.write_text("text_id,text\na,Fine film.\n")
     out = tmp_path / "out" / "ppl.csv"
     argv = ["perplexity", "--texts", str(texts), "--model", str(model), "--out", str(out)]
-    assert gpuflow_main([*argv, "--device", "cpu"]) == 2
+    assert gpuflow_main([*argv, "--runtime", '{"device": "cpu"}']) == 2
     assert str(model) in capsys.readouterr().err
     assert not planted(tmp_path) and not out.exists()
 

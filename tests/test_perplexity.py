@@ -28,6 +28,7 @@ from gpuflow.fluency.train_lm import save_untrained_lm
 
 CONTEXT = 32
 STRIDE = 12
+ON_CPU = ["--runtime", json.dumps({"device": "cpu"})]
 
 
 @pytest.fixture(autouse=True)
@@ -83,6 +84,7 @@ def reference_nll(model, ids: list[int], context: int, stride: int) -> tuple[flo
 
 
 def score(folder: Path, token_ids, devices=("cpu",), **kwargs):
+    kwargs = {"dtype": "float32", "token_budget": 8192, "trust_remote_code": False, **kwargs}
     return score_token_ids(
         token_ids,
         model=str(folder),
@@ -193,7 +195,8 @@ def test_two_worker_processes_give_the_same_scores_as_one(tiny_lm, reviews, tmp_
     for workers in (1, 2):
         out = tmp_path / f"workers{workers}.csv"
         argv = ["perplexity", "--texts", str(texts), "--model", str(tiny_lm), "--out", str(out)]
-        argv += ["--device", "cpu", "--cpu-workers", str(workers), "--token-budget", "128"]
+        runtime = {"device": "cpu", "cpu_workers": workers, "perplexity": {"token_budget": 128}}
+        argv += ["--runtime", json.dumps(runtime)]
         assert gpuflow_main(argv) == 0
         outputs.append(pd.read_csv(out, keep_default_na=False, dtype={"text_id": str}))
     one, two = outputs
@@ -210,7 +213,7 @@ def test_cli_writes_one_row_per_text_in_input_order_and_keeps_the_text_na(tiny_l
     source = write_texts(tmp_path / "texts.csv", ids, texts)
     out = tmp_path / "ppl.csv"
     argv = ["perplexity", "--texts", str(source), "--model", str(tiny_lm), "--out", str(out)]
-    assert gpuflow_main([*argv, "--device", "cpu"]) == 0
+    assert gpuflow_main([*argv, *ON_CPU]) == 0
     table = pd.read_csv(out, keep_default_na=False, dtype={"text_id": str})
     assert table.columns.tolist() == ["text_id", "nll_sum", "n_tokens", "ppl"]
     assert table["text_id"].tolist() == ids
@@ -224,7 +227,7 @@ def test_a_shard_without_texts_gives_an_empty_table(tiny_lm, tmp_path):
     source = write_texts(tmp_path / "texts.csv", [], [])
     out = tmp_path / "ppl.csv"
     argv = ["perplexity", "--texts", str(source), "--model", str(tiny_lm), "--out", str(out)]
-    assert gpuflow_main([*argv, "--device", "cpu"]) == 0
+    assert gpuflow_main([*argv, *ON_CPU]) == 0
     table = pd.read_csv(out)
     assert table.columns.tolist() == ["text_id", "nll_sum", "n_tokens", "ppl"] and table.empty
 
@@ -236,11 +239,15 @@ def test_corpus_perplexity_weights_texts_by_their_length():
     assert corpus_perplexity(nll, n_tokens) != pytest.approx(per_text_mean)
 
 
+def perplexity_settings(**values) -> list[str]:
+    return ["--settings", json.dumps({"perplexity": values})]
+
+
 def run_bad(tmp_path: Path, capsys, model: Path, *extra: str, texts: Path | None = None) -> str:
     texts = texts or write_texts(tmp_path / "texts.csv", ["a", "b"], ["Fine film.", "Dull."])
     out = tmp_path / "out" / "ppl.csv"
     argv = ["perplexity", "--texts", str(texts), "--model", str(model), "--out", str(out)]
-    assert gpuflow_main([*argv, "--device", "cpu", *extra]) == 2
+    assert gpuflow_main([*argv, *ON_CPU, *extra]) == 2
     assert not out.parent.exists() or not any(out.parent.iterdir())
     return capsys.readouterr().err
 
@@ -268,10 +275,10 @@ def test_an_empty_text_is_rejected_naming_its_id(tiny_lm, tmp_path, capsys):
 
 
 def test_half_precision_on_the_cpu_is_refused(tiny_lm, tmp_path, capsys):
-    err = run_bad(tmp_path, capsys, tiny_lm, "--dtype", "float16")
+    err = run_bad(tmp_path, capsys, tiny_lm, *perplexity_settings(dtype="float16"))
     assert "fluency.perplexity.dtype" in err and "GPU" in err
 
 
 def test_a_stride_not_below_the_context_is_refused(tiny_lm, tmp_path, capsys):
-    err = run_bad(tmp_path, capsys, tiny_lm, "--stride", str(CONTEXT))
+    err = run_bad(tmp_path, capsys, tiny_lm, *perplexity_settings(stride=CONTEXT))
     assert "fluency.perplexity.stride" in err and f"1 to {CONTEXT - 1}" in err

@@ -14,6 +14,7 @@ import psutil
 import pytest
 import torch
 
+from gpuflow.settings import family_schema, select
 from tests.conftest import BIN, gpuflow, workflow_env
 
 TINY_MODEL = {
@@ -65,12 +66,23 @@ def prepare(folder: Path, data: dict[str, Any] = TINY_DATA) -> Path:
     return folder
 
 
+def step_settings(config: dict[str, Any]) -> list[str]:
+    """A run's settings as config['scaling'] (configuration 'tiny'), split as the rule splits it."""
+    shared = {k: v for k, v in config.items() if k not in ("model", "train")}
+    scaling = {**shared, "configurations": {"tiny": {k: config[k] for k in ("model", "train")}}}
+    schema = family_schema("scaling")
+    return [
+        "--settings", json.dumps(select(scaling, schema, "results")),
+        "--runtime", json.dumps(select(scaling, schema, "runtime")),
+    ]  # fmt: skip
+
+
 def train_command(data: Path, out: Path, config: dict[str, Any], world: int) -> list[str]:
     """The command a rule runs: torchrun for several processes, plain gpuflow for one."""
     step = [
         "scaling-train", "--name", "tiny", "--train", str(data / "train.npz"),
         "--val", str(data / "val.npz"), "--data-info", str(data / "data.json"),
-        "--token-stats", str(data / "tokens.json"), "--settings", json.dumps(config),
+        "--token-stats", str(data / "tokens.json"), *step_settings(config),
         "--cpu-slots", "2", "--out-json", str(out / "run.json"),
         "--out-model", str(out / "model.pt"),
     ]  # fmt: skip

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import json
 
 import numpy as np
 import pytest
@@ -102,10 +103,8 @@ def test_images_of_the_wrong_shape_are_refused(tmp_path, embedded):
 def test_the_cli_reports_a_bad_data_path_in_one_line_with_status_2(tmp_path, run_gpuflow):
     result = run_gpuflow(
         "ssvae-data",
-        "--source",
-        "idx",
-        "--path",
-        str(tmp_path / "missing"),
+        "--settings",
+        json.dumps({"data": {"source": "idx", "path": str(tmp_path / "missing")}}),
         "--out",
         str(tmp_path / "d.npz"),
         check=False,

@@ -12,13 +12,14 @@ import numpy as np
 import pytest
 import torch
 
+from gpuflow.settings import family_schema, select
 from gpuflow.ssvae.batches import epoch_indices
 from gpuflow.ssvae.data import split_embedded
 from gpuflow.ssvae.model import StackedM2
-from gpuflow.ssvae.train import DEFAULTS, Run, StackTrainer, train
+from gpuflow.ssvae.train import Run, StackTrainer, train, train_settings
 from tests.conftest import BIN, workflow_env
 
-TINY = {
+TINY_CHANGES = {
     "hidden": 32,
     "latent": 4,
     "batch_size": 50,
@@ -26,6 +27,7 @@ TINY = {
     "learning_rate": 1e-3,
     "eval_batch_size": 250,
 }
+TINY = {**train_settings(), **TINY_CHANGES}
 CPU = [torch.device("cpu")]
 
 
@@ -60,7 +62,7 @@ def take_steps(trainer: StackTrainer, n: int) -> None:
 @pytest.mark.parametrize("kind", ["m2", "baseline"])
 def test_a_stacked_runs_kth_member_matches_the_same_run_trained_alone(data, kind):
     torch.set_num_threads(1)
-    settings = {**DEFAULTS, **TINY}
+    settings = TINY
     runs = [
         Run(kind, 0.05, 0.2, 1.0 if kind == "m2" else None, 0),
         Run(kind, 0.05, 0.2, 10.0 if kind == "m2" else None, 7),
@@ -174,6 +176,19 @@ def test_eval_frequency_evaluates_every_kth_epoch_and_always_the_last(data_path,
     assert not (tmp_path / "s.pt").exists()  # the state goes once the metrics are written
 
 
+def step_arguments(settings: dict) -> list[str]:
+    """Flat train settings as `gpuflow ssvae-train`'s --settings and --runtime JSON."""
+    model = {k: settings[k] for k in ("hidden", "latent")}
+    nested = {"model": model, "train": {k: v for k, v in settings.items() if k not in model}}
+    schema = family_schema("ssvae")
+    return [
+        "--settings",
+        json.dumps(select(nested, schema, "results")),
+        "--runtime",
+        json.dumps(select(nested, schema, "runtime")),
+    ]
+
+
 def train_command(data_path, out_dir, epochs):
     settings = {**TINY, "epochs": epochs, "eval_frequency": 2}
     return [
@@ -192,8 +207,7 @@ def train_command(data_path, out_dir, epochs):
         "9",
         "--threads",
         "1",
-        "--settings",
-        json.dumps(settings),
+        *step_arguments(settings),
         "--state",
         str(out_dir / "train_state.pt"),
         "--out",
@@ -253,7 +267,7 @@ def test_a_state_from_other_settings_is_not_resumed(data_path, tmp_path):
     trainer = StackTrainer(
         [Run("baseline", 0.05, 0.0, None, 0)],
         dict(np.load(data_path)),
-        {**DEFAULTS, **settings},
+        settings,
         CPU,
     )
     trainer.epoch = 1

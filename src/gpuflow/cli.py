@@ -1,8 +1,9 @@
 """`gpuflow <step> ...`: every workflow step, callable by hand inside or outside Snakemake.
 
 Steps are registered by `register(subparsers)` functions in the `steps` module of each family
-package (and `gpuflow.steps` for the shared ones). Registration imports only argparse-level code,
-so `gpuflow --help` stays fast; each step imports torch and friends when it runs.
+package (and `gpuflow.steps` for the shared ones), with `gpuflow.registry.lazy` entry points.
+Registration imports only argparse-level code, so `gpuflow --help` stays fast; each step imports
+torch and friends when it runs.
 """
 
 from __future__ import annotations
@@ -11,25 +12,13 @@ import argparse
 import importlib
 import pkgutil
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from types import ModuleType
 
 import gpuflow
 from gpuflow.atomic import WRITE_ERRNOS
 from gpuflow.errors import GpuflowError
 from gpuflow.gpulock import gpus_for_this_process
-
-StepMain = Callable[[argparse.Namespace], int | None]
-
-
-def lazy(target: str) -> StepMain:
-    """A step entry point 'module:function' imported only when the step runs."""
-
-    def run(args: argparse.Namespace) -> int | None:
-        module_name, function_name = target.split(":")
-        return getattr(importlib.import_module(module_name), function_name)(args)
-
-    return run
 
 
 def step_modules() -> Iterator[ModuleType]:

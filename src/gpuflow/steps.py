@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from gpuflow.cli import lazy
+from gpuflow.registry import lazy
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -1,8 +1,8 @@
 """Fluency-toxicity analysis: perplexity and toxicity per text, their correlation, a report."""
 
-FLUENCY = config["fluency"]
-FLUENCY_DIR = "results/fluency"
-FLUENCY_SHARDS = [str(i) for i in range(FLUENCY["perplexity"]["shards"])]
+
+include: "fluency_helpers.smk"
+
 
 if "fluency" in config["families"]:
     if FLUENCY["lm"]["path"] is not None:
@@ -28,7 +28,9 @@ if "fluency" in config["families"]:
             lambda: check_files_exist("fluency.texts.files", FLUENCY["texts"]["files"])
         )
 
-FAMILY_TARGETS["fluency"] = fluency_targets
+FAMILY_TARGETS["fluency"] = lambda: final_outputs(
+    rules.fluency_figures, rules.fluency_report
+)
 
 
 localrules:
@@ -94,6 +96,7 @@ rule fluency_perplexity:
         embedded_lm=fluency_embedded_lm(),
     output:
         scores=f"{FLUENCY_DIR}/perplexity/shard~{{shard}}.csv",
+        run=f"{FLUENCY_DIR}/perplexity/shard~{{shard}}.run.json",
     log:
         f"{FLUENCY_DIR}/logs/perplexity/shard~{{shard}}.log",
     benchmark:
@@ -105,20 +108,10 @@ rule fluency_perplexity:
         **rule_resources("fluency", "fluency_perplexity"),
     params:
         model=fluency_model_param,
-        device=FLUENCY["device"],
-        cpu_workers=FLUENCY["cpu_workers"],
-        dtype=FLUENCY["perplexity"]["dtype"],
-        token_budget=FLUENCY["perplexity"]["token_budget"],
-        stride=(
-            f"--stride {FLUENCY['perplexity']['stride']}"
-            if FLUENCY["perplexity"]["stride"]
-            else ""
-        ),
-        trust=("--trust-remote-code" if FLUENCY["lm"]["trust_remote_code"] else ""),
+        settings=results_json("fluency", {"perplexity": FLUENCY["perplexity"]}),
     shell:
         "GPUFLOW_GPUS={resources.gpu} gpuflow perplexity --texts {input.texts:q} --model {params.model:q}"
-        " --device {params.device} --cpu-workers {params.cpu_workers} --dtype {params.dtype}"
-        " --token-budget {params.token_budget} {params.stride} {params.trust}"
+        " --settings {params.settings} --runtime {resources.runtime_settings}"
         " --out {output.scores:q} > {log:q} 2>&1"
 
 
@@ -127,6 +120,7 @@ rule fluency_toxicity:
         texts=f"{FLUENCY_DIR}/shards/shard~{{shard}}.csv",
     output:
         scores=f"{FLUENCY_DIR}/toxicity/shard~{{shard}}.csv",
+        run=f"{FLUENCY_DIR}/toxicity/shard~{{shard}}.run.json",
     log:
         f"{FLUENCY_DIR}/logs/toxicity/shard~{{shard}}.log",
     benchmark:
@@ -136,19 +130,11 @@ rule fluency_toxicity:
     resources:
         **rule_resources("fluency", "fluency_toxicity"),
     params:
-        scorer=FLUENCY["toxicity"]["scorer"],
-        model=(
-            f"--model {shlex.quote(FLUENCY['toxicity']['model_path'])}"
-            if FLUENCY["toxicity"]["model_path"]
-            else ""
-        ),
-        label=shlex.quote(FLUENCY["toxicity"]["toxic_label"]),
-        batch_size=FLUENCY["toxicity"]["batch_size"],
-        device=FLUENCY["device"],
+        settings=results_json("fluency", {"toxicity": FLUENCY["toxicity"]}),
     shell:
-        "GPUFLOW_GPUS={resources.gpu} gpuflow toxicity --texts {input.texts:q} --scorer {params.scorer} {params.model}"
-        " --toxic-label {params.label} --batch-size {params.batch_size}"
-        " --device {params.device} --out {output.scores:q} > {log:q} 2>&1"
+        "GPUFLOW_GPUS={resources.gpu} gpuflow toxicity --texts {input.texts:q}"
+        " --settings {params.settings} --runtime {resources.runtime_settings}"
+        " --out {output.scores:q} > {log:q} 2>&1"
 
 
 rule fluency_merge:

@@ -1,26 +1,16 @@
 """DDP scaling benchmarks: data, tokenizer, baseline, one torchrun job per world size, report."""
 
-SCALING = config["scaling"]
-SCALING_DIR = "results/scaling"
-SCALING_RUN = SCALING["run"]
-SCALING_WORLDS = sorted(SCALING["world_sizes"])
-SCALING_MULTI = SCALING["multinode"]
-SCALING_TRAIN_RES = SCALING["resources"]["scaling_train"]
-SCALING_ON_GPU = SCALING_TRAIN_RES["gpu"] > 0
-SCALING_FIGURES = [
-    "epoch_time",
-    "speedup_efficiency",
-    "throughput",
-    "accuracy",
-    "compute_comm",
-]
+
+include: "scaling_helpers.smk"
 
 
 if "scaling" in config["families"]:
     scaling_check()
 
 
-FAMILY_TARGETS["scaling"] = scaling_targets
+FAMILY_TARGETS["scaling"] = lambda: final_outputs(
+    rules.scaling_summary, rules.scaling_figures, rules.scaling_report
+)
 
 
 wildcard_constraints:
@@ -156,7 +146,7 @@ rule scaling_train:
         " -m gpuflow scaling-train --name {wildcards.cfg}"
         " --train {input.train:q} --val {input.val:q} --data-info {input.info:q}"
         " --token-stats {input.stats:q} --settings {params.settings}"
-        " --cpu-slots {params.cpu_slots}"
+        " --runtime {resources.runtime_settings} --cpu-slots {params.cpu_slots}"
         " --out-json {output.run:q} --out-model {output.model:q} > {log:q} 2>&1"
 
 
@@ -194,7 +184,7 @@ rule scaling_train_multinode:
         " -m gpuflow scaling-train --name {wildcards.cfg}"
         " --train {input.train:q} --val {input.val:q} --data-info {input.info:q}"
         " --token-stats {input.stats:q} --settings {params.settings}"
-        " --cpu-slots {params.per_node}"
+        " --runtime {resources.runtime_settings} --cpu-slots {params.per_node}"
         " --out-json {output.run:q} --out-model {output.model:q} > {log:q} 2>&1"
 
 

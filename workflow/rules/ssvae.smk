@@ -1,22 +1,9 @@
 """SSVAE grid: M2 and a labelled-only baseline over label fractions x corruption rates x alphas
 x seeds, aggregated into tables, figures and a summary beside Kingma et al. (2014)."""
 
-import os
 
-SSVAE = config["ssvae"]
-SSVAE_DIR = "results/ssvae"
-SSVAE_GRID = {key: [str(v) for v in values] for key, values in SSVAE["grid"].items()}
-SSVAE_POINT = "frac~{frac}/corrupt~{corrupt}/alpha~{alpha}"
-SSVAE_M2 = f"{SSVAE_DIR}/{SSVAE_POINT}/seed~{{seed}}/metrics.json"
-SSVAE_BASELINE_POINT = "baseline/frac~{frac}/corrupt~{corrupt}"
-SSVAE_BASELINE = f"{SSVAE_DIR}/{SSVAE_BASELINE_POINT}/seed~{{seed}}/metrics.json"
-SSVAE_DATA = f"{SSVAE_DIR}/data/mnist.npz"
-SSVAE_STACKED = SSVAE["train"]["stack"] == "seeds"
-SSVAE_WILDCARDS = {
-    "frac": r"[0-9.e+-]+",
-    "corrupt": r"[0-9.e+-]+",
-    "alpha": r"[0-9.e+-]+",
-}
+include: "ssvae_helpers.smk"
+
 
 if "ssvae" in config["families"] and SSVAE["data"]["source"] == "idx":
     if not SSVAE["data"]["path"]:
@@ -26,12 +13,13 @@ if "ssvae" in config["families"] and SSVAE["data"]["source"] == "idx":
     STARTUP_CHECKS.append(check_ssvae_data)
 
 
-FAMILY_TARGETS["ssvae"] = ssvae_targets
+FAMILY_TARGETS["ssvae"] = lambda: final_outputs(rules.ssvae_figures, rules.ssvae_report)
 
 SSVAE_TRAIN_SHELL = (
     "GPUFLOW_GPUS={resources.gpu} gpuflow ssvae-train --model m2 --data {input.data:q} --frac {wildcards.frac}"
     " --corrupt {wildcards.corrupt} --alpha {wildcards.alpha} --seeds {params.seeds}"
-    " --settings {params.settings} --out {output.metrics:q} --state {params.state:q}"
+    " --settings {params.settings} --runtime {resources.runtime_settings}"
+    " --out {output.metrics:q} --state {params.state:q}"
     " --threads {threads} > {log:q} 2>&1"
 )
 
@@ -56,9 +44,9 @@ rule ssvae_data:
     resources:
         **rule_resources("ssvae", "ssvae_data"),
     params:
-        source=ssvae_data_args(),
+        settings=results_json("ssvae", {"data": SSVAE["data"]}),
     shell:
-        "gpuflow ssvae-data {params.source} --out {output.data:q} > {log:q} 2>&1"
+        "gpuflow ssvae-data --settings {params.settings} --out {output.data:q} > {log:q} 2>&1"
 
 
 if SSVAE_STACKED:
@@ -81,7 +69,7 @@ if SSVAE_STACKED:
             **rule_resources("ssvae", "ssvae_train"),
         params:
             seeds=" ".join(SSVAE_GRID["seeds"]),
-            settings=ssvae_settings(),
+            settings=ssvae_train_settings(),
             state=lambda w: f"{SSVAE_DIR}/{SSVAE_POINT.format(**w)}/train_state.pt",
         shell:
             SSVAE_TRAIN_SHELL
@@ -107,7 +95,7 @@ else:
             **rule_resources("ssvae", "ssvae_train"),
         params:
             seeds=lambda w: w.seed,
-            settings=ssvae_settings(),
+            settings=ssvae_train_settings(),
             state=lambda w: f"{SSVAE_DIR}/{SSVAE_POINT.format(**w)}/seed~{w.seed}/train_state.pt",
         shell:
             SSVAE_TRAIN_SHELL
@@ -132,11 +120,12 @@ rule ssvae_baseline:
         **rule_resources("ssvae", "ssvae_baseline"),
     params:
         seeds=" ".join(SSVAE_GRID["seeds"]),
-        settings=ssvae_settings(),
+        settings=ssvae_train_settings(),
         state=lambda w: f"{SSVAE_DIR}/{SSVAE_BASELINE_POINT.format(**w)}/train_state.pt",
     shell:
         "GPUFLOW_GPUS={resources.gpu} gpuflow ssvae-train --model baseline --data {input.data:q} --frac {wildcards.frac}"
         " --corrupt {wildcards.corrupt} --seeds {params.seeds} --settings {params.settings}"
+        " --runtime {resources.runtime_settings}"
         " --out {output.metrics:q} --state {params.state:q} --threads {threads} > {log:q} 2>&1"
 
 

@@ -1,19 +1,16 @@
 """Teacher-student seed sweeps: one job per (method, teacher rank, student width, seed shard)."""
 
-SWEEP = config["sweep"]
-SWEEP_DIR = "results/sweep"
-SWEEP_CELL = "method~{method}/rank~{rank}/width~{width}"
-SWEEP_N_SHARDS = -(-SWEEP["n_seeds"] // SWEEP["shard_size"])
 
-for _rank in SWEEP["teacher_ranks"]:
-    if _rank > min(SWEEP["data"]["input_dim"], SWEEP["data"]["output_dim"]):
-        raise WorkflowError(
-            f"config key 'sweep.teacher_ranks': rank {_rank} exceeds"
-            " min(sweep.data.input_dim, sweep.data.output_dim)"
-        )
+include: "sweep_helpers.smk"
 
 
-FAMILY_TARGETS["sweep"] = sweep_targets
+if "sweep" in config["families"]:
+    sweep_check()
+
+
+FAMILY_TARGETS["sweep"] = lambda: final_outputs(
+    rules.sweep_aggregate, rules.sweep_figures
+)
 
 
 localrules:
@@ -40,12 +37,10 @@ rule sweep_shard:
     params:
         seeds=sweep_seed_range,
         settings=sweep_settings,
-        device=SWEEP["device"],
-        cpu_workers=SWEEP["cpu_workers"],
     shell:
         "GPUFLOW_GPUS={resources.gpu} gpuflow sweep-shard --method {wildcards.method} --teacher-rank {wildcards.rank}"
         " --student-width {wildcards.width} --seeds {params.seeds} --settings {params.settings}"
-        " --device {params.device} --cpu-workers {params.cpu_workers}"
+        " --runtime {resources.runtime_settings}"
         " --out {output.table:q} --run-out {output.run:q} > {log:q} 2>&1"
 
 

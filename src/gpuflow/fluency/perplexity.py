@@ -15,6 +15,7 @@ import json
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +38,35 @@ from gpuflow.fluency.ppl_scoring import Forward
 from gpuflow.fluency.ppl_segments import deal, make_segments, sort_longest_first
 from gpuflow.fluency.ppl_workers import WorkerJob, run_worker, run_workers, worker_threads
 from gpuflow.fluency.texts import read_texts
+from gpuflow.settings import family_settings
 
 OUTPUT_COLUMNS = ["text_id", "nll_sum", "n_tokens", "ppl"]
+
+
+@dataclass(frozen=True)
+class PerplexitySettings:
+    """What a scoring job reads from config['fluency'] (defaults: the schema)."""
+
+    dtype: str
+    stride: int | None
+    token_budget: int
+    device: str
+    cpu_workers: int
+    trust_remote_code: bool
+
+    @classmethod
+    def from_json(cls, settings: str, runtime: str) -> PerplexitySettings:
+        """From the step's `--settings` and `--runtime` JSON."""
+        fluency = family_settings("fluency", settings, runtime)
+        perplexity = fluency["perplexity"]
+        return cls(
+            dtype=perplexity["dtype"],
+            stride=perplexity["stride"],
+            token_budget=perplexity["token_budget"],
+            device=fluency["device"],
+            cpu_workers=fluency["cpu_workers"],
+            trust_remote_code=fluency["lm"]["trust_remote_code"],
+        )
 
 
 def tokenize(tokenizer: Any, texts: Sequence[str]) -> list[list[int]]:
@@ -68,9 +96,9 @@ def score_token_ids(
     context: int,
     stride: int,
     devices: Sequence[torch.device],
-    dtype: str = "float32",
-    token_budget: int = 8192,
-    trust_remote_code: bool = False,
+    dtype: str,
+    token_budget: int,
+    trust_remote_code: bool,
     wrap_forward: Callable[[Forward], Forward] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
     """Per-text NLL sums (float64) and token counts, in input order, plus batching stats.
@@ -145,19 +173,20 @@ def reject_empty(
 def main(args: argparse.Namespace) -> int:
     """Score every text of `args.texts` and write text_id, nll_sum, n_tokens, ppl."""
     started = time.perf_counter()
-    devices = worker_devices(args.device, args.cpu_workers)
-    check_dtype(args.dtype, devices)
+    settings = PerplexitySettings.from_json(args.settings, args.runtime)
+    devices = worker_devices(settings.device, settings.cpu_workers)
+    check_dtype(settings.dtype, devices)
     frame = read_texts(args.texts).loc[:, ["text_id", "text"]]
-    config = load_config(args.model, args.trust_remote_code)
+    config = load_config(args.model, settings.trust_remote_code)
     context = model_context(config, args.model)
-    stride = check_stride(args.stride, context)
-    tokenizer = load_tokenizer(args.model, args.trust_remote_code)
+    stride = check_stride(settings.stride, context)
+    tokenizer = load_tokenizer(args.model, settings.trust_remote_code)
     bos_id = start_token_id(tokenizer, args.model)
     token_ids = tokenize(tokenizer, frame["text"].tolist())
     reject_empty(token_ids, frame["text_id"], args.texts)
     print(
         f"scoring {len(frame)} texts with {args.model} (context {context}, stride {stride}, "
-        f"{args.dtype}) on {', '.join(map(str, devices))}",
+        f"{settings.dtype}) on {', '.join(map(str, devices))}",
         file=sys.stderr,
     )
     stats: dict[str, int] = {"segments": 0, "oom_splits": 0, "final_token_budget": 0}
@@ -170,23 +199,23 @@ def main(args: argparse.Namespace) -> int:
             context=context,
             stride=stride,
             devices=devices,
-            dtype=args.dtype,
-            token_budget=args.token_budget,
-            trust_remote_code=args.trust_remote_code,
+            dtype=settings.dtype,
+            token_budget=settings.token_budget,
+            trust_remote_code=settings.trust_remote_code,
         )
     write_csv(args.out, perplexity_frame(frame["text_id"], nll, n_tokens))
     seconds = time.perf_counter() - started
     record = {
         **run_record(list(devices)),
         "model": args.model,
-        "dtype": args.dtype,
+        "dtype": settings.dtype,
         "context": context,
         "stride": stride,
         "texts": len(frame),
         "tokens": int(n_tokens.sum()),
         "corpus_perplexity": corpus_perplexity(nll, n_tokens) if len(frame) else None,
         "seconds": round(seconds, 3),
-        "token_budget": args.token_budget,
+        "token_budget": settings.token_budget,
         **stats,
     }
     write_json(Path(args.out).with_suffix(".run.json"), record)

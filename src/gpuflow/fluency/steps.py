@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from gpuflow.cli import lazy
+from gpuflow.registry import add_settings_arguments, lazy
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -38,24 +38,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ppl.add_argument("--texts", required=True, help="CSV with text_id and text")
     ppl.add_argument("--model", required=True, help="local model folder or cached model id")
     ppl.add_argument("--out", required=True, help="CSV: text_id, nll_sum, n_tokens, ppl")
-    ppl.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
-    ppl.add_argument("--cpu-workers", type=int, default=1)
-    ppl.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
-    ppl.add_argument("--token-budget", type=int, default=8192, help="padded tokens per batch")
-    ppl.add_argument("--stride", type=int, default=None, help="window stride (default ctx/2)")
-    ppl.add_argument("--trust-remote-code", action="store_true")
+    add_settings_arguments(ppl, "fluency")
     ppl.set_defaults(run=lazy("gpuflow.fluency.perplexity:main"))
 
     tox = subparsers.add_parser("toxicity", help="a toxicity score per text")
     tox.add_argument("--texts", required=True, help="CSV with text_id and text")
     tox.add_argument("--out", required=True, help="CSV: text_id, toxicity, toxicity_scorer")
-    tox.add_argument(
-        "--scorer", default="profanity-check", choices=["profanity-check", "huggingface"]
-    )
-    tox.add_argument("--model", default=None, help="huggingface: model folder or cached id")
-    tox.add_argument("--toxic-label", default="toxic")
-    tox.add_argument("--batch-size", type=int, default=32)
-    tox.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
+    add_settings_arguments(tox, "fluency")
     tox.set_defaults(run=lazy("gpuflow.fluency.toxicity:main"))
 
     merge = subparsers.add_parser("fluency-merge", help="join texts, perplexity and toxicity")

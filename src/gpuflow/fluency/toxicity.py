@@ -20,6 +20,7 @@ from gpuflow.atomic import write_csv, write_json
 from gpuflow.devices import run_record, worker_devices
 from gpuflow.errors import ConfigError, GpuflowError
 from gpuflow.fluency.texts import read_texts
+from gpuflow.settings import family_settings
 
 PROXY_NAME = "alt-profanity-check {version} (offensive-language proxy)"
 
@@ -79,17 +80,19 @@ def huggingface_scores(
 
 def main(args: argparse.Namespace) -> int:
     """`gpuflow toxicity`: score every text of a shard."""
+    fluency = family_settings("fluency", args.settings, args.runtime)
+    toxicity = fluency["toxicity"]
     texts = read_texts(args.texts)
     items = texts["text"].tolist()
     device = torch.device("cpu")
-    if args.scorer == "profanity-check":
+    if toxicity["scorer"] == "profanity-check":
         scores, name = profanity_scores(items)
     else:
-        if not args.model:
+        if not toxicity["model_path"]:
             raise ConfigError("fluency.toxicity.model_path", "required for the huggingface scorer")
-        device = worker_devices(args.device, cpu_workers=1)[0]
+        device = worker_devices(fluency["device"], cpu_workers=1)[0]
         scores, name = huggingface_scores(
-            items, args.model, args.toxic_label, args.batch_size, device
+            items, toxicity["model_path"], toxicity["toxic_label"], toxicity["batch_size"], device
         )
     write_csv(
         args.out,

@@ -23,6 +23,17 @@ def fingerprint(settings: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
+def file_digest(*paths: str | Path) -> str:
+    """A hash of the files' content (the run's data: a changed split or setting changes it)."""
+    digest = hashlib.sha256()
+    for path in paths:
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
 def state_path(out: str | Path) -> Path:
     """The resume file that belongs to output `out` (hidden, in the same folder)."""
     out = Path(out)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from gpuflow.cli import lazy
+from gpuflow.registry import add_settings_arguments, lazy
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -38,7 +38,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     train.add_argument("--val", required=True, help="encoded validation split")
     train.add_argument("--data-info", required=True, help="JSON from scaling-data")
     train.add_argument("--token-stats", required=True, help="JSON from scaling-tokenize")
-    train.add_argument("--settings", required=True, help="JSON: model, train, ddp, amp, device")
+    add_settings_arguments(train, "scaling")
     train.add_argument(
         "--cpu-slots", type=int, default=1, help="CPU processes the cores are shared by"
     )

@@ -24,12 +24,14 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
 
+import gpuflow
 from gpuflow.atomic import atomic_path, write_json
 from gpuflow.devices import describe_device, run_record, threads_per_worker
 from gpuflow.errors import ConfigError
 from gpuflow.scaling import checkpoint, distributed
 from gpuflow.scaling.distributed import CommTimer, Context
 from gpuflow.scaling.model import build_model, parameter_counts
+from gpuflow.settings import family_schema, family_settings, select
 
 
 @dataclass(frozen=True)
@@ -161,7 +163,14 @@ def evaluate(
 class Trainer:
     """One run: model, data, optimizer, the epoch loop and its measurements."""
 
-    def __init__(self, ctx: Context, args: argparse.Namespace, settings: dict[str, Any]):
+    def __init__(
+        self,
+        ctx: Context,
+        args: argparse.Namespace,
+        settings: dict[str, Any],
+        results: dict[str, Any],
+    ):
+        """`settings`: see `run_settings`; `results`: its results-affecting part (resume key)."""
         self.ctx, self.args, self.settings = ctx, args, settings
         train = settings["train"]
         self.plan = batch_plan(train, ctx.world_size, f"scaling.configurations.{args.name}.train")
@@ -220,7 +229,13 @@ class Trainer:
         self.scaler = torch.amp.GradScaler(ctx.device.type, enabled=self.precision == "fp16")
         self.state_file = checkpoint.state_path(args.out_json)
         self.fingerprint = checkpoint.fingerprint(
-            {"settings": settings, "world_size": ctx.world_size, "n_used": self.n_used}
+            {
+                "settings": results,
+                "world_size": ctx.world_size,
+                "n_used": self.n_used,
+                "data": checkpoint.file_digest(args.train, args.val, args.data_info),
+                "version": gpuflow.__version__,
+            }
         )
         self.history: list[dict[str, Any]] = []
         self.resumed_at: list[int] = []
@@ -393,12 +408,33 @@ class Trainer:
         }
 
 
+def run_settings(scaling: dict[str, Any], name: str) -> dict[str, Any]:
+    """What one run of configuration `name` reads from a defaulted config['scaling']."""
+    if name not in scaling["configurations"]:
+        raise ConfigError(
+            f"scaling.configurations.{name}",
+            "missing",
+            f"one of {sorted(scaling['configurations'])}",
+        )
+    chosen = scaling["configurations"][name]
+    shared = ("device", "amp", "warmup_epochs", "cpu_threads_per_process", "ddp")
+    return {**{k: scaling[k] for k in shared}, "model": chosen["model"], "train": chosen["train"]}
+
+
+def results_part(scaling: dict[str, Any], name: str) -> dict[str, Any]:
+    """The results-affecting settings of configuration `name` (its data settings included)."""
+    values = {k: scaling[k] for k in ("amp", "warmup_epochs", "ddp")}
+    values["configurations"] = {name: scaling["configurations"][name]}
+    return select(values, family_schema("scaling"), "results")
+
+
 def main(args: argparse.Namespace) -> None:
     """Train one run; rank 0 writes the run JSON and the weights, then drops the resume state."""
-    settings = json.loads(args.settings)
+    scaling = family_settings("scaling", args.settings, args.runtime)
+    settings = run_settings(scaling, args.name)
     ctx = distributed.init(settings["device"])
     try:
-        trainer = Trainer(ctx, args, settings)
+        trainer = Trainer(ctx, args, settings, results_part(scaling, args.name))
         trainer.fit()
         result = trainer.result()
         if ctx.rank == 0:

@@ -16,6 +16,7 @@ import numpy as np
 from gpuflow.atomic import atomic_path
 from gpuflow.data.embedded import load_mnist5k
 from gpuflow.errors import DataError
+from gpuflow.settings import family_settings
 
 N_CLASSES = 10
 IMAGE_SHAPE = (28, 28)
@@ -163,6 +164,9 @@ def load_prepared(path: str | Path) -> dict[str, np.ndarray]:
 
 
 def main(args: argparse.Namespace) -> None:
-    """`gpuflow ssvae-data`."""
-    shapes = prepare(args.source, args.path, args.test_fraction, args.split_seed, args.out)
+    """`gpuflow ssvae-data`: the digits of config['ssvae']['data']."""
+    data = family_settings("ssvae", args.settings, args.runtime)["data"]
+    shapes = prepare(
+        data["source"], data["path"], data["test_fraction"], data["split_seed"], args.out
+    )
     print(f"wrote {args.out}: {shapes}")

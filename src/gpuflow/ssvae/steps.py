@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from gpuflow.cli import lazy
+from gpuflow.registry import add_settings_arguments, lazy
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the SSVAE steps to the `gpuflow` parser."""
     data = subparsers.add_parser("ssvae-data", help="MNIST (embedded or IDX files) as one .npz")
-    data.add_argument("--source", choices=["embedded", "idx"], default="embedded")
-    data.add_argument("--path", default=None, help="idx: folder of the MNIST IDX files")
-    data.add_argument("--test-fraction", type=float, default=0.2, help="embedded: test share")
-    data.add_argument("--split-seed", type=int, default=0, help="embedded: seed of the split")
+    add_settings_arguments(data, "ssvae")
     data.add_argument("--out", required=True, help=".npz with x_train, y_train, x_test, y_test")
     data.set_defaults(run=lazy("gpuflow.ssvae.data:main"))
 
@@ -26,7 +23,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     train.add_argument("--corrupt", required=True, help="label corruption rate")
     train.add_argument("--alpha", type=float, default=None, help="M2: classification weight")
     train.add_argument("--seeds", type=int, nargs="+", required=True, help="runs to stack")
-    train.add_argument("--settings", default="{}", help="JSON of ssvae.model + ssvae.train")
+    add_settings_arguments(train, "ssvae")
     train.add_argument("--out", nargs="+", required=True, help="metrics.json per seed")
     train.add_argument("--state", required=True, help="resumable training state (.pt)")
     train.add_argument("--threads", type=int, default=0, help="CPU threads (0: torch default)")

@@ -20,43 +20,17 @@ import numpy as np
 import torch
 from torch import nn
 
+import gpuflow
 from gpuflow.atomic import atomic_path, write_json
 from gpuflow.devices import run_record, worker_devices
 from gpuflow.errors import ConfigError
 from gpuflow.resume import read_state
+from gpuflow.settings import family_schema, family_settings, keys_of_kind
 from gpuflow.ssvae.batches import Batches, Plan, RunIndex, epoch_indices, make_plan
 from gpuflow.ssvae.data import load_prepared
 from gpuflow.ssvae.labels import LabelSplit, split_labels
 from gpuflow.ssvae.model import StackedClassifier, StackedM2
 
-DEFAULTS: dict[str, Any] = {
-    "hidden": 500,
-    "latent": 50,
-    "epochs": 75,
-    "batch_size": 100,
-    "labelled_batch_size": 100,
-    "learning_rate": 3e-4,
-    "eval_frequency": 1,
-    "eval_batch_size": 500,
-    "device": "auto",
-    "gpu_ids": None,
-    "no_multi_gpu": False,
-    "data_on_device": True,
-    "num_workers": 0,
-    "pin_memory": False,
-    "persistent_workers": False,
-}
-# Settings that change where and how fast a run goes, not its numbers: a state survives them.
-RUNTIME_ONLY = (
-    "device",
-    "gpu_ids",
-    "no_multi_gpu",
-    "data_on_device",
-    "num_workers",
-    "pin_memory",
-    "persistent_workers",
-    "eval_batch_size",
-)
 INIT_STREAM, ORDER_STREAM, NOISE_STREAM, EVAL_STREAM = 3, 4, 5, 6
 
 
@@ -78,6 +52,25 @@ class Run:
             "alpha": self.alpha,
             "seed": self.seed,
         }
+
+
+def train_settings(settings: str = "{}", runtime: str = "{}") -> dict[str, Any]:
+    """ssvae.model and ssvae.train (but `stack`, the job layout) as one flat settings dict.
+
+    From the step's `--settings` and `--runtime` JSON; the schema fills in every default.
+    """
+    ssvae = family_settings("ssvae", settings, runtime)
+    train = {k: v for k, v in ssvae["train"].items() if k != "stack"}
+    return {**ssvae["model"], **train}
+
+
+def results_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """The settings the schema marks results-affecting (runtime keys left out)."""
+    schema = family_schema("ssvae")["properties"]
+    runtime = {
+        path[-1] for part in ("model", "train") for path in keys_of_kind(schema[part], "runtime")
+    }
+    return {k: v for k, v in settings.items() if k not in runtime}
 
 
 def stream_seed(seed: int, stream: int) -> int:
@@ -273,11 +266,28 @@ class StackTrainer:
         return self.plan.steps * per_step
 
 
+def data_digest(data: dict[str, np.ndarray]) -> str:
+    """A hash of the arrays' names, dtypes, shapes and content."""
+    digest = hashlib.sha256()
+    for name in sorted(data):
+        array = np.ascontiguousarray(data[name])
+        digest.update(f"{name}:{array.dtype}:{array.shape}".encode())
+        digest.update(array.tobytes())
+    return digest.hexdigest()
+
+
 def fingerprint(runs: list[Run], settings: dict[str, Any], data: dict[str, np.ndarray]) -> str:
-    """What a saved state must match to be resumed: runs, numeric settings, data shapes."""
-    numeric = {k: v for k, v in settings.items() if k not in RUNTIME_ONLY}
-    shapes = {k: list(v.shape) for k, v in data.items()}
-    text = json.dumps([[r.describe() for r in runs], numeric, shapes], sort_keys=True)
+    """What a saved state must match to be resumed: the runs, every results-affecting setting,
+    the data's content and the package version (runtime settings may change in between)."""
+    text = json.dumps(
+        [
+            [r.describe() for r in runs],
+            results_settings(settings),
+            data_digest(data),
+            gpuflow.__version__,
+        ],
+        sort_keys=True,
+    )
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -308,9 +318,11 @@ def train(
     outs: list[str | Path],
     state_path: str | Path,
 ) -> list[dict[str, Any]]:
-    """Train the stacked runs to the end (resuming when a state exists); write each metrics.json."""
+    """Train the stacked runs to the end (resuming when a state exists); write each metrics.json.
+
+    `settings` holds every key of `train_settings`.
+    """
     started = time.perf_counter()
-    settings = {**DEFAULTS, **settings}
     if len(outs) != len(runs):
         raise ConfigError("--out", f"{len(outs)} outputs for {len(runs)} runs", "one per run")
     data = load_prepared(data_path)
@@ -390,7 +402,7 @@ def write_metrics(
                 if k != "test_accuracy"
             },
             "curve": trainer.curve[r],
-            "settings": {k: v for k, v in settings.items() if k not in RUNTIME_ONLY},
+            "settings": results_settings(settings),
             "timing": {
                 "wall_time_s": time.perf_counter() - started,
                 "train_time_s": trainer.train_time_s,
@@ -410,7 +422,7 @@ def main(args: argparse.Namespace) -> None:
     """`gpuflow ssvae-train`."""
     if args.threads:
         torch.set_num_threads(args.threads)
-    settings = json.loads(args.settings)
+    settings = train_settings(args.settings, args.runtime)
     alpha = None if args.model == "baseline" else args.alpha
     if args.model == "m2" and alpha is None:
         raise ConfigError("--alpha", "required for M2 runs")

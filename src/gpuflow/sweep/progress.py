@@ -1,8 +1,10 @@
 """A shard's progress file: one JSON line per finished seed, appended durably.
 
-The first line records the settings; a file written for other settings is started over. Each
-seed line is flushed and fsynced before the next seed is reported, so a job killed at any
-moment loses at most the seeds still running. A torn last line (killed mid-write) is cut off.
+The first line records the settings and the gpuflow version; a file written for other settings
+or by another version is started over. Each seed line is flushed and fsynced before the next
+seed is reported, so a job killed at any moment loses at most the seeds still running. A torn
+last line (killed mid-write) is cut off. The file goes once the shard's table is written, so a
+forced re-run (`--forcerun sweep_shard`) computes every seed again.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import json
 import os
 from pathlib import Path
 from typing import Any, TextIO
+
+import gpuflow
 
 
 def progress_path(out: str | Path) -> Path:
@@ -46,11 +50,15 @@ class ProgressFile:
         else:
             if lines and (header is None or header.get("settings") != self.settings):
                 self.reason = "written for other settings"
+            elif lines and header.get("version") != gpuflow.__version__:
+                self.reason = f"written by gpuflow {header.get('version')}"
         if self.reason is not None:
             self.started_over = True
         if not lines or self.started_over:
             self._handle = open(self.path, "w", encoding="utf-8")  # noqa: SIM115 (closed by close())
-            self._append({"kind": "header", "settings": self.settings})
+            self._append(
+                {"kind": "header", "settings": self.settings, "version": gpuflow.__version__}
+            )
             return self
         self.records = records
         self._handle = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (closed by close())
@@ -119,3 +127,8 @@ class ProgressFile:
         if self._handle is not None:
             self._handle.close()
             self._handle = None
+
+    def remove(self) -> None:
+        """Delete the file: the shard's outputs now hold every seed."""
+        self.close()
+        self.path.unlink(missing_ok=True)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import csv
 import io
-import json
 import sys
 import time
 from typing import Any
@@ -21,6 +20,7 @@ from tqdm import tqdm
 
 from gpuflow.atomic import write_json, write_text
 from gpuflow.errors import ConfigError, GpuflowError
+from gpuflow.settings import family_settings
 from gpuflow.sweep.experiment import METHODS
 from gpuflow.sweep.pool import Outcome, SeedPool
 from gpuflow.sweep.progress import ProgressFile, progress_path
@@ -56,13 +56,9 @@ def parse_seeds(text: str) -> list[int]:
     return list(range(start, stop))
 
 
-def shard_settings(args: argparse.Namespace) -> dict[str, Any]:
+def shard_settings(args: argparse.Namespace, sweep: dict[str, Any]) -> dict[str, Any]:
     """Everything a seed's result depends on (also the progress file's identity)."""
-    blocks = json.loads(args.settings)
-    for key in ("data", args.method):
-        if key not in blocks:
-            raise ConfigError("--settings", f"no {key!r} block", f"keys 'data' and {args.method!r}")
-    data = blocks["data"]
+    data = sweep["data"]
     if args.teacher_rank > min(data["input_dim"], data["output_dim"]):
         raise ConfigError(
             "sweep.teacher_ranks",
@@ -74,7 +70,7 @@ def shard_settings(args: argparse.Namespace) -> dict[str, Any]:
         "teacher_rank": args.teacher_rank,
         "student_width": args.student_width,
         "data": data,
-        args.method: blocks[args.method],
+        args.method: sweep[args.method],
     }
 
 
@@ -99,8 +95,9 @@ def main(args: argparse.Namespace) -> int:
     if args.method not in METHODS:
         raise ConfigError("--method", f"unknown method {args.method!r}", f"one of {METHODS}")
     seeds = parse_seeds(args.seeds)
-    settings = shard_settings(args)
-    devices = worker_devices(args.device, args.cpu_workers)
+    sweep = family_settings("sweep", args.settings, args.runtime)
+    settings = shard_settings(args, sweep)
+    devices = worker_devices(sweep["device"], sweep["cpu_workers"])
     progress = ProgressFile(progress_path(args.out), settings).open()
     started = time.perf_counter()
     try:
@@ -147,5 +144,6 @@ def main(args: argparse.Namespace) -> int:
             "wall_s": time.perf_counter() - started,
         },
     )
+    progress.remove()
     log(f"{name}: wrote {args.out} ({len(seeds)} rows)")
     return 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from gpuflow.cli import lazy
+from gpuflow.registry import add_settings_arguments, lazy
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -16,11 +16,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     shard.add_argument("--teacher-rank", type=int, required=True)
     shard.add_argument("--student-width", type=int, required=True)
     shard.add_argument("--seeds", required=True, help="START:STOP, STOP excluded")
-    shard.add_argument(
-        "--settings", required=True, help="JSON with 'data' and the method's block (sweep config)"
-    )
-    shard.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
-    shard.add_argument("--cpu-workers", type=int, default=1, help="worker processes on CPU")
+    add_settings_arguments(shard, "sweep")
     shard.add_argument("--out", required=True, help="CSV, one row per seed")
     shard.add_argument("--run-out", required=True, help="JSON: devices, resumed/computed seeds")
     shard.set_defaults(run=lazy("gpuflow.sweep.shard:main"))

@@ -1,0 +1,51 @@
+"""The step registry's building blocks, shared by `gpuflow.cli` and every family's `steps`.
+
+A family's `steps.register(subparsers)` adds its steps with `lazy` entry points, so the CLI
+imports only argparse-level code and each step imports torch and friends when it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+StepMain = Callable[[argparse.Namespace], int | None]
+
+
+@dataclass(frozen=True)
+class LazyStep:
+    """A step entry point 'module:function', imported only when the step runs."""
+
+    target: str
+
+    def load(self) -> StepMain:
+        """The step's function (imports its module)."""
+        module_name, function_name = self.target.split(":")
+        return getattr(importlib.import_module(module_name), function_name)
+
+    def __call__(self, args: argparse.Namespace) -> int | None:
+        return self.load()(args)
+
+
+def lazy(target: str) -> LazyStep:
+    """The entry point of a step, 'module:function', imported when the step runs."""
+    return LazyStep(target)
+
+
+def add_settings_arguments(parser: argparse.ArgumentParser, family: str) -> None:
+    """`--settings` (results keys) and `--runtime` (runtime keys) of config[family], as JSON.
+
+    Keys left out take the schema's defaults (workflow/schemas/), the only place defaults live.
+    """
+    parser.add_argument(
+        "--settings",
+        default="{}",
+        help=f"JSON: results-affecting keys of config['{family}'] (nested as in the config)",
+    )
+    parser.add_argument(
+        "--runtime",
+        default="{}",
+        help=f"JSON: runtime-only keys of config['{family}'] (device, workers, batch sizes)",
+    )

@@ -1,0 +1,137 @@
+"""Step settings: one family's part of the schema, split into results and runtime keys.
+
+Every schema key carries `x-affects: results` (it changes a job's numbers: it reaches the job as
+a Snakemake param and is part of every resume fingerprint) or `x-affects: runtime` (it changes
+only where and how fast the job runs). An object's mark applies to its children unless a child
+says otherwise. A step gets both halves as JSON (`--settings`, `--runtime`), each holding only
+its own kind of keys, and `step_settings` turns them into one settings object filled with the
+schema's defaults: the same call from Snakemake and by hand, so defaults live only in the schema.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterator
+from functools import cache
+from typing import Any, TypeVar
+
+from gpuflow.config import SCHEMA_DIR, DefaultingValidator, config_error, load_schema
+from gpuflow.errors import ConfigError
+
+T = TypeVar("T")
+KINDS = ("results", "runtime")
+
+
+@cache
+def family_schema(family: str) -> dict[str, Any]:
+    """The schema of config[family], references inlined."""
+    return load_schema(SCHEMA_DIR / "config.schema.yaml")["properties"][family]
+
+
+def _child(schema: dict[str, Any], name: str) -> dict[str, Any] | None:
+    child = schema.get("properties", {}).get(name)
+    if child is None and isinstance(schema.get("additionalProperties"), dict):
+        child = schema["additionalProperties"]
+    return child
+
+
+def _is_object(schema: dict[str, Any]) -> bool:
+    return "properties" in schema or isinstance(schema.get("additionalProperties"), dict)
+
+
+def select(values: dict[str, Any], schema: dict[str, Any], kind: str) -> dict[str, Any]:
+    """The part of `values` whose keys the schema marks `kind` (nested objects kept nested)."""
+    return _select(values, schema, kind, schema.get("x-affects", "results"))
+
+
+def _select(values: dict[str, Any], schema: dict[str, Any], kind: str, inherited: str) -> dict:
+    kept: dict[str, Any] = {}
+    for name, value in values.items():
+        child = _child(schema, name)
+        if child is None:
+            continue
+        mark = child.get("x-affects", inherited)
+        if _is_object(child) and isinstance(value, dict):
+            part = _select(value, child, kind, mark)
+            if part or (mark == kind and not value):
+                kept[name] = part
+        elif mark == kind:
+            kept[name] = value
+    return kept
+
+
+def keys_of_kind(
+    schema: dict[str, Any], kind: str, prefix: tuple[str, ...] = (), inherited: str = "results"
+) -> Iterator[tuple[str, ...]]:
+    """Dotted paths (as tuples) of every named leaf key the schema marks `kind`."""
+    for name, child in schema.get("properties", {}).items():
+        mark = child.get("x-affects", inherited)
+        if "properties" in child:
+            yield from keys_of_kind(child, kind, (*prefix, name), mark)
+        elif mark == kind:
+            yield (*prefix, name)
+
+
+def split_json(family: str, values: dict[str, Any], kind: str) -> str:
+    """The `kind` keys of a family's config part as sorted, compact JSON (a rule's argument)."""
+    kept = select(values, family_schema(family), kind)
+    return json.dumps(kept, sort_keys=True, separators=(",", ":"))
+
+
+def _parse(text: str, key: str) -> dict[str, Any]:
+    try:
+        values = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ConfigError(key, f"not valid JSON ({error})", "a JSON object") from None
+    if not isinstance(values, dict):
+        raise ConfigError(key, f"got {type(values).__name__}", "a JSON object")
+    return values
+
+
+def _merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    for name, value in update.items():
+        if isinstance(value, dict) and isinstance(base.get(name), dict):
+            _merge(base[name], value)
+        else:
+            base[name] = value
+    return base
+
+
+def _check_kind(values: dict[str, Any], family: str, kind: str, option: str) -> None:
+    schema = family_schema(family)
+    other = select(values, schema, KINDS[1 - KINDS.index(kind)])
+    if other:
+        path = _first_path(other)
+        raise ConfigError(
+            f"{family}.{path}", f"is not a {kind} key", f"it belongs in the other of {option}"
+        )
+
+
+def _first_path(values: dict[str, Any]) -> str:
+    name, value = next(iter(values.items()))
+    return f"{name}.{_first_path(value)}" if isinstance(value, dict) and value else name
+
+
+def family_settings(family: str, settings: str = "{}", runtime: str = "{}") -> dict[str, Any]:
+    """config[family] from a step's `--settings` (results keys) and `--runtime` JSON, defaulted.
+
+    Errors name the dotted config key (`fluency.perplexity.token_budget`), as the workflow does.
+    """
+    results_part, runtime_part = _parse(settings, "--settings"), _parse(runtime, "--runtime")
+    _check_kind(results_part, family, "results", "--settings/--runtime")
+    _check_kind(runtime_part, family, "runtime", "--settings/--runtime")
+    values = _merge(results_part, runtime_part)
+    errors = sorted(
+        DefaultingValidator(family_schema(family)).iter_errors(values),
+        key=lambda e: list(e.path),
+    )
+    if errors:
+        error = config_error(errors[0])
+        raise ConfigError(f"{family}.{error.key}", error.problem, error.expected)
+    return values
+
+
+def step_settings(cls: type[T], values: dict[str, Any]) -> T:
+    """A settings dataclass from a defaulted config part: each field is the key of its name."""
+    return cls(**{f.name: values[f.name] for f in dataclasses.fields(cls)})  # type: ignore[arg-type]

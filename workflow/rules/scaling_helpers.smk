@@ -1,0 +1,159 @@
+"""Helpers of the DDP scaling family: checks, settings, resources and run paths."""
+
+SCALING = config["scaling"]
+SCALING_DIR = "results/scaling"
+SCALING_RUN = SCALING["run"]
+SCALING_WORLDS = sorted(SCALING["world_sizes"])
+SCALING_MULTI = SCALING["multinode"]
+SCALING_TRAIN_RES = SCALING["resources"]["scaling_train"]
+SCALING_ON_GPU = SCALING_TRAIN_RES["gpu"] > 0
+SCALING_FIGURES = [
+    "epoch_time",
+    "speedup_efficiency",
+    "throughput",
+    "accuracy",
+    "compute_comm",
+]
+
+
+def scaling_check():
+    """Stop before any job when the configurations cannot run as asked."""
+    missing = [n for n in SCALING_RUN if n not in SCALING["configurations"]]
+    if missing:
+        raise WorkflowError(
+            f"config key 'scaling.run': {missing} not in scaling.configurations "
+            f"(known: {sorted(SCALING['configurations'])})"
+        )
+    if SCALING_TRAIN_RES["gpu"] > 1:
+        raise WorkflowError(
+            "config key 'scaling.resources.scaling_train.gpu': one GPU per process "
+            f"(expected 0 or 1, got {SCALING_TRAIN_RES['gpu']})"
+        )
+    if SCALING_MULTI["enabled"] and not SCALING_ON_GPU:
+        raise WorkflowError(
+            "config key 'scaling.multinode.enabled': multi-node runs need GPUs "
+            "(set scaling.resources.scaling_train.gpu: 1)"
+        )
+    worlds = SCALING_WORLDS + (
+        [SCALING_MULTI["nodes"] * SCALING_MULTI["gpus_per_node"]]
+        if SCALING_MULTI["enabled"]
+        else []
+    )
+    for name in SCALING_RUN:
+        settings = SCALING["configurations"][name]
+        key = f"scaling.configurations.{name}"
+        model, train = settings["model"], settings["train"]
+        if model["d_model"] % model["n_heads"]:
+            raise WorkflowError(
+                f"config key '{key}.model.d_model': {model['d_model']} is not divisible "
+                f"by n_heads {model['n_heads']}"
+            )
+        if SCALING["warmup_epochs"] >= train["epochs"]:
+            raise WorkflowError(
+                f"config key 'scaling.warmup_epochs': {SCALING['warmup_epochs']} leaves no "
+                f"measured epoch of {name}'s {train['epochs']}"
+            )
+        if (train["global_batch_size"] is None) == (
+            train["per_gpu_batch_size"] is None
+        ):
+            raise WorkflowError(
+                f"config key '{key}.train': set exactly one of global_batch_size, "
+                "per_gpu_batch_size"
+            )
+        split = train["accumulation_steps"]
+        for world in worlds:
+            if train["global_batch_size"] and train["global_batch_size"] % (
+                world * split
+            ):
+                raise WorkflowError(
+                    f"config key '{key}.train.global_batch_size': {train['global_batch_size']} "
+                    f"does not split over world size {world} x {split} accumulation steps"
+                )
+        if settings["data"]["source"] != "embedded" and not settings["data"]["path"]:
+            raise WorkflowError(
+                f"config key '{key}.data.path': required for source "
+                f"'{settings['data']['source']}'"
+            )
+
+
+def scaling_data_files(wildcards):
+    """The user's data files that exist (missing ones are reported by the data step itself)."""
+    data = SCALING["configurations"][wildcards.cfg]["data"]
+    paths = [data["path"], data["val_path"]] if data["source"] != "embedded" else []
+    return [p for p in paths if p and os.path.exists(p)]
+
+
+def scaling_train_settings(wildcards):
+    """The results keys one configuration's training depends on, as one JSON argument."""
+    return results_json(
+        "scaling",
+        {
+            "amp": SCALING["amp"],
+            "warmup_epochs": SCALING["warmup_epochs"],
+            "ddp": SCALING["ddp"],
+            "configurations": {wildcards.cfg: SCALING["configurations"][wildcards.cfg]},
+        },
+    )
+
+
+def scaling_train_resources():
+    """One node: a GPU (or a CPU slot) per process, memory per process, same cores per CPU run.
+
+    Every CPU run reserves the cores of the largest world size, so runs measured on one
+    machine never share it with each other.
+    """
+    block = SCALING_TRAIN_RES
+    mem_mb, runtime, cpus = block["mem_mb"], block["runtime"], block["cpus_per_task"]
+    resources = {
+        "mem_mb": lambda wildcards, attempt: mem_mb * int(wildcards.world) * attempt,
+        "runtime": lambda wildcards, attempt: runtime * attempt,
+        "runtime_settings": runtime_json("scaling"),
+    }
+    if SCALING_ON_GPU:
+        resources.update(
+            gpu=lambda wildcards: int(wildcards.world),
+            cpus_per_gpu=cpus,
+            tasks_per_gpu=0,
+        )
+    else:
+        resources.update(gpu=0, cpus_per_task=cpus * max(SCALING_WORLDS))
+    return resources
+
+
+def scaling_train_threads(wildcards):
+    if SCALING_ON_GPU:
+        return SCALING_TRAIN_RES["cpus_per_task"] * int(wildcards.world)
+    return SCALING_TRAIN_RES["cpus_per_task"] * max(SCALING_WORLDS)
+
+
+def scaling_multinode_resources():
+    """Several nodes: one srun task per node, each with its node's GPUs, CPUs and memory."""
+    block, per_node = SCALING_TRAIN_RES, SCALING_MULTI["gpus_per_node"]
+    mem_mb, runtime = block["mem_mb"], block["runtime"]
+    return {
+        "nodes": SCALING_MULTI["nodes"],
+        "tasks": SCALING_MULTI["nodes"],
+        "mpi": "srun",
+        "tasks_per_gpu": 0,
+        "cpus_per_task": block["cpus_per_task"] * per_node,
+        "slurm_extra": f"--gpus-per-node={per_node}",
+        "mem_mb": lambda wildcards, attempt: mem_mb * per_node * attempt,
+        "runtime": lambda wildcards, attempt: runtime * attempt,
+        "runtime_settings": runtime_json("scaling"),
+    }
+
+
+def scaling_runs():
+    """Run records of every configuration, world size and (when enabled) the multi-node run."""
+    runs = [
+        f"{SCALING_DIR}/runs/{name}/nodes~1/world~{world}/run.json"
+        for name in SCALING_RUN
+        for world in SCALING_WORLDS
+    ]
+    if SCALING_MULTI["enabled"]:
+        nodes, per_node = SCALING_MULTI["nodes"], SCALING_MULTI["gpus_per_node"]
+        runs += [
+            f"{SCALING_DIR}/runs/{name}/nodes~{nodes}/world~{nodes * per_node}/run.json"
+            for name in SCALING_RUN
+        ]
+    return runs

@@ -38,11 +38,15 @@ def prepare(folder: Path, n_train: int) -> None:
         "n_train": n_train, "n_val": 256, "val_fraction": 0.1, "seed": 0,
     }  # fmt: skip
     files = {name: str(folder / name) for name in ("train.csv", "val.csv", "data.json")}
-    step("scaling-data", "--settings", json.dumps(data), "--out-train", files["train.csv"],
-         "--out-val", files["val.csv"], "--out-info", files["data.json"])  # fmt: skip
+    short = {"data": data, "tokenizer": {"vocab_size": 8000, "lowercase": True},
+             "model": {"max_seq_len": 48}}  # fmt: skip
+    settings = json.dumps({"configurations": {"short": short}})
+    step("scaling-data", "--name", "short", "--settings", settings,
+         "--out-train", files["train.csv"], "--out-val", files["val.csv"],
+         "--out-info", files["data.json"])  # fmt: skip
     step(
-        "scaling-tokenize", "--train", files["train.csv"], "--val", files["val.csv"],
-        "--vocab-size", "8000", "--lowercase", "--max-len", "48",
+        "scaling-tokenize", "--name", "short", "--settings", settings,
+        "--train", files["train.csv"], "--val", files["val.csv"],
         "--out-tokenizer", str(folder / "tok.json"), "--out-train", str(folder / "train.npz"),
         "--out-val", str(folder / "val.npz"), "--out-stats", str(folder / "tokens.json"),
     )  # fmt: skip

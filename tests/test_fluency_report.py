@@ -193,7 +193,8 @@ def draw(tmp_path: Path, frame: pd.DataFrame, groups: list[str]) -> list[Path]:
     tmp_path.mkdir(parents=True, exist_ok=True)
     frame.to_csv(tmp_path / "scores.csv", index=False)
     scores = load_scores(tmp_path / "scores.csv", groups)
-    binned_means(scores, Settings(n_bootstrap=50)).to_csv(tmp_path / "binned.csv", index=False)
+    binned = binned_means(scores, Settings.from_json('{"n_bootstrap": 50}'))
+    binned.to_csv(tmp_path / "binned.csv", index=False)
     out = tmp_path / "figures"
     paths = [out / "scatter.png", out / "binned.png", out / "by_group.png"]
     args = argparse.Namespace(

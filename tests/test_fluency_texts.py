@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -92,7 +93,12 @@ def test_the_cli_reports_bad_input_in_one_line_and_leaves_no_output(tmp_path: Pa
     bad.write_bytes(b"id,text\n1,ok\n2,\n")
     out = tmp_path / "out" / "texts.csv"
     result = run_gpuflow(
-        "fluency-texts", "--files", str(bad), "--id-column", "id", "--out", str(out), check=False
+        "fluency-texts",
+        "--settings",
+        json.dumps({"texts": {"source": "files", "files": [str(bad)], "id_column": "id"}}),
+        "--out",
+        str(out),
+        check=False,
     )
     assert result.returncode == 2
     expected = f"gpuflow fluency-texts: error: {bad}, row 2: empty text (expected non-empty text)"

@@ -168,15 +168,20 @@ def mnist_folder(root: Path, train_labels: np.ndarray | None = None, n_images: i
     return root
 
 
+def idx_data(folder: Path) -> list[str]:
+    settings = {"data": {"source": "idx", "path": str(folder)}}
+    return ["ssvae-data", "--settings", json.dumps(settings)]
+
+
 def idx_label_12(tmp: Path) -> list[str]:
     labels = np.arange(20, dtype=np.uint8) % 10
     labels[7] = 12
-    return ["ssvae-data", "--source", "idx", "--path", str(mnist_folder(tmp / "mnist", labels))]
+    return idx_data(mnist_folder(tmp / "mnist", labels))
 
 
 def idx_count_mismatch(tmp: Path) -> list[str]:
     labels = np.arange(19, dtype=np.uint8) % 10
-    return ["ssvae-data", "--source", "idx", "--path", str(mnist_folder(tmp / "mnist", labels))]
+    return idx_data(mnist_folder(tmp / "mnist", labels))
 
 
 def idx_gzip_not_gzip(tmp: Path) -> list[str]:
@@ -184,23 +189,23 @@ def idx_gzip_not_gzip(tmp: Path) -> list[str]:
     raw = root / "MNIST" / "raw"
     (raw / "t10k-labels-idx1-ubyte").unlink()
     (raw / "t10k-labels-idx1-ubyte.gz").write_bytes(b"plain bytes, not gzip")
-    return ["ssvae-data", "--source", "idx", "--path", str(root)]
+    return idx_data(root)
 
 
-DATA_DEFAULTS = load_config(REPO / "config" / "config.yaml")["scaling"]["configurations"]["short"][
-    "data"
-]
-
-
-def texts(tmp: Path, name: str, content: bytes, *extra: str) -> list[str]:
+def texts(tmp: Path, name: str, content: bytes, **extra: object) -> list[str]:
     (tmp / name).write_bytes(content)
-    return ["fluency-texts", "--files", str(tmp / name), *extra]
+    settings = {"texts": {"source": "files", "files": [str(tmp / name)], **extra}}
+    return ["fluency-texts", "--settings", json.dumps(settings)]
+
+
+def scaling_data(data: dict) -> list[str]:
+    settings = {"configurations": {"x": {"data": data}}}
+    return ["scaling-data", "--name", "x", "--settings", json.dumps(settings)]
 
 
 def agnews(tmp: Path, content: str) -> list[str]:
     (tmp / "train.csv").write_text(content)
-    settings = {**DATA_DEFAULTS, "source": "agnews", "path": str(tmp / "train.csv")}
-    return ["scaling-data", "--settings", json.dumps(settings), "--key", "scaling.x.data"]
+    return scaling_data({"source": "agnews", "path": str(tmp / "train.csv")})
 
 
 def imdb(tmp: Path, content: str | None = None, folder: bool = False) -> list[str]:
@@ -210,8 +215,7 @@ def imdb(tmp: Path, content: str | None = None, folder: bool = False) -> list[st
         (path / "train" / "pos" / "0_9.txt").write_text("Great.")
     else:
         path.write_text(content or "")
-    settings = {**DATA_DEFAULTS, "source": "imdb", "path": str(path)}
-    return ["scaling-data", "--settings", json.dumps(settings), "--key", "scaling.x.data"]
+    return scaling_data({"source": "imdb", "path": str(path)})
 
 
 def not_a_causal_lm(tmp: Path) -> list[str]:
@@ -273,7 +277,7 @@ BAD_FILES: dict[str, tuple[Callable[[Path], list[str]], str, list[str]]] = {
         ["texts.jsonl", "row 2", "not an object"],
     ),
     "a group column the file lacks": (
-        lambda t: texts(t, "texts.tsv", b"text\tmodel\nHello\tgpt2\n", "--group-columns", "method"),
+        lambda t: texts(t, "texts.tsv", b"text\tmodel\nHello\tgpt2\n", group_columns=["method"]),
         "--out",
         ["texts.tsv", "missing column(s) ['method']"],
     ),

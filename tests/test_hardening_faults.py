@@ -8,6 +8,7 @@ The step must stop with one line naming the output and the problem, and leave no
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -43,8 +44,8 @@ def mounted(tmp_path) -> Iterator[Callable[[str], Path]]:
 
 def write_texts(out: Path, capsys) -> str:
     """The texts step with ~200 KB of reviews to write; returns its stderr."""
-    argv = ["fluency-texts", "--n-texts", "100", "--corpus", "imdb", "--max-words", "400"]
-    argv += ["--shuffled-twins", "--out", str(out)]
+    texts = {"n_texts": 100, "corpus": ["imdb"], "max_words": 400, "shuffled_twins": True}
+    argv = ["fluency-texts", "--settings", json.dumps({"texts": texts}), "--out", str(out)]
     capsys.readouterr()
     assert gpuflow_main(argv) == 2
     return capsys.readouterr().err.strip()

@@ -52,14 +52,16 @@ def settings(**train: Any) -> dict[str, Any]:
 
 def prepare(folder: Path, data: dict[str, Any] = TINY_DATA) -> Path:
     """Splits and encoded data made by the real steps."""
+    tiny = {"data": data, "tokenizer": {"vocab_size": 300, "lowercase": True}, "model": TINY_MODEL}
+    settings = json.dumps({"configurations": {"tiny": tiny}})
     gpuflow(
-        "scaling-data", "--settings", json.dumps(data),
+        "scaling-data", "--name", "tiny", "--settings", settings,
         "--out-train", str(folder / "train.csv"), "--out-val", str(folder / "val.csv"),
         "--out-info", str(folder / "data.json"),
     )  # fmt: skip
     gpuflow(
-        "scaling-tokenize", "--train", str(folder / "train.csv"), "--val", str(folder / "val.csv"),
-        "--vocab-size", "300", "--lowercase", "--max-len", str(TINY_MODEL["max_seq_len"]),
+        "scaling-tokenize", "--name", "tiny", "--settings", settings,
+        "--train", str(folder / "train.csv"), "--val", str(folder / "val.csv"),
         "--out-tokenizer", str(folder / "tokenizer.json"), "--out-train", str(folder / "train.npz"),
         "--out-val", str(folder / "val.npz"), "--out-stats", str(folder / "tokens.json"),
     )  # fmt: skip

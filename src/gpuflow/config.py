@@ -9,17 +9,13 @@ the dotted key, the problem and what the schema expects.
 from __future__ import annotations
 
 import copy
-import dataclasses
-import json
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import jsonschema
 import yaml
 
 from gpuflow.errors import ConfigError
-
-T = TypeVar("T")
 
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / "workflow" / "schemas"
 
@@ -110,18 +106,3 @@ def check_files_exist(key: str, paths: list[str]) -> None:
     missing = [p for p in paths if not Path(p).is_file()]
     if missing:
         raise ConfigError(key, f"no such file(s): {missing}", "existing files")
-
-
-def dataclass_from_json(cls: type[T], text: str, key: str) -> T:
-    """A settings dataclass from a `--settings` JSON object; bad JSON or unknown keys name `key`."""
-    try:
-        values = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise ConfigError(key, f"not valid JSON ({error})", "a JSON object") from None
-    if not isinstance(values, dict):
-        raise ConfigError(key, f"got {type(values).__name__}", "a JSON object")
-    known = {f.name for f in dataclasses.fields(cls)}
-    for name in values:
-        if name not in known:
-            raise ConfigError(f"{key}.{name}", "unknown key", f"one of {sorted(known)}")
-    return cls(**values)

@@ -118,20 +118,52 @@ def family_settings(family: str, settings: str = "{}", runtime: str = "{}") -> d
 
     Errors name the dotted config key (`fluency.perplexity.token_budget`), as the workflow does.
     """
-    results_part, runtime_part = _parse(settings, "--settings"), _parse(runtime, "--runtime")
+    results_part = _parse(settings, f"{family} --settings")
+    runtime_part = _parse(runtime, f"{family} --runtime")
     _check_kind(results_part, family, "results", "--settings/--runtime")
     _check_kind(runtime_part, family, "runtime", "--settings/--runtime")
     values = _merge(results_part, runtime_part)
+    _validate(values, family)
+    return values
+
+
+def configuration(scaling: dict[str, Any], name: str) -> dict[str, Any]:
+    """Configuration `name` of a defaulted config['scaling'], or a ConfigError naming it."""
+    if name not in scaling["configurations"]:
+        known = sorted(scaling["configurations"])
+        raise ConfigError(f"scaling.configurations.{name}", "missing", f"one of {known}")
+    return scaling["configurations"][name]
+
+
+def _validate(values: dict[str, Any], family: str) -> None:
+    """Fill the schema's defaults into `values`; raise ConfigError naming the first bad key."""
     errors = sorted(
         DefaultingValidator(family_schema(family)).iter_errors(values),
         key=lambda e: list(e.path),
     )
-    if errors:
-        error = config_error(errors[0])
-        raise ConfigError(f"{family}.{error.key}", error.problem, error.expected)
-    return values
+    if not errors:
+        return
+    error = errors[0]
+    where = ".".join([family, *map(str, error.absolute_path)])
+    if error.validator == "additionalProperties":
+        unknown = sorted(set(error.instance) - set(error.schema.get("properties", {})))
+        known = sorted(error.schema.get("properties", {}))
+        raise ConfigError(f"{where}.{unknown[0]}", "unknown key", f"one of {known}")
+    named = config_error(error)
+    raise ConfigError(where, named.problem, named.expected)
 
 
-def step_settings(cls: type[T], values: dict[str, Any]) -> T:
-    """A settings dataclass from a defaulted config part: each field is the key of its name."""
-    return cls(**{f.name: values[f.name] for f in dataclasses.fields(cls)})  # type: ignore[arg-type]
+def block_settings(cls: type[T], family: str, block: tuple[str, ...], text: str) -> T:
+    """A settings dataclass for one block of config[family] (e.g. `fluency.stats`) from its JSON.
+
+    Keys left out take the schema's defaults; a bad value or an unknown key names its dotted key.
+    """
+    key = ".".join((family, *block))
+    values: dict[str, Any] = _parse(text, key)
+    nested = values
+    for name in reversed(block):
+        nested = {name: nested}
+    _validate(nested, family)
+    for name in block:
+        nested = nested[name]
+    return cls(**{f.name: nested[f.name] for f in dataclasses.fields(cls)})  # type: ignore[arg-type]

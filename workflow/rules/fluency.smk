@@ -51,9 +51,9 @@ rule fluency_texts:
     resources:
         **rule_resources("fluency", "fluency_texts"),
     params:
-        source=fluency_texts_args(),
+        settings=fluency_texts_settings(),
     shell:
-        "gpuflow fluency-texts {params.source} --out {output.texts:q} > {log:q} 2>&1"
+        "gpuflow fluency-texts --settings {params.settings} --out {output.texts:q} > {log:q} 2>&1"
 
 
 rule fluency_train_lm:

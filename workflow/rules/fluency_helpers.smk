@@ -23,26 +23,17 @@ def fluency_model_param(wildcards, input):
     return input.embedded_lm or config["fluency"]["lm"]["path"]
 
 
-def fluency_texts_args():
-    """Command-line arguments of `gpuflow fluency-texts` for the configured texts."""
-    texts = config["fluency"]["texts"]
-    if texts["source"] == "embedded":
-        return (
-            f"--n-texts {texts['n_texts']} --corpus {quoted(texts['corpus'])} "
-            f"--max-words {texts['max_words']} --min-words {texts['min_words']} "
-            f"--seed {texts['seed']} "
-            + ("--shuffled-twins" if texts["shuffled_twins"] else "")
-        )
-    id_column = texts["id_column"]
-    return (
-        f"--files {quoted(texts['files'])} --text-column {shlex.quote(texts['text_column'])} "
-        + (f"--id-column {shlex.quote(id_column)} " if id_column else "")
-        + (
-            f"--group-columns {quoted(texts['group_columns'])}"
-            if texts["group_columns"]
-            else ""
-        )
-    )
+def fluency_texts_settings():
+    """The texts keys the configured source uses (embedded-only keys are moot for files)."""
+    texts = FLUENCY["texts"]
+    files_only = ("files", "text_column", "id_column", "group_columns")
+    from_files = texts["source"] == "files"
+    used = {
+        k: v
+        for k, v in texts.items()
+        if k == "source" or (k in files_only) == from_files
+    }
+    return results_json("fluency", {"texts": used})
 
 
 def fluency_group_columns():

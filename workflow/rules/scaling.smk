@@ -39,12 +39,11 @@ rule scaling_data:
     resources:
         **rule_resources("scaling", "scaling_data"),
     params:
-        settings=lambda wildcards: as_json(
-            SCALING["configurations"][wildcards.cfg]["data"]
+        settings=lambda wildcards: scaling_settings(
+            wildcards.cfg, {"data": SCALING["configurations"][wildcards.cfg]["data"]}
         ),
-        key=lambda wildcards: f"scaling.configurations.{wildcards.cfg}.data",
     shell:
-        "gpuflow scaling-data --settings {params.settings} --key {params.key:q}"
+        "gpuflow scaling-data --name {wildcards.cfg} --settings {params.settings}"
         " --out-train {output.train:q} --out-val {output.val:q} --out-info {output.info:q}"
         " > {log:q} 2>&1"
 
@@ -67,24 +66,10 @@ rule scaling_tokenize:
     resources:
         **rule_resources("scaling", "scaling_tokenize"),
     params:
-        vocab_size=lambda wildcards: SCALING["configurations"][wildcards.cfg][
-            "tokenizer"
-        ]["vocab_size"],
-        min_frequency=lambda wildcards: SCALING["configurations"][wildcards.cfg][
-            "tokenizer"
-        ]["min_frequency"],
-        lowercase=lambda wildcards: (
-            "--lowercase"
-            if SCALING["configurations"][wildcards.cfg]["tokenizer"]["lowercase"]
-            else ""
-        ),
-        max_len=lambda wildcards: SCALING["configurations"][wildcards.cfg]["model"][
-            "max_seq_len"
-        ],
+        settings=scaling_tokenize_settings,
     shell:
-        "gpuflow scaling-tokenize --train {input.train:q} --val {input.val:q}"
-        " --vocab-size {params.vocab_size} --min-frequency {params.min_frequency}"
-        " {params.lowercase} --max-len {params.max_len}"
+        "gpuflow scaling-tokenize --name {wildcards.cfg} --settings {params.settings}"
+        " --train {input.train:q} --val {input.val:q}"
         " --out-tokenizer {output.tokenizer:q} --out-train {output.train:q}"
         " --out-val {output.val:q} --out-stats {output.stats:q} > {log:q} 2>&1"
 
@@ -110,9 +95,7 @@ rule scaling_baseline:
             else {}
         ),
     params:
-        settings=as_json(
-            {k: v for k, v in SCALING["baseline"].items() if k != "slurm_partition"}
-        ),
+        settings=results_json("scaling", {"baseline": SCALING["baseline"]}),
     shell:
         "gpuflow scaling-baseline --name {wildcards.cfg} --train {input.train:q}"
         " --val {input.val:q} --settings {params.settings} --threads {threads}"
@@ -277,7 +260,9 @@ rule scaling_report:
     conda:
         CONDA_ENV
     params:
-        target=SCALING["efficiency_target"],
+        settings=results_json(
+            "scaling", {"efficiency_target": SCALING["efficiency_target"]}
+        ),
     shell:
         "gpuflow scaling-report --summary {input.summary:q} --cost {input.cost:q}"
-        " --efficiency-target {params.target} --out {output.report:q} > {log:q} 2>&1"
+        " --settings {params.settings} --out {output.report:q} > {log:q} 2>&1"

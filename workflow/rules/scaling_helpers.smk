@@ -83,6 +83,21 @@ def scaling_data_files(wildcards):
     return [p for p in paths if p and os.path.exists(p)]
 
 
+def scaling_settings(name, part):
+    """Results keys of `part` of configuration `name` (a dict of its blocks), as --settings."""
+    return results_json("scaling", {"configurations": {name: part}})
+
+
+def scaling_tokenize_settings(wildcards):
+    """The tokenizer block and the model's max_seq_len: all the tokenize step uses."""
+    chosen = SCALING["configurations"][wildcards.cfg]
+    part = {
+        "tokenizer": chosen["tokenizer"],
+        "model": {"max_seq_len": chosen["model"]["max_seq_len"]},
+    }
+    return scaling_settings(wildcards.cfg, part)
+
+
 def scaling_train_settings(wildcards):
     """The results keys one configuration's training depends on, as one JSON argument."""
     return results_json(

@@ -34,8 +34,8 @@ import pandas as pd
 from scipy import stats
 
 from gpuflow.atomic import write_csv, write_json
-from gpuflow.config import dataclass_from_json
-from gpuflow.errors import ConfigError, DataError
+from gpuflow.errors import DataError
+from gpuflow.settings import block_settings
 
 REQUIRED_COLUMNS = ("text_id", "ppl", "n_tokens", "toxicity", "toxicity_scorer")
 METHODS = ("pearson", "spearman", "kendall", "partial_pearson", "partial_spearman")
@@ -84,26 +84,15 @@ MIN_VALID_SHARE = 0.5
 class Settings:
     """The `fluency.stats` config: bootstrap size, confidence level, bins and seed."""
 
-    n_bootstrap: int = 1000
-    confidence: float = 0.95
-    n_bins: int = 10
-    seed: int = 0
+    n_bootstrap: int
+    confidence: float
+    n_bins: int
+    seed: int
 
     @classmethod
     def from_json(cls, text: str) -> Settings:
-        """Parse `--settings` JSON; unknown keys and out-of-range values raise ConfigError."""
-        settings = dataclass_from_json(cls, text, "fluency.stats")
-        rules = {
-            "n_bootstrap": (int, lambda v: v >= 10, "an integer >= 10"),
-            "confidence": (int | float, lambda v: 0 < v < 1, "a number between 0 and 1"),
-            "n_bins": (int, lambda v: v >= 2, "an integer >= 2"),
-            "seed": (int, lambda v: v >= 0, "an integer >= 0"),
-        }
-        for key, (kind, in_range, expected) in rules.items():
-            value = getattr(settings, key)
-            if isinstance(value, bool) or not isinstance(value, kind) or not in_range(value):
-                raise ConfigError(f"fluency.stats.{key}", f"bad value {value!r}", expected)
-        return settings
+        """Parse `--settings` JSON (defaults and ranges: the schema); errors name the key."""
+        return block_settings(cls, "fluency", ("stats",), text)
 
 
 def load_scores(path: str | Path, group_columns: list[str]) -> pd.DataFrame:

@@ -11,16 +11,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the fluency steps to the `gpuflow` parser."""
     texts = subparsers.add_parser("fluency-texts", help="the texts to score, as one CSV")
     texts.add_argument("--out", required=True, help="CSV: text_id, text, source, condition, ...")
-    texts.add_argument("--n-texts", type=int, default=400, help="embedded: original texts")
-    texts.add_argument("--corpus", nargs="+", default=["imdb", "rotten_tomatoes"])
-    texts.add_argument("--max-words", type=int, default=400, help="embedded: words kept per text")
-    texts.add_argument("--min-words", type=int, default=8, help="embedded: shortest text drawn")
-    texts.add_argument("--seed", type=int, default=0)
-    texts.add_argument("--shuffled-twins", action="store_true", help="add word-shuffled twins")
-    texts.add_argument("--files", nargs="+", help="your own CSV/TSV/JSONL files instead")
-    texts.add_argument("--text-column", default="text")
-    texts.add_argument("--id-column", default=None)
-    texts.add_argument("--group-columns", nargs="*", default=[])
+    add_settings_arguments(texts, "fluency")
     texts.set_defaults(run=lazy("gpuflow.fluency.texts:main"))
 
     train = subparsers.add_parser("fluency-train-lm", help="train the embedded reference LM")

@@ -17,6 +17,7 @@ from gpuflow.atomic import write_csv
 from gpuflow.data.embedded import load_movie_reviews
 from gpuflow.data.textfiles import read_text_file
 from gpuflow.errors import ConfigError, DataError
+from gpuflow.settings import family_settings
 
 _HTML_BREAK = re.compile(r"<br\s*/?>", re.IGNORECASE)
 
@@ -141,19 +142,22 @@ def deal_into_shards(texts: pd.DataFrame, n_shards: int) -> list[pd.DataFrame]:
 
 
 def main(args: argparse.Namespace) -> int:
-    """`gpuflow fluency-texts`: write the texts to score."""
-    if args.files:
-        frame = file_texts(args.files, args.text_column, args.id_column, args.group_columns)
+    """`gpuflow fluency-texts`: write the texts config['fluency']['texts'] names."""
+    texts = family_settings("fluency", args.settings)["texts"]
+    if texts["source"] == "files":
+        if not texts["files"]:
+            raise ConfigError("fluency.texts.files", "empty, but source is 'files'", "text files")
+        frame = file_texts(
+            texts["files"], texts["text_column"], texts["id_column"], texts["group_columns"]
+        )
     else:
-        if args.n_texts < 2:
-            raise ConfigError("fluency.texts.n_texts", f"{args.n_texts} is too few", "at least 2")
         frame = embedded_texts(
-            args.n_texts,
-            args.corpus,
-            args.max_words,
-            args.seed,
-            args.shuffled_twins,
-            args.min_words,
+            texts["n_texts"],
+            texts["corpus"],
+            texts["max_words"],
+            texts["seed"],
+            texts["shuffled_twins"],
+            texts["min_words"],
         )
     write_csv(args.out, frame)
     print(f"wrote {len(frame)} texts to {args.out}")

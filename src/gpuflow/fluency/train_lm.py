@@ -20,10 +20,10 @@ from tokenizers import ByteLevelBPETokenizer
 from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
 from gpuflow.atomic import atomic_path
-from gpuflow.config import dataclass_from_json
 from gpuflow.data.embedded import load_movie_reviews
 from gpuflow.errors import ConfigError
 from gpuflow.fluency.texts import clean_review, read_texts
+from gpuflow.settings import block_settings
 
 END_OF_TEXT = "<|endoftext|>"
 PREFIX_WORDS = 20
@@ -34,21 +34,22 @@ VALIDATION_SHARE = 0.05
 class LMSettings:
     """The `fluency.lm.train` config block."""
 
-    n_texts: int = 4000
-    vocab_size: int = 2000
-    n_layer: int = 2
-    n_embd: int = 128
-    n_head: int = 4
-    n_positions: int = 128
-    steps: int = 500
-    batch_size: int = 16
-    learning_rate: float = 3e-3
-    seed: int = 0
+    n_texts: int
+    vocab_size: int
+    n_layer: int
+    n_embd: int
+    n_head: int
+    n_positions: int
+    steps: int
+    batch_size: int
+    learning_rate: float
+    seed: int
 
     @classmethod
     def from_json(cls, text: str) -> LMSettings:
-        """Settings from a JSON object; bad JSON, unknown keys and a bad n_head are errors."""
-        settings = dataclass_from_json(cls, text, "fluency.lm.train")
+        """Settings from a JSON object (defaults: the schema); bad JSON, values, keys and n_head
+        are errors naming the key."""
+        settings = block_settings(cls, "fluency", ("lm", "train"), text)
         if settings.n_embd % settings.n_head:
             raise ConfigError(
                 "fluency.lm.train.n_head",

@@ -7,7 +7,6 @@ regression, or (seed 004's tree-model option) histogram gradient boosting on an 
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from typing import Any
 
@@ -21,6 +20,7 @@ from threadpoolctl import threadpool_limits
 from gpuflow.atomic import write_json
 from gpuflow.devices import run_record
 from gpuflow.scaling.tokens import read_split
+from gpuflow.settings import family_settings
 
 
 def build_pipeline(settings: dict[str, Any]) -> Pipeline:
@@ -42,7 +42,7 @@ def build_pipeline(settings: dict[str, Any]) -> Pipeline:
 
 def main(args: argparse.Namespace) -> None:
     """Fit on the training split, score the validation split, write the record."""
-    settings = json.loads(args.settings)
+    settings = family_settings("scaling", args.settings)["baseline"]
     train, val = read_split(args.train), read_split(args.val)
     pipeline = build_pipeline(settings)
     with threadpool_limits(args.threads):

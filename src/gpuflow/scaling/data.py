@@ -7,7 +7,6 @@ a training split and a validation split, drawn with the configured seed.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ import pandas as pd
 from gpuflow.atomic import write_csv, write_json
 from gpuflow.data.embedded import load_movie_reviews
 from gpuflow.errors import ConfigError, DataError
+from gpuflow.settings import configuration, family_settings
 
 IMDB_TEXT_COLUMNS = ("text", "review")
 IMDB_LABEL_COLUMNS = ("label", "sentiment")
@@ -146,8 +146,8 @@ def build_splits(
 
 def main(args: argparse.Namespace) -> None:
     """`gpuflow scaling-data`: write the training and validation splits of one configuration."""
-    settings = json.loads(args.settings)
-    train, val, names = build_splits(settings, key=args.key)
+    settings = configuration(family_settings("scaling", args.settings), args.name)["data"]
+    train, val, names = build_splits(settings, key=f"scaling.configurations.{args.name}.data")
     write_csv(args.out_train, train)
     write_csv(args.out_val, val)
     write_json(

@@ -12,6 +12,7 @@ import argparse
 import pandas as pd
 
 from gpuflow.atomic import write_text
+from gpuflow.settings import family_settings
 
 DDP = "transformer-ddp"
 COMM_MINOR = 0.10  # below this share of epoch time, communication is not worth optimising
@@ -301,6 +302,7 @@ def main(args: argparse.Namespace) -> None:
     """Write performance_report.txt from the summary and cost tables."""
     summary = pd.read_csv(args.summary)
     cost = pd.read_csv(args.cost)
-    text = build_report(summary, cost, args.efficiency_target)
+    target = family_settings("scaling", args.settings)["efficiency_target"]
+    text = build_report(summary, cost, target)
     write_text(args.out, text)
     print(text)

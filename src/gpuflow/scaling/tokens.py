@@ -17,6 +17,7 @@ from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
 
 from gpuflow.atomic import atomic_path, write_json
 from gpuflow.errors import DataError
+from gpuflow.settings import configuration, family_settings
 
 PAD, UNK = "[PAD]", "[UNK]"
 PAD_ID, UNK_ID = 0, 1
@@ -72,13 +73,18 @@ def save_encoded(path: str | Path, ids: np.ndarray, offsets: np.ndarray, labels:
 
 def main(args: argparse.Namespace) -> None:
     """`gpuflow scaling-tokenize`: learn the tokenizer on the training split, encode both."""
+    chosen = configuration(family_settings("scaling", args.settings), args.name)
+    tokenizer_settings, max_len = chosen["tokenizer"], chosen["model"]["max_seq_len"]
     train, val = read_split(args.train), read_split(args.val)
     tokenizer = train_tokenizer(
-        train["text"].tolist(), args.vocab_size, args.min_frequency, args.lowercase
+        train["text"].tolist(),
+        tokenizer_settings["vocab_size"],
+        tokenizer_settings["min_frequency"],
+        tokenizer_settings["lowercase"],
     )
-    stats: dict[str, Any] = {"vocab_size": tokenizer.get_vocab_size(), "max_len": args.max_len}
+    stats: dict[str, Any] = {"vocab_size": tokenizer.get_vocab_size(), "max_len": max_len}
     for name, frame, out in (("train", train, args.out_train), ("val", val, args.out_val)):
-        ids, offsets, truncated = encode(tokenizer, frame["text"].tolist(), args.max_len)
+        ids, offsets, truncated = encode(tokenizer, frame["text"].tolist(), max_len)
         save_encoded(out, ids, offsets, frame["label"].to_numpy())
         lengths = np.diff(offsets)
         stats[name] = {

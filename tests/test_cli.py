@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -16,6 +17,34 @@ def test_the_step_list_loads_without_importing_torch_or_pandas():
     )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert result.stdout.strip() == "[]", result.stderr
+
+
+def registered_steps() -> dict[str, object]:
+    """Each step's `run` entry point, by step name."""
+    from gpuflow.cli import build_parser
+
+    parser = build_parser()
+    (steps,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return {name: sub.get_default("run") for name, sub in steps.choices.items()}
+
+
+def test_every_registered_step_imports_its_entry_point():
+    from gpuflow.registry import LazyStep
+
+    entry_points = registered_steps()
+    assert len(entry_points) > 20
+    for name, entry_point in entry_points.items():
+        assert isinstance(entry_point, LazyStep), name
+        assert callable(entry_point.load()), f"{name}: {entry_point.target}"
+
+
+def test_the_step_modules_do_not_import_the_cli():
+    probe = (
+        "import sys, gpuflow.steps, gpuflow.fluency.steps, gpuflow.ssvae.steps, "
+        "gpuflow.scaling.steps, gpuflow.sweep.steps; print('gpuflow.cli' in sys.modules)"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert result.stdout.strip() == "False", result.stderr
 
 
 def test_every_fluency_step_is_registered(run_gpuflow):

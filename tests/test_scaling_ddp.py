@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import socket
 import subprocess
 import time
@@ -210,6 +211,41 @@ def test_a_killed_run_resumes_after_its_last_finished_epoch_and_finishes_like_an
     assert unbroken["epochs"][-1]["val_accuracy"] == pytest.approx(
         resumed["epochs"][-1]["val_accuracy"], abs=1 / 64 + 1e-9
     )
+
+
+def test_a_state_resumes_under_other_runtime_settings_but_not_on_other_data(tmp_path: Path):
+    data = prepare(tmp_path / "data", {**TINY_DATA, "n_train": 1536, "n_val": 64})
+    reshuffled = prepare(tmp_path / "other", {**TINY_DATA, "n_train": 1536, "n_val": 64, "seed": 1})
+    config = settings(epochs=4)
+    killed = tmp_path / "killed"
+    state = killed / ".run.resume.pt"
+    process = subprocess.Popen(
+        train_command(data, killed, config, world=1), env=workflow_env(),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.monotonic() + 240
+    while not state.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    kill_tree(process)
+    assert state.exists() and not (killed / "run.json").exists(), "the run was not killed mid-way"
+    finished = torch.load(state, weights_only=True)["epoch"]
+
+    runtime = settings(epochs=4, eval_batch_size=7, num_workers=1)
+    runtime["cpu_threads_per_process"] = 2
+    for out, split, run_config, resumes in (
+        (tmp_path / "runtime", data, runtime, True),
+        (tmp_path / "data_seed", reshuffled, config, False),
+    ):
+        out.mkdir()
+        shutil.copy(state, out / state.name)
+        result = subprocess.run(
+            train_command(split, out, run_config, world=1), capture_output=True, text=True,
+            env=workflow_env(), timeout=300,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr[-5000:]
+        assert (f"resuming after epoch {finished}" in result.stdout) is resumes, out.name
+        record = json.loads((out / "run.json").read_text())
+        assert record["resumed_at_epochs"] == ([finished] if resumes else []), out.name
 
 
 def test_two_torchrun_agents_meeting_by_c10d_rendezvous_train_as_one_two_node_world(

@@ -276,3 +276,56 @@ def test_a_state_from_other_settings_is_not_resumed(data_path, tmp_path):
         [Run("baseline", 0.05, 0.0, None, 0)], data_path, settings, [tmp_path / "m.json"], state
     )
     assert metrics["timing"]["resumed_from_epoch"] is None
+
+
+class Interrupted(Exception):
+    """Stands for a job killed right after its first checkpoint."""
+
+
+def interrupt_after_first_checkpoint(monkeypatch, runs, data_path, settings, state) -> None:
+    """Train until the first state is on disk, then stop, as a killed job would."""
+    from gpuflow.ssvae import train as train_module
+
+    write_state = train_module.save_state
+
+    def save_then_stop(path, saved):
+        write_state(path, saved)
+        raise Interrupted
+
+    with monkeypatch.context() as patched:
+        patched.setattr(train_module, "save_state", save_then_stop)
+        with pytest.raises(Interrupted):
+            train(runs, data_path, settings, [state.with_suffix(".json")], state)
+    assert state.exists()
+
+
+def test_a_state_resumes_under_other_runtime_settings_to_the_same_metrics(
+    data_path, tmp_path, monkeypatch
+):
+    settings = {**TINY, "epochs": 2, "eval_frequency": 1}
+    runs = [Run("m2", 0.05, 0.0, 1.0, 0)]
+    (whole,) = train(runs, data_path, settings, [tmp_path / "whole.json"], tmp_path / "w.pt")
+    state = tmp_path / "s.pt"
+    interrupt_after_first_checkpoint(monkeypatch, runs, data_path, settings, state)
+    runtime = {"eval_batch_size": 64, "data_on_device": False, "num_workers": 1}
+    (resumed,) = train(runs, data_path, {**settings, **runtime}, [tmp_path / "r.json"], state)
+    assert resumed["timing"]["resumed_from_epoch"] == 1
+    assert resumed["test_accuracy"] == whole["test_accuracy"]
+    for ours, theirs in zip(resumed["curve"], whole["curve"], strict=True):
+        assert ours == pytest.approx(theirs, rel=1e-5)  # eval batches only reorder float sums
+
+
+def test_a_state_written_for_another_data_split_is_not_resumed(tmp_path, monkeypatch):
+    """Same shapes, other digits (ssvae.data.split_seed 0 vs 1): the state must not be used."""
+    paths = []
+    for split_seed in (0, 1):
+        arrays = split_embedded(0.2, seed=split_seed)
+        path = tmp_path / f"split{split_seed}.npz"
+        np.savez(path, **{k: v[:500] for k, v in arrays.items()})
+        paths.append(path)
+    settings = {**TINY, "epochs": 2}
+    runs = [Run("baseline", 0.05, 0.0, None, 0)]
+    state = tmp_path / "s.pt"
+    interrupt_after_first_checkpoint(monkeypatch, runs, paths[0], settings, state)
+    (metrics,) = train(runs, paths[1], settings, [tmp_path / "m.json"], state)
+    assert metrics["timing"]["resumed_from_epoch"] is None

@@ -41,7 +41,7 @@ def test_the_sweep_runs_end_to_end_into_one_table_and_figures(tmp_path, run_snak
     for figure in ("test_error", "guesses"):
         assert (tmp_path / f"results/sweep/figures/{figure}.png").stat().st_size > 1000
     shard_dir = tmp_path / "results/sweep/shards/method~gd/rank~2/width~4"
-    assert (shard_dir / "shard~1.progress.jsonl").exists(), "progress sits beside the output"
+    assert not (shard_dir / "shard~1.progress.jsonl").exists(), "progress goes with the table"
     log = (tmp_path / "results/sweep/logs/method~gd/rank~2/width~4/shard~0.log").read_text()
     assert "2/2" in log, "the progress bar is in the log"
     again = run_snakemake(tmp_path, TINY, "-n")

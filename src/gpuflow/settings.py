@@ -64,10 +64,14 @@ def _select(values: dict[str, Any], schema: dict[str, Any], kind: str, inherited
 def keys_of_kind(
     schema: dict[str, Any], kind: str, prefix: tuple[str, ...] = (), inherited: str = "results"
 ) -> Iterator[tuple[str, ...]]:
-    """Dotted paths (as tuples) of every named leaf key the schema marks `kind`."""
-    for name, child in schema.get("properties", {}).items():
+    """Paths (tuples) of every leaf key the schema marks `kind`; `*` stands for any name of an
+    object of named entries (e.g. `scaling.configurations.*.train.eval_batch_size`)."""
+    children = dict(schema.get("properties", {}))
+    if isinstance(schema.get("additionalProperties"), dict):
+        children["*"] = schema["additionalProperties"]
+    for name, child in children.items():
         mark = child.get("x-affects", inherited)
-        if "properties" in child:
+        if _is_object(child):
             yield from keys_of_kind(child, kind, (*prefix, name), mark)
         elif mark == kind:
             yield (*prefix, name)

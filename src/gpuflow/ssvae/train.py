@@ -236,18 +236,21 @@ class StackTrainer:
         correct = torch.zeros(runs, device=self.device)
         size = self.settings["eval_batch_size"]
         classifier = self.model.classifier if self.m2 else self.model
+        if self.m2:  # drawn for the whole test set, so the batch size cannot change a sample
+            latent = self.settings["latent"]
+            noise_l = torch.stack(
+                [torch.randn(n_test, latent, generator=g, device=self.device) for g in rng]
+            )
+            noise_u = torch.stack(
+                [torch.randn(n_test, 10, latent, generator=g, device=self.device) for g in rng]
+            )
         for start in range(0, n_test, size):
             x = self.x_test[start : start + size].expand(runs, -1, -1)
             y = self.y_test[start : start + size].expand(runs, -1)
             correct += (classifier.logits(x).argmax(-1) == y).sum(1)
             if self.m2:
-                b, latent = x.shape[1], self.settings["latent"]
-                eps_l = torch.stack(
-                    [torch.randn(b, latent, generator=g, device=self.device) for g in rng]
-                )
-                eps_u = torch.stack(
-                    [torch.randn(b, 10, latent, generator=g, device=self.device) for g in rng]
-                )
+                eps_l = noise_l[:, start : start + size]
+                eps_u = noise_u[:, start : start + size]
                 lab = self.model.labelled_terms(x, y, eps_l)
                 sums["labelled_neg_elbo"] += lab["neg_elbo"].sum(1)
                 sums["recon"] += lab["recon"].sum(1)

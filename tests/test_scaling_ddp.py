@@ -115,6 +115,21 @@ def kill_tree(process: subprocess.Popen[bytes]) -> None:
     process.wait()
 
 
+def kill_after_a_checkpoint(data: Path, out: Path, config: dict[str, Any], world: int) -> int:
+    """Start a run, SIGKILL it once its first resume state exists; the epoch that state holds."""
+    state = out / ".run.resume.pt"
+    process = subprocess.Popen(
+        train_command(data, out, config, world), env=workflow_env(),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.monotonic() + 240
+    while not state.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    kill_tree(process)
+    assert state.exists() and not (out / "run.json").exists(), "the run was not killed mid-way"
+    return torch.load(state, weights_only=True)["epoch"]
+
+
 def weights(path: Path) -> dict[str, torch.Tensor]:
     """Saved weights, less the attention key biases.
 
@@ -182,16 +197,7 @@ def test_a_killed_run_resumes_after_its_last_finished_epoch_and_finishes_like_an
 
     out = tmp_path / "killed"
     state = out / ".run.resume.pt"
-    process = subprocess.Popen(
-        train_command(data, out, config, world=2), env=workflow_env(),
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    deadline = time.monotonic() + 240
-    while not state.exists() and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.02)
-    kill_tree(process)
-    assert state.exists() and not (out / "run.json").exists(), "the run was not killed mid-way"
-    finished = torch.load(state, weights_only=True)["epoch"]
+    finished = kill_after_a_checkpoint(data, out, config, world=2)
     assert 1 <= finished < 4
 
     result = subprocess.run(
@@ -219,16 +225,7 @@ def test_a_state_resumes_under_other_runtime_settings_but_not_on_other_data(tmp_
     config = settings(epochs=4)
     killed = tmp_path / "killed"
     state = killed / ".run.resume.pt"
-    process = subprocess.Popen(
-        train_command(data, killed, config, world=1), env=workflow_env(),
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    deadline = time.monotonic() + 240
-    while not state.exists() and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.02)
-    kill_tree(process)
-    assert state.exists() and not (killed / "run.json").exists(), "the run was not killed mid-way"
-    finished = torch.load(state, weights_only=True)["epoch"]
+    finished = kill_after_a_checkpoint(data, killed, config, world=1)
 
     runtime = settings(epochs=4, eval_batch_size=7, num_workers=1)
     runtime["cpu_threads_per_process"] = 2

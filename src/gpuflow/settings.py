@@ -16,7 +16,13 @@ from collections.abc import Iterator
 from functools import cache
 from typing import Any, TypeVar
 
-from gpuflow.config import SCHEMA_DIR, DefaultingValidator, config_error, load_schema
+from gpuflow.config import (
+    SCHEMA_DIR,
+    DefaultingValidator,
+    config_error,
+    load_schema,
+    merge_config,
+)
 from gpuflow.errors import ConfigError
 
 T = TypeVar("T")
@@ -93,15 +99,6 @@ def _parse(text: str, key: str) -> dict[str, Any]:
     return values
 
 
-def _merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
-    for name, value in update.items():
-        if isinstance(value, dict) and isinstance(base.get(name), dict):
-            _merge(base[name], value)
-        else:
-            base[name] = value
-    return base
-
-
 def _check_kind(values: dict[str, Any], family: str, kind: str, option: str) -> None:
     schema = family_schema(family)
     other = select(values, schema, KINDS[1 - KINDS.index(kind)])
@@ -126,7 +123,7 @@ def family_settings(family: str, settings: str = "{}", runtime: str = "{}") -> d
     runtime_part = _parse(runtime, f"{family} --runtime")
     _check_kind(results_part, family, "results", "--settings/--runtime")
     _check_kind(runtime_part, family, "runtime", "--settings/--runtime")
-    values = _merge(results_part, runtime_part)
+    values = merge_config(results_part, runtime_part)
     _validate(values, family)
     return values
 

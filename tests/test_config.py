@@ -63,3 +63,28 @@ def test_step_settings_name_the_key_of_bad_json_or_an_unknown_setting():
     with pytest.raises(ConfigError, match=r"'fluency.lm.train.stepz': unknown key"):
         LMSettings.from_json('{"stepz": 3}')
     assert LMSettings.from_json('{"steps": 3}').steps == 3
+
+
+def test_every_schema_key_is_marked_results_or_runtime():
+    from gpuflow.settings import family_schema, keys_of_kind
+
+    for family in ("fluency", "ssvae", "scaling", "sweep"):
+        schema = family_schema(family)
+        assert schema["x-affects"] == "results", family
+        marks = [
+            node["x-affects"]
+            for node in walk(schema)
+            if isinstance(node, dict) and "x-affects" in node
+        ]
+        assert set(marks) <= {"results", "runtime"}, family
+        assert list(keys_of_kind(schema, "runtime")), f"{family} has no runtime key"
+    assert ("perplexity", "token_budget") in set(keys_of_kind(family_schema("fluency"), "runtime"))
+    assert ("data", "split_seed") in set(keys_of_kind(family_schema("ssvae"), "results"))
+
+
+def walk(node):
+    """Every dict and list inside a schema, depth first."""
+    yield node
+    children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else []
+    for child in children:
+        yield from walk(child)

@@ -282,3 +282,15 @@ def test_half_precision_on_the_cpu_is_refused(tiny_lm, tmp_path, capsys):
 def test_a_stride_not_below_the_context_is_refused(tiny_lm, tmp_path, capsys):
     err = run_bad(tmp_path, capsys, tiny_lm, *perplexity_settings(stride=CONTEXT))
     assert "fluency.perplexity.stride" in err and f"1 to {CONTEXT - 1}" in err
+
+
+def test_the_token_budget_changes_scores_only_by_float_rounding(tiny_lm, reviews):
+    """fluency.perplexity.token_budget is a runtime key: another batch split, the same numbers."""
+    _, tokenizer = load(tiny_lm)
+    token_ids = tokenize(tokenizer, reviews)
+    bos = tokenizer.bos_token_id
+    small_nll, small_count, small = score(tiny_lm, token_ids, bos_id=bos, token_budget=40)
+    large_nll, large_count, large = score(tiny_lm, token_ids, bos_id=bos, token_budget=4096)
+    assert small["final_token_budget"] < large["final_token_budget"]
+    np.testing.assert_array_equal(small_count, large_count)
+    np.testing.assert_allclose(small_nll, large_nll, rtol=1e-5)

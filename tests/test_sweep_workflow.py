@@ -65,3 +65,13 @@ def test_a_teacher_rank_above_the_dimensions_is_refused_before_any_job(tmp_path,
     result = run_snakemake(tmp_path, config, "-n", check=False)
     assert result.returncode != 0
     assert "config key 'sweep.teacher_ranks': rank 9 exceeds" in result.stdout + result.stderr
+
+
+@pytest.mark.workflow
+def test_the_sweep_rank_check_runs_only_when_the_sweep_is_enabled(tmp_path, run_snakemake):
+    bad_rank = {"sweep": {"teacher_ranks": [9]}}  # beyond the 8 input dimensions
+    enabled = run_snakemake(tmp_path, {"families": ["sweep"], **bad_rank}, "-n", check=False)
+    assert enabled.returncode != 0
+    assert "config key 'sweep.teacher_ranks'" in enabled.stdout + enabled.stderr
+    disabled = run_snakemake(tmp_path, {"families": ["fluency"], **bad_rank}, "-n", check=False)
+    assert disabled.returncode == 0, disabled.stderr[-2000:]

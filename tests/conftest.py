@@ -58,7 +58,12 @@ def job_counts(dry_run_output: str) -> dict[str, int]:
     counts = {}
     for line in dry_run_output.splitlines():
         parts = line.split()
-        if len(parts) == 2 and parts[1].isdigit() and parts[0] != "total":
+        if (
+            len(parts) == 2
+            and parts[1].isdigit()
+            and parts[0].isidentifier()
+            and parts[0] != "total"
+        ):
             counts[parts[0]] = int(parts[1])
     return counts
 

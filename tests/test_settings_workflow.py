@@ -203,8 +203,9 @@ def test_changing_a_results_key_re_plans_exactly_the_jobs_that_use_it(finished, 
 def test_a_forced_sweep_shard_computes_every_seed_again(finished, tmp_path):
     workdir = tmp_path / "copy"
     shutil.copytree(finished, workdir, symlinks=True)
-    shard = workdir / "results/sweep/shards/method~gd/rank~2/width~4"
+    cell = "results/sweep/shards/method~gd/rank~2/width~4"
+    shard = workdir / cell
     assert not (shard / "shard~0.progress.jsonl").exists(), "progress goes with the table"
-    snakemake(workdir, TINY, str(shard / "shard~0.csv"), "--forcerun", "sweep_shard")
+    snakemake(workdir, TINY, f"{cell}/shard~0.csv", "--forcerun", "sweep_shard")
     record = json.loads((shard / "shard~0.run.json").read_text())
     assert record["computed"] == [0, 1] and record["resumed"] == 0

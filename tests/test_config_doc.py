@@ -6,7 +6,7 @@ import pytest
 
 from gpuflow.cli import main as gpuflow_main
 from gpuflow.config_doc import README, TEMPLATE, Sources, load_sources, render
-from gpuflow.errors import ConfigError
+from gpuflow.errors import DataError
 
 MEMORY = {"mem_mb": {"type": "integer", "minimum": 1, "default": 5, "description": "Memory."}}
 SCHEMA = {
@@ -104,5 +104,11 @@ def test_the_hand_written_text_stays_and_the_file_says_it_is_generated(tiny_read
 
 
 def test_a_top_level_key_without_a_place_in_the_template_is_refused():
-    with pytest.raises(ConfigError, match=r"markers missing for \['fam'\]"):
+    with pytest.raises(DataError, match=r"README.template.md: markers missing for \['fam'\]"):
         render("# Keys\n<!-- keys: other -->\n", Sources(SCHEMA, FILES))
+
+
+def test_a_block_marker_naming_no_group_of_blocks_is_refused():
+    template = "<!-- keys: other -->\n<!-- keys: fam -->\n<!-- block: limits -->\n"
+    with pytest.raises(DataError, match="<!-- block: limits --> names no group of blocks"):
+        render(template, Sources(SCHEMA, FILES))

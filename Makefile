@@ -10,7 +10,10 @@ TORCH_PIN := $(if $(shell command -v nvidia-smi 2>/dev/null),,torch==2.13.0)
 
 export PATH := $(BIN):$(PATH)
 
-.PHONY: run test lint install clean
+# The tiny configs in .test/<name>/config.yaml (the tests use them) are linted and dry-run too.
+TEST_CONFIGS := $(wildcard .test/*/config.yaml)
+
+.PHONY: run test lint dry-runs config-doc install clean
 
 install: $(STAMP)
 
@@ -32,6 +35,23 @@ lint: $(STAMP)
 	ruff format --check .
 	snakefmt --check Snakefile workflow
 	snakemake --lint
+	set -e; for config in $(TEST_CONFIGS); do \
+		echo "snakemake --lint --configfile $$config"; \
+		snakemake --lint --configfile $$config; \
+	done
+
+# Each .test config plans in a fresh folder (nothing of results/ or .snakemake/ is touched).
+dry-runs: $(STAMP)
+	set -e; for config in $(TEST_CONFIGS); do \
+		echo "snakemake --dry-run --configfile $$config"; \
+		workdir=$$(mktemp -d); \
+		snakemake --quiet --dry-run --snakefile $(CURDIR)/Snakefile --directory $$workdir \
+			--configfile $(CURDIR)/$$config; \
+		rm -rf $$workdir; \
+	done
+
+config-doc: $(STAMP)
+	gpuflow config-doc
 
 clean:
 	rm -rf results .snakemake

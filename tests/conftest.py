@@ -14,6 +14,13 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
+TEST_CONFIGS = REPO / ".test"
+
+
+def tiny_config(name: str) -> dict[str, Any]:
+    """A fresh copy of `.test/<name>/config.yaml`, a tiny config merged over config/config.yaml."""
+    path = TEST_CONFIGS / name / "config.yaml"
+    return yaml.safe_load(path.read_text(encoding="utf-8"))
 
 
 def workflow_env() -> dict[str, str]:

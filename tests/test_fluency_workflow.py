@@ -9,17 +9,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.conftest import job_counts, snakemake
+from tests.conftest import job_counts, snakemake, tiny_config
 
-TINY = {
-    "families": ["fluency"],
-    "fluency": {
-        "texts": {"n_texts": 60, "max_words": 120, "seed": 5},
-        "lm": {"train": {"n_texts": 1500, "steps": 250, "seed": 5}},
-        "perplexity": {"shards": 2, "token_budget": 4096},
-        "stats": {"n_bootstrap": 100, "n_bins": 5},
-    },
-}
+TINY = tiny_config("fluency")
 
 
 @pytest.fixture(scope="module")

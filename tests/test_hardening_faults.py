@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from gpuflow.cli import main as gpuflow_main
-from tests.conftest import snakemake
+from tests.conftest import snakemake, tiny_config
 
 
 @pytest.fixture
@@ -80,8 +80,7 @@ def test_an_output_path_through_a_regular_file_is_one_line_naming_it(tmp_path, c
 @pytest.mark.workflow
 def test_a_workflow_whose_results_folder_is_a_file_stops_with_a_clear_error(tmp_path):
     (tmp_path / "results").write_text("not a folder\n")
-    config = {"families": ["sweep"], "sweep": {"teacher_ranks": [2], "student_widths": [4]}}
-    result = snakemake(tmp_path, config, check=False)
+    result = snakemake(tmp_path, tiny_config("sweep"), check=False)
     output = result.stdout + result.stderr
     assert result.returncode != 0
     assert "results: not a folder (expected the folder every output goes to" in output

@@ -27,52 +27,11 @@ import pandas as pd
 import pytest
 import torch
 
-from tests.conftest import BIN, REPO, snakemake, workflow_env
+from tests.conftest import BIN, REPO, snakemake, tiny_config, workflow_env
 
 pytestmark = pytest.mark.workflow
 
-TINY_ALL = {
-    "families": ["fluency", "ssvae", "scaling", "sweep"],
-    "fluency": {
-        "texts": {"n_texts": 12, "max_words": 40, "seed": 3},
-        "lm": {
-            "train": {
-                "n_texts": 200, "steps": 20, "vocab_size": 300, "n_layer": 1, "n_embd": 32,
-                "n_head": 2, "n_positions": 64, "batch_size": 8, "seed": 3,
-            }
-        },
-        "perplexity": {"shards": 1, "token_budget": 1024},
-        "stats": {"n_bootstrap": 50, "n_bins": 3},
-    },
-    "ssvae": {
-        "grid": {"fractions": [0.1], "corruption_rates": [0.0], "alphas": [1], "seeds": [0]},
-        "model": {"hidden": 16, "latent": 4},
-        "train": {"epochs": 4, "batch_size": 500, "labelled_batch_size": 50},
-    },
-    "scaling": {
-        "device": "cpu",
-        "run": ["short"],
-        "world_sizes": [1, 2],
-        "configurations": {
-            "short": {
-                "data": {"corpus": "rotten_tomatoes", "n_train": 960, "n_val": 32},
-                "tokenizer": {"vocab_size": 200},
-                "model": {
-                    "d_model": 16, "n_heads": 2, "n_layers": 1, "ffn_dim": 32, "max_seq_len": 24,
-                },
-                "train": {"epochs": 4, "global_batch_size": 16},
-            }
-        },
-        "baseline": {"max_features": 500},
-    },
-    "sweep": {
-        "teacher_ranks": [2],
-        "student_widths": [4],
-        "n_seeds": 3,
-        "shard_size": 3,
-        "gnc": {"max_guesses": 100000, "batch_size": 1024, "loss_threshold": 0.3},
-    },
-}  # fmt: skip
+TINY_ALL = tiny_config("all")
 
 # Outputs of the jobs that keep state, and everything after them: the faulted copy deletes
 # them, so those jobs run again.

@@ -13,38 +13,12 @@ import yaml
 from snakemake_executor_plugin_slurm.submit_string import get_submit_command
 from snakemake_executor_plugin_slurm.utils import set_gres_string
 
-from tests.conftest import REPO
-
-
-def tiny_configuration(corpus: str, max_len: int, n_train: int) -> dict:
-    return {
-        "data": {"source": "embedded", "corpus": corpus, "n_train": n_train, "n_val": 48},
-        "tokenizer": {"vocab_size": 400},
-        "model": {
-            "d_model": 16,
-            "n_heads": 2,
-            "n_layers": 1,
-            "ffn_dim": 32,
-            "max_seq_len": max_len,
-        },
-        "train": {"epochs": 2, "global_batch_size": 16},
-    }
+from tests.conftest import REPO, tiny_config
 
 
 @pytest.mark.workflow
 def test_a_tiny_scaling_study_produces_every_output(run_snakemake, tmp_path: Path):
-    config = {
-        "families": ["scaling"],
-        "scaling": {
-            "device": "cpu",
-            "configurations": {
-                "imdb": tiny_configuration("imdb", 64, 96),
-                "short": tiny_configuration("rotten_tomatoes", 24, 192),
-            },
-            "baseline": {"max_features": 2000},
-        },
-    }
-    run_snakemake(tmp_path, config)
+    run_snakemake(tmp_path, tiny_config("scaling"))
     out = tmp_path / "results" / "scaling"
     summary = pd.read_csv(out / "comprehensive_summary.csv")
     ddp = summary[summary["method"] == "transformer-ddp"]

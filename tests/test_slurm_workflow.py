@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from tests.conftest import snakemake
+from tests.conftest import snakemake, tiny_config
 from tests.slurm import cluster, harness
 
 pytestmark = [pytest.mark.slurm, pytest.mark.workflow]
@@ -31,61 +31,20 @@ SCALING = "results/scaling/runs/short/nodes~1/world~1/run.json"
 SWEEP = [f"results/sweep/shards/method~gd/rank~2/width~4/shard~{i}.csv" for i in (0, 1)]
 TARGETS = [PERPLEXITY, SSVAE, SCALING, *SWEEP]
 
+SLICE = tiny_config("slurm")
 # Each GPU rule asks for its own memory and CPUs per GPU, so SLURM's records tell them apart.
-GPU_RESOURCES = {
-    "fluency_perplexity": {"gpu": 1, "cpus_per_task": 2, "mem_mb": 1500, "runtime": 5},
-    "ssvae_train": {"gpu": 1, "cpus_per_task": 1, "mem_mb": 1200, "runtime": 6},
-    "scaling_train": {"gpu": 1, "cpus_per_task": 1, "mem_mb": 1300, "runtime": 7},
-    "sweep_shard": {"gpu": 1, "cpus_per_task": 1, "mem_mb": 1100, "runtime": 8},
-}
-CPU = {"gpu": 0, "cpus_per_task": 1, "mem_mb": 900, "runtime": 5}
+GPU_RULES = ("fluency_perplexity", "ssvae_train", "scaling_train", "sweep_shard")
+GPU_RESOURCES = {rule: SLICE[rule.split("_")[0]]["resources"][rule] for rule in GPU_RULES}
 CPU_RULES = ("fluency_texts", "scaling_data", "scaling_tokenize")
+CPU = SLICE["fluency"]["resources"]["fluency_texts"]
 LOCAL_RULES = ("fluency_split", "ssvae_data")
 
 
 def slice_config(lm: Path) -> dict[str, Any]:
     """Every family, tiny; the fluency LM is a random GPT-2 folder, so none is trained."""
-    res = GPU_RESOURCES
-    return {
-        "families": ["fluency", "ssvae", "scaling", "sweep"],
-        "fluency": {
-            "texts": {"n_texts": 8, "max_words": 40, "seed": 3},
-            "lm": {"path": str(lm)},
-            "perplexity": {"shards": 1, "token_budget": 2048},
-            "resources": {"fluency_texts": CPU, "fluency_perplexity": res["fluency_perplexity"]},
-        },
-        "ssvae": {
-            "grid": {"fractions": [0.2], "corruption_rates": [0.0], "alphas": [10], "seeds": [0]},
-            "model": {"hidden": 16, "latent": 4},
-            "train": {"epochs": 1, "batch_size": 400, "labelled_batch_size": 50},
-            "resources": {"ssvae_train": res["ssvae_train"]},
-        },
-        "scaling": {
-            "run": ["short"],
-            "world_sizes": [1],
-            "configurations": {
-                "short": {
-                    "data": {"n_train": 64, "n_val": 32},
-                    "tokenizer": {"vocab_size": 300},
-                    "model": {"d_model": 16, "n_heads": 2, "ffn_dim": 32, "max_seq_len": 24},
-                    "train": {"epochs": 2, "global_batch_size": 16},
-                }
-            },
-            "resources": {
-                "scaling_data": CPU,
-                "scaling_tokenize": CPU,
-                "scaling_train": res["scaling_train"],
-            },
-        },
-        "sweep": {
-            "methods": ["gd"],
-            "teacher_ranks": [2],
-            "student_widths": [4],
-            "n_seeds": 2,
-            "shard_size": 1,
-            "resources": {"sweep_shard": res["sweep_shard"]},
-        },
-    }
+    config = tiny_config("slurm")
+    config["fluency"]["lm"] = {"path": str(lm)}
+    return config
 
 
 def random_gpt2(folder: Path) -> Path:

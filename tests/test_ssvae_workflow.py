@@ -7,28 +7,13 @@ import json
 import pandas as pd
 import pytest
 
-TINY = {
-    "families": ["ssvae"],
-    "ssvae": {
-        "grid": {
-            "fractions": [0.05, 0.2],
-            "corruption_rates": [0.5],
-            "alphas": [10],
-            "seeds": [0, 1],
-        },
-        "model": {"hidden": 16, "latent": 4},
-        "train": {
-            "epochs": 2,
-            "batch_size": 400,
-            "labelled_batch_size": 50,
-            "learning_rate": 0.003,
-        },
-    },
-}
+from tests.conftest import tiny_config
+
+TINY = tiny_config("ssvae")
 
 
 def with_train(**changes):
-    config = json.loads(json.dumps(TINY))
+    config = tiny_config("ssvae")
     config["ssvae"]["train"].update(changes)
     return config
 
@@ -83,7 +68,7 @@ def test_the_tiny_grid_runs_to_tables_figures_and_a_summary(tmp_path, run_snakem
 
 @pytest.mark.workflow
 def test_a_missing_idx_folder_plans_in_a_dry_run_but_stops_before_any_job(tmp_path, run_snakemake):
-    config = json.loads(json.dumps(TINY))
+    config = tiny_config("ssvae")
     config["ssvae"]["data"] = {"source": "idx", "path": str(tmp_path / "no-mnist-here")}
     assert run_snakemake(tmp_path, config, "-n").returncode == 0
     result = run_snakemake(tmp_path, config, check=False)

@@ -8,18 +8,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from tests.conftest import REPO
+from tests.conftest import REPO, tiny_config
 
-TINY = {
-    "families": ["sweep"],
-    "sweep": {
-        "teacher_ranks": [2],
-        "student_widths": [4],
-        "n_seeds": 3,
-        "shard_size": 2,
-        "gnc": {"max_guesses": 20000, "batch_size": 2048},
-    },
-}
+TINY = tiny_config("sweep")
 
 
 def planned_jobs(stdout: str) -> dict[str, int]:
@@ -61,7 +52,8 @@ def test_the_paper_config_plans_3_ranks_x_3_widths_x_100_seeds_x_2_methods_in_sh
 
 
 def test_a_teacher_rank_above_the_dimensions_is_refused_before_any_job(tmp_path, run_snakemake):
-    config = {"families": ["sweep"], "sweep": {"teacher_ranks": [2, 9]}}
+    config = tiny_config("sweep")
+    config["sweep"]["teacher_ranks"] = [2, 9]
     result = run_snakemake(tmp_path, config, "-n", check=False)
     assert result.returncode != 0
     assert "config key 'sweep.teacher_ranks': rank 9 exceeds" in result.stdout + result.stderr

@@ -49,3 +49,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     probe.add_argument("--label", default="", help="free text stored in the record")
     probe.add_argument("--seed", type=int, default=0, help="seed of the recorded computation")
     probe.set_defaults(run=lazy("gpuflow.probe:main"))
+
+    config_doc = subparsers.add_parser(
+        "config-doc",
+        help="write config/README.md from the schema, the config files and the README template",
+    )
+    config_doc.add_argument("--out", default=None, help="file to write (default: config/README.md)")
+    config_doc.set_defaults(run=lazy("gpuflow.config_doc:main"))

@@ -38,6 +38,22 @@ def run_startup_checks():
     """Run every registered startup check; the first failure stops the run before any job."""
     for check in STARTUP_CHECKS:
         check()
+    check_slurm_run()
+
+
+def check_slurm_run():
+    """On SLURM: every partition the config names is in the site file in use, and no job of
+    this run is still running or queued from an earlier run (a killed submitter's orphans).
+    """
+    from gpuflow.slurm_site import check_no_earlier_jobs, check_partitions
+
+    site_file = getattr(workflow.executor_settings, "partition_config", None)
+    if site_file:
+        check_partitions(config, site_file)
+    planned = (
+        (job.rule.name, list(job.wildcards)) for job in workflow.dag.needrun_jobs()
+    )
+    check_no_earlier_jobs(planned, os.getcwd())
 
 
 def all_targets(wildcards):

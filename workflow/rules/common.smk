@@ -10,6 +10,7 @@ import shlex
 
 from gpuflow.config import check_files_exist
 from gpuflow.modelref import check_model_reference
+from gpuflow.stopping import ignore_warning
 
 CONDA_ENV = "../../envs/gpuflow.yaml"
 
@@ -32,6 +33,11 @@ def check_results_folder():
 
 
 check_results_folder()
+
+# Inside a SLURM job, Snakemake ignores SLURM's stop warning (SIGUSR1, the profile's --signal),
+# which would end it: the gpuflow step it runs inherits that and installs its own handler.
+if "SLURM_JOB_ID" in os.environ:
+    ignore_warning()
 
 
 def run_startup_checks():

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
 import pytest
 import yaml
 
-from gpuflow.plan import Job, parse_dry_run, rule_order, size_of
+from gpuflow.plan import Job, plan_jobs, size_of
 
 REPO = Path(__file__).resolve().parents[1]
 SNAKEFILE = REPO / "tests" / "slurm" / "Snakefile"
@@ -78,7 +79,7 @@ def test_after_a_partial_failure_only_jobs_without_outputs_run_again(run_gpuflow
 
 def test_grid_rules_submitted_as_arrays_cost_one_sbatch(run_gpuflow, tmp_path):
     profile = str(REPO / "tests" / "slurm" / "profile")
-    rows = plan(run_gpuflow, tmp_path, "--profile", profile)
+    rows = plan(run_gpuflow, tmp_path, "--profile", "profiles/slurm", "--profile", profile)
     assert rows["probe_gpu"]["sbatch"] == 1
     assert rows["probe_retried"]["sbatch"] == 1
 
@@ -97,22 +98,31 @@ def test_the_table_has_a_row_per_rule_and_totals(run_gpuflow, tmp_path):
     assert "Re-run after a partial failure: 7 jobs lack their outputs" in text
 
 
-def test_dry_run_blocks_are_read_field_by_field():
-    text = (
-        "rule train:\n    output: a.json\n    jobid: 1\n    benchmark: b/frac~0.1/seed~1.tsv\n"
-        "    reason: Missing output files: a.json\n    wildcards: frac=0.1, seed=1\n"
-        "    resources: tmpdir=/tmp, gpu=2, runtime=90, mem=1 GB\n\nlocalrule all:\n"
-        "    input: a.json\n    jobid: 0\n"
+def plan_of(snakefile: Path, workdir: Path) -> argparse.Namespace:
+    return argparse.Namespace(
+        directory=str(workdir), profile=[], snakefile=str(snakefile), configfile=[], targets=[]
     )
-    jobs = parse_dry_run(text)
-    assert [(j.rule, j.local) for j in jobs] == [("train", False), ("all", True)]
-    assert (jobs[0].gpus, jobs[0].runtime_h, jobs[0].why) == (2, 1.5, "missing")
-    assert size_of(jobs[0].wildcards) == pytest.approx(0.1), "frac scales, seed does not"
+
+
+def test_jobs_come_from_snakemake_records_with_wildcards_resources_and_reasons(tmp_path):
+    (tmp_path / "Snakefile").write_text(
+        "rule all:\n    input: 'frac~0.1/seed~1.json'\n\n"
+        "rule train:\n    output: 'frac~{frac}/seed~{seed}.json'\n"
+        "    benchmark: 'b/frac~{frac}/seed~{seed}.tsv'\n"
+        "    resources: gpu=2, runtime=90\n    shell: 'touch {output}'\n"
+    )
+    jobs = {job.rule: job for job in plan_jobs(plan_of(tmp_path / "Snakefile", tmp_path)).jobs}
+    train = jobs["train"]
+    assert (train.gpus, train.runtime_h, train.why) == (2, 1.5, "missing")
+    assert train.wildcards == {"frac": "0.1", "seed": "1"}
+    assert train.benchmark == "b/frac~0.1/seed~1.tsv"
+    assert size_of(train.wildcards) == pytest.approx(0.1), "frac scales, seed does not"
+    assert (train.local, jobs["all"].local) == (False, True), "a rule without body is local"
 
 
 def test_reasons_are_sorted_into_resume_changed_and_downstream():
     def why(reason: str) -> str:
-        return Job("r", False, {"reason": reason}).why
+        return Job("r", False, reason=reason).why
 
     assert why("Missing output files: x") == "missing"
     assert why("Incomplete output files: x") == "incomplete"
@@ -125,7 +135,7 @@ def test_a_two_node_job_counts_every_gpu_of_both_nodes():
     job = Job(
         rule="train_multinode",
         local=False,
-        fields={"resources": "nodes=2, tasks=2, slurm_extra=--gpus-per-node=4, runtime=60"},
+        resources={"nodes": 2, "tasks": 2, "slurm_extra": "--gpus-per-node=4", "runtime": 60},
     )
     assert job.gpus == 8
     assert job.runtime_h == 1.0
@@ -133,9 +143,14 @@ def test_a_two_node_job_counts_every_gpu_of_both_nodes():
 
 def test_rows_follow_the_order_rules_are_defined_in_through_includes(tmp_path):
     (tmp_path / "rules").mkdir()
-    (tmp_path / "rules" / "b.smk").write_text("rule second:\n    output: 'b'\n")
-    (tmp_path / "Snakefile").write_text(
-        "rule first:\n    output: 'a'\n\ninclude: 'rules/b.smk'\n\nif True:\n\n"
-        "    rule third:\n        output: 'c'\n"
+    (tmp_path / "rules" / "b.smk").write_text(
+        "localrules: second\n\nrule second:\n    output: 'b'\n    shell: 'touch b'\n"
     )
-    assert rule_order(tmp_path / "Snakefile") == ["first", "second", "third"]
+    (tmp_path / "Snakefile").write_text(
+        "rule all:\n    input: 'a', 'b', 'c'\n\n"
+        "rule first:\n    output: 'a'\n    shell: 'touch a'\n\ninclude: 'rules/b.smk'\n\n"
+        "if True:\n\n    rule third:\n        output: 'c'\n        shell: 'touch c'\n"
+    )
+    planned = plan_jobs(plan_of(tmp_path / "Snakefile", tmp_path))
+    assert planned.rule_order == ["all", "first", "second", "third"]
+    assert {job.rule for job in planned.jobs if job.local} == {"all", "second"}

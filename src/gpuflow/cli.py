@@ -19,6 +19,7 @@ import gpuflow
 from gpuflow.atomic import WRITE_ERRNOS
 from gpuflow.errors import GpuflowError
 from gpuflow.gpulock import gpus_for_this_process
+from gpuflow.stopping import install as install_stop_handlers
 
 
 def step_modules() -> Iterator[ModuleType]:
@@ -42,10 +43,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run one step; a GpuflowError becomes one clear line on stderr and exit status 2.
 
-    When the step needs device locks (whole-node mode, see gpuflow.gpulock) they are taken
-    here, before the step imports torch, and freed when it ends.
+    SIGTERM and SIGUSR1 (SLURM's end of time, preemption, or its warning) stop the step
+    cleanly (gpuflow.stopping). When the step needs device locks (whole-node mode, see
+    gpuflow.gpulock) they are taken here, before the step imports torch, and freed when it ends.
     """
     args = build_parser().parse_args(argv)
+    install_stop_handlers()
     try:
         with gpus_for_this_process():
             return int(args.run(args) or 0)

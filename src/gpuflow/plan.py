@@ -1,6 +1,6 @@
 """`gpuflow plan`: what a run would cost before it is submitted.
 
-Reads the jobs Snakemake would run (its dry run, with the same profile, config files and
+Builds the DAG Snakemake would run (in-process, with the same profile, config files and
 targets) and prints per rule: jobs, GPUs per job, expected time per job, GPU-hours requested
 (`runtime` of the first attempt) and expected, sbatch submissions (job arrays counted as one
 per chunk) and node-hours if jobs are packed `--gpus-per-node` GPUs to a node; then totals, and
@@ -18,11 +18,10 @@ import argparse
 import csv
 import glob
 import json
+import logging
 import math
 import os
 import re
-import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,31 +30,25 @@ from typing import Any
 from gpuflow.errors import GpuflowError
 
 SIZE_WILDCARDS = ("frac", "fraction", "n", "size", "samples", "steps", "epochs", "tokens", "texts")
-JOB_HEADER = re.compile(r"^(?:local)?(?:rule|checkpoint) (?P<rule>\S+):$")
-FIELD = re.compile(r"^    (?P<key>\w+): (?P<value>.*)$")
-LOCAL_HEADER = "localrule "
 
 
 @dataclass
 class Job:
-    """One job of the dry run."""
+    """One job Snakemake would run, from its structured job record."""
 
     rule: str
     local: bool
-    fields: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def resources(self) -> dict[str, str]:
-        return split_pairs(self.fields.get("resources", ""))
-
-    @property
-    def wildcards(self) -> dict[str, str]:
-        return split_pairs(self.fields.get("wildcards", ""))
+    resources: dict[str, Any] = field(default_factory=dict)
+    wildcards: dict[str, str] = field(default_factory=dict)
+    reason: str = ""
+    benchmark: str | None = None
+    output: list[str] = field(default_factory=list)
 
     @property
     def gpus(self) -> int:
         """GPUs of the whole job: `gpu`, or nodes x --gpus-per-node for multi-node rules."""
-        per_node = re.search(r"--gpus-per-node[= ](\d+)", self.resources.get("slurm_extra", ""))
+        extra = str(self.resources.get("slurm_extra", ""))
+        per_node = re.search(r"--gpus-per-node[= ](\d+)", extra)
         if per_node:
             return int(float(self.resources.get("nodes", 1) or 1)) * int(per_node[1])
         return int(float(self.resources.get("gpu", 0) or 0))
@@ -68,10 +61,10 @@ class Job:
     def why(self) -> str:
         """missing / incomplete / changed / downstream.
 
-        The dry run runs with --rerun-incomplete, under which Snakemake reports outputs left
+        The plan is made with --rerun-incomplete, under which Snakemake reports outputs left
         behind by a killed job as "Forced execution": those count as incomplete.
         """
-        reason = self.fields.get("reason", "").lower()
+        reason = self.reason.lower()
         if "incomplete" in reason or "forced execution" in reason:
             return "incomplete"
         if "missing output" in reason:
@@ -81,121 +74,118 @@ class Job:
         return "changed"
 
 
-def split_pairs(text: str) -> dict[str, str]:
-    """'a=1, b=x' -> {'a': '1', 'b': 'x'}."""
-    pairs = {}
-    for item in text.split(", "):
-        key, sep, value = item.partition("=")
-        if sep:
-            pairs[key.strip()] = value.strip()
-    return pairs
+@dataclass
+class Planned:
+    """What Snakemake would do: its jobs, rule order, and how the executor submits them."""
+
+    jobs: list[Job]
+    rule_order: list[str]
+    array_rules: set[str]
+    array_limit: int
 
 
-def parse_dry_run(text: str) -> list[Job]:
-    """The jobs printed by `snakemake --dry-run` (one block per job)."""
-    jobs: list[Job] = []
-    current: Job | None = None
-    for line in text.splitlines():
-        header = JOB_HEADER.match(line)
-        if header:
-            current = Job(header["rule"], line.startswith(LOCAL_HEADER))
-            jobs.append(current)
-            continue
-        match = FIELD.match(line) if current is not None else None
-        if match:
-            current.fields[match["key"]] = match["value"]
-        elif current is not None and not line.startswith("    "):
-            current = None
-    return jobs
+class JobRecords(logging.Handler):
+    """Collects Snakemake's structured job records (LogEvent.JOB_INFO) of a dry run."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from snakemake_interface_logger_plugins.common import LogEvent
+
+        if getattr(record, "event", None) == LogEvent.JOB_INFO:
+            self.records.append(record)
 
 
-def dry_run(args: argparse.Namespace) -> str:
-    """Snakemake's dry-run listing for the given profile, config files and targets."""
-    command = [sys.executable, "-m", "snakemake", "--dry-run", "--rerun-incomplete"]
-    command += ["--directory", args.directory]
-    if args.profile:
-        command += ["--profile", args.profile]
+def snakemake_argv(args: argparse.Namespace) -> list[str]:
+    """The Snakemake command line whose jobs are planned (profile, config files, targets)."""
+    argv = ["--dry-run", "--rerun-incomplete", "--directory", args.directory]
+    for profile in args.profile:
+        argv += ["--profile", profile]
     if args.snakefile:
-        command += ["--snakefile", args.snakefile]
+        argv += ["--snakefile", args.snakefile]
     if args.configfile:
-        command += ["--configfile", *args.configfile]
-    command += list(args.targets)
-    result = subprocess.run(command, capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        raise GpuflowError(f"the dry run failed:\n{(result.stdout + result.stderr)[-3000:]}")
-    return result.stdout + result.stderr
+        argv += ["--configfile", *args.configfile]
+    return argv + list(args.targets)
 
 
-LOCALRULES = re.compile(r"^localrules:(?P<names>.*?)(?=^\S|\Z)", re.MULTILINE | re.DOTALL)
+def plan_jobs(args: argparse.Namespace) -> Planned:
+    """Build the DAG in-process through Snakemake's API, as `snakemake --dry-run` would.
 
-
-def local_rules(snakefile: Path) -> set[str]:
-    """Rules declared `localrules:` in the Snakefile and the .smk files beside and below it.
-
-    They run on the submit node, so they cost no sbatch (a dry run does not mark them).
+    The profile is read by Snakemake's own argument parser; jobs come from the structured
+    records Snakemake logs for each job of a dry run, local rules and rule order from the
+    workflow object, array settings from the executor plugin's settings.
     """
-    folder = snakefile.parent
-    files = [snakefile, *(p for p in folder.rglob("*.smk") if not is_hidden(p, folder))]
-    names: set[str] = set()
-    for path in files:
-        for block in LOCALRULES.finditer(path.read_text(errors="replace")):
-            names |= set(re.findall(r"[A-Za-z_]\w*", block["names"]))
-    return names
+    from snakemake.api import SnakemakeApi
+    from snakemake.cli import parse_args, parse_config
+    from snakemake.logging import logger
+    from snakemake.settings.types import (
+        ConfigSettings,
+        DAGSettings,
+        OutputSettings,
+        ResourceSettings,
+    )
+    from snakemake_interface_executor_plugins.registry import ExecutorPluginRegistry
 
-
-DEFINITIONS = re.compile(
-    r'^\s*(?:include:\s*["\'](?P<include>[^"\']+)["\']|rule\s+(?P<rule>\w+)\s*:)', re.M
-)
-
-
-def rule_order(snakefile: Path) -> list[str]:
-    """Rule names in the order the Snakefile defines them, following its `include:`s."""
-    names: list[str] = []
-    for match in DEFINITIONS.finditer(snakefile.read_text(errors="replace")):
-        if match["rule"]:
-            names.append(match["rule"])
-        elif (snakefile.parent / match["include"]).is_file():
-            names.extend(rule_order(snakefile.parent / match["include"]))
-    return names
-
-
-def is_hidden(path: Path, root: Path) -> bool:
-    parts = path.relative_to(root).parts
-    return any(part.startswith(".") or part in ("results", "node_modules") for part in parts)
-
-
-def find_snakefile(args: argparse.Namespace) -> Path:
-    """The Snakefile Snakemake would use."""
-    if args.snakefile:
-        return Path(args.snakefile)
-    for candidate in ("Snakefile", "workflow/Snakefile", "snakefile", "workflow/snakefile"):
-        if (Path(args.directory) / candidate).exists():
-            return Path(args.directory) / candidate
-    raise GpuflowError(f"no Snakefile in {args.directory} (give --snakefile)")
-
-
-def profile_arrays(profile: str | None) -> tuple[set[str], int]:
-    """Rules the profile submits as job arrays, and the array chunk size."""
-    if not profile:
-        return set(), 1000
-    folder = Path(profile)
-    candidates = [folder] if folder.is_file() else sorted(folder.glob("*.yaml"))
-    for path in candidates:
-        if re.fullmatch(r"(profile|config)(\.v\d+\+)?\.yaml", path.name):
-            text = path.read_text()
-            settings = profile_settings(text)
-            rules = str(settings.get("slurm-array-jobs") or "").replace(";", ",")
-            return {r.strip() for r in rules.split(",") if r.strip()}, int(
-                settings.get("slurm-array-limit") or 1000
+    cli = parse_args(snakemake_argv(args))[1]
+    executor = cli.executor or "local"
+    executor_settings = ExecutorPluginRegistry().get_plugin(executor).get_settings(cli)
+    records = JobRecords()
+    try:
+        with SnakemakeApi(OutputSettings(dryrun=True)) as api:
+            for handler in list(logger.handlers):
+                logger.removeHandler(handler)
+            logger.addHandler(records)
+            workflow_api = api.workflow(
+                resource_settings=ResourceSettings(
+                    cores=cli.cores or 1,
+                    nodes=cli.jobs,
+                    resources=cli.resources,
+                    default_resources=cli.default_resources,
+                    overwrite_resources=cli.set_resources,
+                    overwrite_threads=cli.set_threads,
+                ),
+                config_settings=ConfigSettings(
+                    config=parse_config(cli.config), configfiles=cli.configfile
+                ),
+                snakefile=cli.snakefile,
+                workdir=cli.directory,
             )
-    return set(), 1000
-
-
-def profile_settings(text: str) -> dict[str, Any]:
-    """A profile's settings, rendered through YTE when it uses it (as Snakemake does)."""
-    import yte
-
-    return yte.process_yaml(text, require_use_yte=True) or {}
+            dag_api = workflow_api.dag(DAGSettings(targets=set(cli.targets), force_incomplete=True))
+            dag_api.execute_workflow(
+                executor=executor, pseudo_executor="dryrun", executor_settings=executor_settings
+            )
+            workflow = workflow_api._workflow
+            # workflow.is_local() answers True for every rule under the dry-run executor;
+            # `localrules:` and rules without a body (e.g. `all`) run on the submit node.
+            local = {
+                rule.name
+                for rule in workflow.rules
+                if rule.group is None and (rule.name in workflow._localrules or rule.norun)
+            }
+            order = [rule.name for rule in workflow.rules]
+    except Exception as error:
+        raise GpuflowError(f"Snakemake could not plan the run: {error}") from None
+    jobs = [
+        Job(
+            rule=record.rule_name,
+            local=record.rule_name in local,
+            resources=dict(record.resources.items()),
+            wildcards={k: str(v) for k, v in record.wildcards.items()},
+            reason=str(record.reason),
+            benchmark=record.benchmark,
+            output=list(record.output),
+        )
+        for record in records.records
+    ]
+    arrays = str(getattr(executor_settings, "array_jobs", None) or "").replace(";", ",")
+    return Planned(
+        jobs=jobs,
+        rule_order=order,
+        array_rules={rule.strip() for rule in arrays.split(",") if rule.strip()},
+        array_limit=int(getattr(executor_settings, "array_limit", None) or 1000),
+    )
 
 
 def benchmark_pattern(job: Job) -> tuple[str, re.Pattern[str]] | None:
@@ -203,7 +193,7 @@ def benchmark_pattern(job: Job) -> tuple[str, re.Pattern[str]] | None:
 
     Wildcards appear as `name~value` (Paramspace style) or as a value found once in the path.
     """
-    path = job.fields.get("benchmark")
+    path = job.benchmark
     if not path:
         return None
     pattern, regex = path, re.escape(path)
@@ -281,7 +271,7 @@ def summarise(
     """One row per rule with counts, hours and submissions."""
     rows: dict[str, dict[str, Any]] = {}
     for job in jobs:
-        if job.rule == "all" and not job.fields.get("output"):
+        if job.rule == "all" and not job.output:
             continue
         row = rows.setdefault(
             job.rule,
@@ -372,14 +362,15 @@ def render(rows: list[dict[str, Any]], per_node: int, seconds: float) -> str:
 def main(args: argparse.Namespace) -> None:
     """Print the plan (a table, or JSON with --json)."""
     started = time.monotonic()
-    jobs = parse_dry_run(dry_run(args))
-    snakefile = find_snakefile(args)
-    local = local_rules(snakefile)
-    for job in jobs:
-        job.local = job.local or job.rule in local
-    arrays, array_limit = profile_arrays(args.profile)
-    rows = summarise(jobs, Benchmarks(args.directory), arrays, array_limit, args.gpus_per_node)
-    order = {name: index for index, name in enumerate(rule_order(snakefile))}
+    planned = plan_jobs(args)
+    rows = summarise(
+        planned.jobs,
+        Benchmarks(args.directory),
+        planned.array_rules,
+        planned.array_limit,
+        args.gpus_per_node,
+    )
+    order = {name: index for index, name in enumerate(planned.rule_order)}
     rows.sort(key=lambda row: (order.get(row["rule"], len(order)), row["rule"]))
     if args.json:
         print(json.dumps(rows, indent=2))

@@ -25,7 +25,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "plan", help="jobs, GPU-hours and submissions the workflow would need, before running it"
     )
     plan.add_argument("targets", nargs="*", help="targets (files or rules); default: all")
-    plan.add_argument("--profile", default=None, help="Snakemake profile, e.g. profiles/slurm")
+    plan.add_argument(
+        "--profile",
+        action="append",
+        default=[],
+        help="Snakemake profile, e.g. profiles/slurm (repeat to layer profiles, as Snakemake)",
+    )
     plan.add_argument("--configfile", nargs="+", default=[], help="config files, as Snakemake")
     plan.add_argument("--snakefile", default=None, help="Snakefile (default: the workflow's)")
     plan.add_argument("--directory", default=".", help="working directory of the workflow")

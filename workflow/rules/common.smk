@@ -11,6 +11,7 @@ import shlex
 from gpuflow.config import check_files_exist
 from gpuflow.modelref import check_model_reference
 from gpuflow.settings import split_json
+from gpuflow.stopping import ignore_warning
 
 CONDA_ENV = "../../envs/gpuflow.yaml"
 
@@ -34,11 +35,32 @@ def check_results_folder():
 
 check_results_folder()
 
+# Inside a SLURM job, Snakemake ignores SLURM's stop warning (SIGUSR1, the profile's --signal),
+# which would end it: the gpuflow step it runs inherits that and installs its own handler.
+if "SLURM_JOB_ID" in os.environ:
+    ignore_warning()
+
 
 def run_startup_checks():
     """Run every registered startup check; the first failure stops the run before any job."""
     for check in STARTUP_CHECKS:
         check()
+    check_slurm_run()
+
+
+def check_slurm_run():
+    """On SLURM: every partition the config names is in the site file in use, and no job of
+    this run is still running or queued from an earlier run (a killed submitter's orphans).
+    """
+    from gpuflow.slurm_site import check_no_earlier_jobs, check_partitions
+
+    site_file = getattr(workflow.executor_settings, "partition_config", None)
+    if site_file:
+        check_partitions(config, site_file)
+    planned = (
+        (job.rule.name, list(job.wildcards)) for job in workflow.dag.needrun_jobs()
+    )
+    check_no_earlier_jobs(planned, os.getcwd())
 
 
 def all_targets(wildcards):

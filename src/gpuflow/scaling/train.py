@@ -32,6 +32,9 @@ from gpuflow.scaling import checkpoint, distributed
 from gpuflow.scaling.distributed import CommTimer, Context
 from gpuflow.scaling.model import build_model, parameter_counts
 from gpuflow.settings import family_schema, family_settings, select
+from gpuflow.stopping import defer as defer_stop
+from gpuflow.stopping import requested as stop_requested
+from gpuflow.stopping import stop_if_requested
 
 
 @dataclass(frozen=True)
@@ -347,6 +350,7 @@ class Trainer:
         """Run the remaining epochs, saving the resume state after each; return all epochs."""
         start_epoch = self.resume()
         first_step = True
+        defer_stop()
         for epoch in range(start_epoch, self.settings["train"]["epochs"]):
             record = self.train_epoch(epoch, first_step)
             first_step = False
@@ -367,6 +371,13 @@ class Trainer:
                     flush=True,
                 )
             self.save_state(epoch + 1)
+            stop_if_requested(
+                f"after epoch {epoch + 1}, state in {self.state_file}",
+                anyone=distributed.all_reduce(
+                    [float(stop_requested() is not None)], self.ctx, op="max"
+                )[0]
+                > 0,
+            )
         return self.history
 
     def result(self) -> dict[str, Any]:

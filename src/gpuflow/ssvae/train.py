@@ -30,6 +30,8 @@ from gpuflow.ssvae.batches import Batches, Plan, RunIndex, epoch_indices, make_p
 from gpuflow.ssvae.data import load_prepared
 from gpuflow.ssvae.labels import LabelSplit, split_labels
 from gpuflow.ssvae.model import StackedClassifier, StackedM2
+from gpuflow.stopping import defer as defer_stop
+from gpuflow.stopping import stop_if_requested
 
 INIT_STREAM, ORDER_STREAM, NOISE_STREAM, EVAL_STREAM = 3, 4, 5, 6
 
@@ -340,6 +342,7 @@ def train(
         print(f"resumed from {state_path} after epoch {trainer.epoch}", flush=True)
     epochs, every = settings["epochs"], settings["eval_frequency"]
     last_eval: dict[str, np.ndarray] = {}
+    defer_stop()
     while trainer.epoch < epochs:
         t0 = time.perf_counter()
         row = trainer.train_epoch()
@@ -357,6 +360,7 @@ def train(
             f"epoch {trainer.epoch}/{epochs} loss {np.round(row['train_loss'], 3)}{accuracy}",
             flush=True,
         )
+        stop_if_requested(f"after epoch {trainer.epoch} of {epochs}, state in {state_path}")
     if not last_eval:  # resumed after the last epoch's checkpoint: the curve holds it
         last_eval = {
             k: np.array([c[-1][k] for c in trainer.curve])

@@ -100,8 +100,13 @@ def _worker_main(
     results: Connection,
     parent: int,
 ) -> None:
-    """Worker loop: run each seed it is given and report it, until told to stop (None)."""
+    """Worker loop: run each seed it is given and report it, until told to stop (None).
+
+    SLURM's stop warning (SIGUSR1) reaches every process of the job: the parent decides when
+    to stop (after the seeds in hand), so a worker ignores it.
+    """
     _die_with_parent()
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     import torch
 
     torch.set_num_threads(1)

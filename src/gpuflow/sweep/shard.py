@@ -21,6 +21,8 @@ from tqdm import tqdm
 from gpuflow.atomic import write_json, write_text
 from gpuflow.errors import ConfigError, GpuflowError
 from gpuflow.settings import family_settings
+from gpuflow.stopping import defer as defer_stop
+from gpuflow.stopping import stop_if_requested
 from gpuflow.sweep.experiment import METHODS
 from gpuflow.sweep.pool import Outcome, SeedPool
 from gpuflow.sweep.progress import ProgressFile, progress_path
@@ -121,8 +123,10 @@ def main(args: argparse.Namespace) -> int:
                 progress.add_failed(outcome.seed, failed[outcome.seed])
                 log(f"seed {outcome.seed} failed:\n{outcome.error}")
             bar.update(1)
+            stop_if_requested(f"after {len(rows)} of {len(seeds)} seeds (in {progress.path})")
 
         pool = SeedPool(TARGET, settings, [str(d) for d in devices], log=log)
+        defer_stop()
         pool.run(todo, report)
         bar.close()
     finally:

@@ -1,0 +1,75 @@
+"""Stop a step cleanly when SLURM ends its time or preempts it, so its retry resumes.
+
+SLURM sends SIGTERM at a job's time limit and when it preempts the job, then SIGKILL after
+KillWait (30 s by default). The SLURM profile also asks for SIGUSR1 some minutes before the
+limit (`--signal=USR1@<seconds>`), which reaches every process of the job's step. gpuflow treats
+both signals as one request: stop.
+
+A step stops at once by default (`Stopped` is raised where it runs; its atomic outputs leave
+nothing half-written). A step with a long loop calls `defer()` before it: from then on a request
+only sets a flag, and the loop calls `stop_if_requested(...)` right after it has saved its state
+(after an epoch, a seed). The step then ends with one line saying where it stopped, and the
+retry with more time, or the requeued job, resumes from that state instead of starting over.
+After the loop the step finishes its short remaining work (its final outputs) undisturbed.
+"""
+
+from __future__ import annotations
+
+import signal
+from types import FrameType
+
+from gpuflow.errors import GpuflowError
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+
+
+class Stopped(GpuflowError):
+    """The step stopped on SLURM's request; its saved state lets the next run resume."""
+
+
+class _Request:
+    signal_name: str | None = None
+    deferred = False
+
+
+def _on_signal(signum: int, frame: FrameType | None) -> None:
+    _Request.signal_name = signal.Signals(signum).name
+    if not _Request.deferred:
+        raise Stopped(f"stopped by {_Request.signal_name} before finishing (nothing saved)")
+
+
+def install() -> None:
+    """Handle SIGTERM and SIGUSR1 as a stop request in this process (the main thread)."""
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, _on_signal)
+
+
+def ignore_warning() -> None:
+    """Ignore SLURM's warning signal (SIGUSR1) in a process that must outlive it.
+
+    Snakemake itself would die of it (SIGUSR1's default action ends a process); the step it
+    starts inherits the ignored signal and installs its own handler.
+    """
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+
+
+def requested() -> str | None:
+    """The name of the signal that asked this process to stop, or None."""
+    return _Request.signal_name
+
+
+def defer() -> None:
+    """From now on a stop request waits for the loop's next `stop_if_requested`."""
+    _Request.deferred = True
+
+
+def stop_if_requested(where: str, anyone: bool | None = None) -> None:
+    """Raise Stopped when a stop was requested; call it right after saving the state.
+
+    `anyone` overrides the local flag, e.g. with the flag all-reduced over DDP ranks, so every
+    rank stops after the same epoch.
+    """
+    asked = requested() is not None if anyone is None else anyone
+    if asked:
+        name = requested() or "a stop request of another rank"
+        raise Stopped(f"stopped by {name} {where}; the next run resumes from there")

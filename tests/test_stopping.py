@@ -1,0 +1,82 @@
+"""Stopping on SLURM's request: SIGUSR1 (the profile's warning before the time limit) and SIGTERM
+(the limit itself, or preemption) end a step with one line; a training loop first finishes and
+saves its epoch, and the retry resumes there to the numbers of an uninterrupted run."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+
+import pytest
+import torch
+
+from tests.conftest import BIN, workflow_env
+from tests.test_ssvae_train import comparable, data_path, train_command
+
+__all__ = ["data_path"]  # the fixture, shared with the SSVAE training tests
+
+
+def wait_for(path, process, seconds=120):
+    deadline = time.monotonic() + seconds
+    while not path.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert path.exists(), f"{path} never appeared"
+
+
+@pytest.mark.parametrize("signum", [signal.SIGUSR1, signal.SIGTERM], ids=lambda s: s.name)
+def test_a_warned_training_saves_after_its_epoch_stops_and_the_retry_resumes_there(
+    data_path, tmp_path, signum
+):
+    epochs = 6
+    whole, stopped = tmp_path / "whole", tmp_path / "stopped"
+    whole.mkdir()
+    stopped.mkdir()
+    subprocess.run(
+        train_command(data_path, whole, epochs), check=True, env=workflow_env(), capture_output=True
+    )
+    state = stopped / "train_state.pt"
+    process = subprocess.Popen(
+        train_command(data_path, stopped, epochs),
+        env=workflow_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    wait_for(state, process)
+    process.send_signal(signum)
+    out, err = process.communicate(timeout=120)
+    saved = torch.load(state, weights_only=True)["epoch"]
+    assert process.returncode == 2, err
+    assert f"stopped by {signum.name} after epoch {saved} of {epochs}" in err
+    assert f"epoch {saved}/{epochs}" in out, "the epoch in progress was finished, then saved"
+    assert saved < epochs and not (stopped / "seed~4.json").exists()
+    retry = subprocess.run(
+        train_command(data_path, stopped, epochs),
+        check=True,
+        env=workflow_env(),
+        capture_output=True,
+        text=True,
+    )
+    assert f"resumed from {state} after epoch {saved}" in retry.stdout
+    assert f"epoch {saved}/{epochs}" not in retry.stdout, "finished epochs are not redone"
+    for name in ("seed~4.json", "seed~9.json"):
+        assert comparable(stopped / name) == comparable(whole / name)
+
+
+def test_a_step_outside_a_loop_stops_at_once_with_one_line_and_writes_nothing(tmp_path):
+    out = tmp_path / "record.json"
+    process = subprocess.Popen(
+        [str(BIN / "gpuflow"), "probe", "--out", str(out), "--hold", "60"],
+        env=workflow_env(),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(3)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=30)
+    assert process.returncode == 2
+    assert err.strip().splitlines() == [
+        "gpuflow probe: error: stopped by SIGTERM before finishing (nothing saved)"
+    ]
+    assert list(tmp_path.iterdir()) == []

@@ -72,7 +72,7 @@ def score_token_ids(
     token_budget: int = 8192,
     trust_remote_code: bool = False,
     wrap_forward: Callable[[Forward], Forward] | None = None,
-) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
+) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
     """Per-text NLL sums (float64) and token counts, in input order, plus batching stats.
 
     `wrap_forward` (one device only) wraps the model's forward call, e.g. to inject errors.
@@ -114,6 +114,7 @@ def score_token_ids(
         "segments": len(ordered),
         "oom_splits": sum(r.oom_splits for r in results),
         "final_token_budget": min((r.token_budget for r in results), default=token_budget),
+        "scoring_seconds": round(max((r.seconds for r in results), default=0.0), 3),
     }
     return nll, n_tokens, stats
 
@@ -160,7 +161,7 @@ def main(args: argparse.Namespace) -> int:
         f"{args.dtype}) on {', '.join(map(str, devices))}",
         file=sys.stderr,
     )
-    stats: dict[str, int] = {"segments": 0, "oom_splits": 0, "final_token_budget": 0}
+    stats: dict[str, Any] = {"segments": 0, "oom_splits": 0, "final_token_budget": 0}
     nll, n_tokens = np.zeros(0), np.zeros(0, dtype=np.int64)
     if token_ids:
         nll, n_tokens, stats = score_token_ids(

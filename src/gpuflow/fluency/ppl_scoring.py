@@ -6,6 +6,7 @@ so the very same code runs on a GPU, on a CPU, and in tests that inject out-of-m
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -20,6 +21,7 @@ from gpuflow.fluency.ppl_segments import Segment, batch_size_for
 Forward = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 LOSS_CHUNK_TOKENS = 512
 IGNORE = -100
+CPU_ALLOCATION_FAILED = "DefaultCPUAllocator: can't allocate memory"
 
 
 def model_forward(model: torch.nn.Module) -> Forward:
@@ -33,12 +35,16 @@ def model_forward(model: torch.nn.Module) -> Forward:
 
 @dataclass
 class SegmentScores:
-    """Per-segment NLL sums (float64) and scored-token counts, in the order given."""
+    """Per-segment NLL sums (float64) and scored-token counts, in the order given.
+
+    `seconds` is the scoring time alone (model loading excluded).
+    """
 
     nll: np.ndarray
     n_tokens: np.ndarray
     token_budget: int
     oom_splits: int
+    seconds: float = 0.0
 
 
 def pad_right(
@@ -89,6 +95,11 @@ def batch_nll(
     return losses.view(batch, length).double().sum(dim=1), scored.sum(dim=1)
 
 
+def is_out_of_memory(error: RuntimeError) -> bool:
+    """A device allocation failure: CUDA's OutOfMemoryError, or the CPU allocator's refusal."""
+    return isinstance(error, torch.OutOfMemoryError) or CPU_ALLOCATION_FAILED in str(error)
+
+
 def _try_batch(
     segments: Sequence[Segment], forward: Forward, device: torch.device
 ) -> list[tuple[float, int]] | None:
@@ -97,8 +108,9 @@ def _try_batch(
         ids, mask, first = pad_right(segments, device)
         nll, counts = batch_nll(forward(ids, mask), ids, mask, first)
         return list(zip(nll.tolist(), counts.tolist(), strict=True))
-    except torch.OutOfMemoryError:
-        pass
+    except RuntimeError as error:
+        if not is_out_of_memory(error):
+            raise
     if device.type == "cuda":
         torch.cuda.empty_cache()
     return None
@@ -120,6 +132,7 @@ def score_segments(
     """
     results: list[tuple[float, int]] = []
     oom_splits, start = 0, 0
+    started = time.perf_counter()
     with torch.inference_mode():
         while start < len(segments):
             longest = len(segments[start].ids)
@@ -149,4 +162,5 @@ def score_segments(
         n_tokens=np.array([count for _, count in results], dtype=np.int64),
         token_budget=token_budget,
         oom_splits=oom_splits,
+        seconds=time.perf_counter() - started,
     )

@@ -21,7 +21,6 @@ from gpuflow.fluency.ppl_segments import Segment, batch_size_for
 Forward = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 LOSS_CHUNK_TOKENS = 512
 IGNORE = -100
-CPU_ALLOCATION_FAILED = "DefaultCPUAllocator: can't allocate memory"
 
 
 def model_forward(model: torch.nn.Module) -> Forward:
@@ -95,11 +94,6 @@ def batch_nll(
     return losses.view(batch, length).double().sum(dim=1), scored.sum(dim=1)
 
 
-def is_out_of_memory(error: RuntimeError) -> bool:
-    """A device allocation failure: CUDA's OutOfMemoryError, or the CPU allocator's refusal."""
-    return isinstance(error, torch.OutOfMemoryError) or CPU_ALLOCATION_FAILED in str(error)
-
-
 def _try_batch(
     segments: Sequence[Segment], forward: Forward, device: torch.device
 ) -> list[tuple[float, int]] | None:
@@ -108,9 +102,8 @@ def _try_batch(
         ids, mask, first = pad_right(segments, device)
         nll, counts = batch_nll(forward(ids, mask), ids, mask, first)
         return list(zip(nll.tolist(), counts.tolist(), strict=True))
-    except RuntimeError as error:
-        if not is_out_of_memory(error):
-            raise
+    except torch.OutOfMemoryError:
+        pass
     if device.type == "cuda":
         torch.cuda.empty_cache()
     return None

@@ -381,7 +381,24 @@ def main(args: argparse.Namespace) -> None:
     rows = summarise(jobs, Benchmarks(args.directory), arrays, array_limit, args.gpus_per_node)
     order = {name: index for index, name in enumerate(rule_order(snakefile))}
     rows.sort(key=lambda row: (order.get(row["rule"], len(order)), row["rule"]))
+    placement = perplexity_placement(args)
     if args.json:
         print(json.dumps(rows, indent=2))
     else:
         print(render(rows, args.gpus_per_node, time.monotonic() - started))
+        if placement:
+            print(f"Perplexity placement: {placement}")
+
+
+def perplexity_placement(args: argparse.Namespace) -> str | None:
+    """How the perplexity jobs will hold the reference LM, when the fluency family is on.
+
+    Imported here: the placement module needs torch, which the rest of the plan does not.
+    """
+    from gpuflow.config import load_config
+    from gpuflow.fluency.placement import fluency_placement
+
+    config = load_config(Path(args.directory) / "config" / "config.yaml", *args.configfile)
+    if "fluency" not in config["families"]:
+        return None
+    return fluency_placement(config["fluency"])

@@ -115,10 +115,12 @@ rule fluency_perplexity:
             else ""
         ),
         trust=("--trust-remote-code" if FLUENCY["lm"]["trust_remote_code"] else ""),
+        placement=FLUENCY["perplexity"]["placement"],
     shell:
         "GPUFLOW_GPUS={resources.gpu} gpuflow perplexity --texts {input.texts:q} --model {params.model:q}"
         " --device {params.device} --cpu-workers {params.cpu_workers} --dtype {params.dtype}"
         " --token-budget {params.token_budget} {params.stride} {params.trust}"
+        " --placement {params.placement}"
         " --out {output.scores:q} > {log:q} 2>&1"
 
 

@@ -43,6 +43,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ppl.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
     ppl.add_argument("--token-budget", type=int, default=8192, help="padded tokens per batch")
     ppl.add_argument("--stride", type=int, default=None, help="window stride (default ctx/2)")
+    ppl.add_argument(
+        "--placement",
+        default="auto",
+        choices=["auto", "replicate", "shard"],
+        help="a model copy per GPU, one copy across the GPUs, or auto (see fluency.placement)",
+    )
     ppl.add_argument("--trust-remote-code", action="store_true")
     ppl.set_defaults(run=lazy("gpuflow.fluency.perplexity:main"))
 

@@ -10,7 +10,7 @@ TORCH_PIN := $(if $(shell command -v nvidia-smi 2>/dev/null),,torch==2.13.0)
 
 export PATH := $(BIN):$(PATH)
 
-.PHONY: run test lint install clean
+.PHONY: run test lint install clean gpu-check
 
 install: $(STAMP)
 
@@ -26,6 +26,10 @@ run: $(STAMP)
 
 test: $(STAMP)
 	pytest
+
+# Every CUDA path at paper sizes against references (tiny sizes on CPU): results/gpu_check.json.
+gpu-check: $(STAMP)
+	gpuflow gpu-check --out results/gpu_check.json
 
 lint: $(STAMP)
 	ruff check .

@@ -46,7 +46,7 @@ def run_checks(
     n_params = save_random_lm(lm_folder, sizes.lm, devices[0])
     rows += checked(
         "perplexity precisions",
-        lambda: precision_rows(lm_folder, n_params, sizes, devices, peaks)[0],
+        lambda: precision_rows(lm_folder, n_params, sizes, devices, peaks),
     )
     rows += checked(
         "perplexity out-of-memory split",

@@ -23,7 +23,14 @@ from gpuflow.gpu_check.sizes import CheckSizes
 
 BOS = 0
 TOLERANCE = {"float32": 1e-4, "float16": 1e-2, "bfloat16": 3e-2}
+SHARD_TOLERANCE = {"float32": 1e-6, "float16": 5e-3, "bfloat16": 2e-2}
 OOM_TOLERANCE = 5e-3
+PRECISION_RUNS = (
+    ("float32", "replicate"),
+    ("float16", "replicate"),
+    ("bfloat16", "replicate"),
+    ("float16", "shard"),
+)
 
 
 def save_random_lm(folder: Path, lm: dict[str, int], device: torch.device) -> int:
@@ -75,6 +82,7 @@ def score(
     token_budget: int,
     context: int,
     wrap_forward: Callable[[Forward], Forward] | None = None,
+    placement: str = "replicate",
 ) -> tuple[np.ndarray, dict]:
     """Per-text perplexities and the scorer's stats, through the workflow's scorer."""
     nll, n_tokens, stats = score_token_ids(
@@ -87,6 +95,7 @@ def score(
         dtype=dtype,
         token_budget=token_budget,
         wrap_forward=wrap_forward,
+        placement=placement,
     )
     return np.exp(nll / n_tokens), {**stats, "tokens": int(n_tokens.sum())}
 
@@ -97,30 +106,42 @@ def precision_rows(
     sizes: CheckSizes,
     devices: list[torch.device],
     peaks: dict[str, float],
-) -> tuple[list[CheckRow], np.ndarray]:
-    """fp32 (against the one-text-at-a-time reference), then fp16 and bf16 (against fp32)."""
+) -> list[CheckRow]:
+    """fp32 (against the one-text-at-a-time reference), fp16 and bf16 (against fp32), then
+    fp16 with the model sharded over the devices (against fp16 replicated)."""
     context = sizes.lm["n_positions"]
     texts = random_texts(
         sizes.ppl_texts, sizes.ppl_min_tokens, context - 1, sizes.lm["vocab_size"], 0
     )
     reference = reference_perplexities(folder, texts[: sizes.ppl_reference_texts], devices[0])
-    rows, fp32 = [], np.zeros(0)
-    for dtype in ("float32", "float16", "bfloat16"):
+    rows: list[CheckRow] = []
+    results: dict[str, np.ndarray] = {}
+    for dtype, placement in PRECISION_RUNS:
         ran_as = row_dtype(dtype, devices)
-        ppl, stats = score(folder, texts, devices, ran_as, sizes.ppl_token_budget, context)
-        if dtype == "float32":
-            fp32 = ppl
+        ppl, stats = score(
+            folder, texts, devices, ran_as, sizes.ppl_token_budget, context, None, placement
+        )
+        results[dtype if placement == "replicate" else placement] = ppl
+        if placement == "shard":
+            deviation = max_relative_difference(ppl, results[dtype])
+            against = f"the replicated {dtype} run ({len(texts)} texts)"
+            tolerance = SHARD_TOLERANCE[ran_as]
+            path = f"perplexity {dtype} one model sharded over {len(devices)} device(s)"
+        elif dtype == "float32":
             deviation = max_relative_difference(ppl[: len(reference)], reference)
             against = f"one-text-at-a-time fp32 reference ({len(reference)} texts)"
+            tolerance = TOLERANCE[ran_as]
+            path = f"perplexity {dtype} x{len(devices)} worker(s)"
         else:
-            deviation = max_relative_difference(ppl, fp32)
+            deviation = max_relative_difference(ppl, results["float32"])
             against = f"the batched fp32 run ({len(texts)} texts)"
+            tolerance = TOLERANCE[ran_as]
+            path = f"perplexity {dtype} x{len(devices)} worker(s)"
         rows.append(
             throughput_row(
-                f"perplexity {dtype} x{len(devices)} worker(s)"
-                + ("" if ran_as == dtype else f" (CPU twin: {ran_as})"),
+                path + ("" if ran_as == dtype else f" (CPU twin: {ran_as})"),
                 deviation,
-                TOLERANCE[ran_as],
+                tolerance,
                 against,
                 stats,
                 n_params,
@@ -128,7 +149,7 @@ def precision_rows(
                 devices,
             )
         )
-    return rows, fp32
+    return rows
 
 
 def throughput_row(

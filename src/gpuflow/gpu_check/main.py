@@ -31,6 +31,7 @@ def checked(name: str, section: Callable[[], list[CheckRow]]) -> list[CheckRow]:
         rows = section()
     except Exception as error:  # a failed path is a result of the check, not its end
         rows = [failed_row(name, error, time.perf_counter() - start)]
+    print(f"gpu-check: {name} took {time.perf_counter() - start:.1f} s", file=sys.stderr)
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
     return rows
@@ -68,7 +69,7 @@ def format_table(rows: list[CheckRow]) -> str:
     ]
     for row in rows:
         rate = f"{row.throughput:,.0f} {row.unit}" if row.throughput is not None else "-"
-        tflops = f"{row.tflops:.2f}" if row.tflops is not None else "-"
+        tflops = f"{row.tflops:.3g}" if row.tflops is not None else "-"
         share = f"{100 * row.share_of_peak:.1f}" if row.share_of_peak is not None else "-"
         lines.append(
             f"{row.path[:70]:70s} {'yes' if row.ok else 'NO':4s} {rate:>20s} {tflops:>8s} "

@@ -25,6 +25,7 @@ class CheckSizes:
     ppl_min_tokens: int
     ppl_reference_texts: int
     ppl_token_budget: int
+    warmup_passes: int
     oom_memory_factor: float
     ssvae: dict[str, Any]
     scaling: dict[str, Any]
@@ -44,6 +45,7 @@ def full_sizes() -> CheckSizes:
         ppl_min_tokens=64,
         ppl_reference_texts=16,
         ppl_token_budget=paper["fluency"]["perplexity"]["token_budget"],
+        warmup_passes=1,
         oom_memory_factor=1.25,
         ssvae={
             "hidden": paper["ssvae"]["model"]["hidden"],
@@ -79,6 +81,7 @@ def tiny_sizes() -> CheckSizes:
         ppl_min_tokens=8,
         ppl_reference_texts=6,
         ppl_token_budget=512,
+        warmup_passes=0,
         oom_memory_factor=1.25,
         ssvae={
             "hidden": 32,

@@ -87,3 +87,20 @@ def test_the_fit_estimate_counts_parameters_and_the_batch_logits(tiny_lm):
     assert model_bytes(config, "float32") == 4 * n_params
     assert model_bytes(config, "bfloat16") == 2 * n_params
     assert batch_bytes(config, 100, "float16") >= 100 * config.vocab_size * 2
+
+
+def test_doctor_shows_the_placement_each_perplexity_job_will_use(tiny_lm, tmp_path, capsys):
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "fluency:\n"
+        f"  lm: {{path: {str(tiny_lm)!r}}}\n"
+        "  perplexity: {placement: shard}\n"
+        "  resources: {fluency_perplexity: {gpu: 2}}\n"
+    )
+    argv = ["doctor", "--json", "--configfile", "config/config.yaml", str(config)]
+    assert gpuflow_main(argv) == 0
+    shown = json.loads(capsys.readouterr().out)["config"]["fluency"]["perplexity_placement"]
+    assert shown.startswith("shard (model + one batch ") and shown.endswith(" GiB)")
+    assert gpuflow_main(["doctor", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)["config"]["fluency"]["perplexity_placement"]
+    assert shown == "auto: CPU workers, each with a copy (replicate)"

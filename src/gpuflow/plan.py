@@ -80,6 +80,7 @@ class Planned:
 
     jobs: list[Job]
     rule_order: list[str]
+    config: dict[str, Any]
     array_rules: set[str]
     array_limit: int
 
@@ -165,6 +166,7 @@ def plan_jobs(args: argparse.Namespace) -> Planned:
                 if rule.group is None and (rule.name in workflow._localrules or rule.norun)
             }
             order = [rule.name for rule in workflow.rules]
+            config = dict(workflow.config)
     except Exception as error:
         raise GpuflowError(f"Snakemake could not plan the run: {error}") from None
     jobs = [
@@ -183,6 +185,7 @@ def plan_jobs(args: argparse.Namespace) -> Planned:
     return Planned(
         jobs=jobs,
         rule_order=order,
+        config=config,
         array_rules={rule.strip() for rule in arrays.split(",") if rule.strip()},
         array_limit=int(getattr(executor_settings, "array_limit", None) or 1000),
     )
@@ -372,7 +375,22 @@ def main(args: argparse.Namespace) -> None:
     )
     order = {name: index for index, name in enumerate(planned.rule_order)}
     rows.sort(key=lambda row: (order.get(row["rule"], len(order)), row["rule"]))
+    placement = perplexity_placement(planned.config)
     if args.json:
         print(json.dumps(rows, indent=2))
     else:
         print(render(rows, args.gpus_per_node, time.monotonic() - started))
+        if placement:
+            print(f"Perplexity placement: {placement}")
+
+
+def perplexity_placement(config: dict[str, Any]) -> str | None:
+    """How the perplexity jobs will hold the reference LM, when the fluency family is on.
+
+    Imported here: the placement module needs torch, which the rest of the plan does not.
+    """
+    if "fluency" not in config.get("families", []):  # e.g. another workflow, or fluency off
+        return None
+    from gpuflow.fluency.placement import fluency_placement
+
+    return fluency_placement(config["fluency"])

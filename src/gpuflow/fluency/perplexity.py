@@ -27,6 +27,7 @@ from gpuflow.atomic import write_csv, write_json
 from gpuflow.devices import run_record, worker_devices
 from gpuflow.errors import ConfigError, DataError
 from gpuflow.fluency.merge import corpus_perplexity
+from gpuflow.fluency.placement import choose_placement
 from gpuflow.fluency.ppl_model import (
     check_dtype,
     load_config,
@@ -53,6 +54,7 @@ class PerplexitySettings:
     device: str
     cpu_workers: int
     trust_remote_code: bool
+    placement: str
 
     @classmethod
     def from_json(cls, settings: str, runtime: str) -> PerplexitySettings:
@@ -66,6 +68,7 @@ class PerplexitySettings:
             device=fluency["device"],
             cpu_workers=fluency["cpu_workers"],
             trust_remote_code=fluency["lm"]["trust_remote_code"],
+            placement=perplexity["placement"],
         )
 
 
@@ -100,15 +103,20 @@ def score_token_ids(
     token_budget: int,
     trust_remote_code: bool,
     wrap_forward: Callable[[Forward], Forward] | None = None,
-) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
+    placement: str = "replicate",
+) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
     """Per-text NLL sums (float64) and token counts, in input order, plus batching stats.
 
-    `wrap_forward` (one device only) wraps the model's forward call, e.g. to inject errors.
+    `placement` replicate runs one worker per device; shard one worker whose model is spread
+    over all `devices` (see gpuflow.fluency.placement). `wrap_forward` (one worker only) wraps
+    the model's forward call, e.g. to inject errors.
     """
     if token_budget < 1:
         raise ConfigError("fluency.perplexity.token_budget", f"got {token_budget}", ">= 1")
     ordered = sort_longest_first(make_segments(token_ids, bos_id, context, stride))
-    shares = deal(ordered, len(devices))
+    sharded = placement == "shard"
+    workers = devices[:1] if sharded else devices
+    shares = deal(ordered, len(workers))
     jobs = [
         WorkerJob(
             model=model,
@@ -117,22 +125,23 @@ def score_token_ids(
             device=str(device),
             segments=share,
             token_budget=token_budget,
-            threads=worker_threads(len(devices)),
+            threads=worker_threads(len(workers)),
             index=index,
+            shard_over=tuple(str(d) for d in devices) if sharded else (),
         )
-        for index, (device, share) in enumerate(zip(devices, shares, strict=True))
+        for index, (device, share) in enumerate(zip(workers, shares, strict=True))
     ]
     if wrap_forward is not None:
         if len(jobs) != 1:
-            raise ValueError("wrap_forward needs exactly one device")
+            raise ValueError("wrap_forward needs exactly one worker")
         results = [run_worker(jobs[0], wrap_forward)]
     else:
         results = run_workers(jobs)
     segment_nll = np.zeros(len(ordered), dtype=np.float64)
     segment_tokens = np.zeros(len(ordered), dtype=np.int64)
     for index, result in enumerate(results):
-        segment_nll[index :: len(devices)] = result.nll
-        segment_tokens[index :: len(devices)] = result.n_tokens
+        segment_nll[index :: len(workers)] = result.nll
+        segment_tokens[index :: len(workers)] = result.n_tokens
     text_index = np.array([s.text for s in ordered], dtype=np.int64)
     nll = np.zeros(len(token_ids), dtype=np.float64)
     n_tokens = np.zeros(len(token_ids), dtype=np.int64)
@@ -142,6 +151,7 @@ def score_token_ids(
         "segments": len(ordered),
         "oom_splits": sum(r.oom_splits for r in results),
         "final_token_budget": min((r.token_budget for r in results), default=token_budget),
+        "scoring_seconds": round(max((r.seconds for r in results), default=0.0), 3),
     }
     return nll, n_tokens, stats
 
@@ -182,14 +192,17 @@ def main(args: argparse.Namespace) -> int:
     stride = check_stride(settings.stride, context)
     tokenizer = load_tokenizer(args.model, settings.trust_remote_code)
     bos_id = start_token_id(tokenizer, args.model)
+    placement = choose_placement(
+        settings.placement, config, devices, settings.dtype, settings.token_budget
+    )
     token_ids = tokenize(tokenizer, frame["text"].tolist())
     reject_empty(token_ids, frame["text_id"], args.texts)
     print(
         f"scoring {len(frame)} texts with {args.model} (context {context}, stride {stride}, "
-        f"{settings.dtype}) on {', '.join(map(str, devices))}",
+        f"{settings.dtype}, {placement.mode}) on {', '.join(map(str, devices))}",
         file=sys.stderr,
     )
-    stats: dict[str, int] = {"segments": 0, "oom_splits": 0, "final_token_budget": 0}
+    stats: dict[str, Any] = {"segments": 0, "oom_splits": 0, "final_token_budget": 0}
     nll, n_tokens = np.zeros(0), np.zeros(0, dtype=np.int64)
     if token_ids:
         nll, n_tokens, stats = score_token_ids(
@@ -202,6 +215,7 @@ def main(args: argparse.Namespace) -> int:
             dtype=settings.dtype,
             token_budget=settings.token_budget,
             trust_remote_code=settings.trust_remote_code,
+            placement=placement.mode,
         )
     write_csv(args.out, perplexity_frame(frame["text_id"], nll, n_tokens))
     seconds = time.perf_counter() - started
@@ -216,6 +230,7 @@ def main(args: argparse.Namespace) -> int:
         "corpus_perplexity": corpus_perplexity(nll, n_tokens) if len(frame) else None,
         "seconds": round(seconds, 3),
         "token_budget": settings.token_budget,
+        **placement.record(),
         **stats,
     }
     write_json(Path(args.out).with_suffix(".run.json"), record)

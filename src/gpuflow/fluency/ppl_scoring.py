@@ -6,6 +6,7 @@ so the very same code runs on a GPU, on a CPU, and in tests that inject out-of-m
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -33,12 +34,16 @@ def model_forward(model: torch.nn.Module) -> Forward:
 
 @dataclass
 class SegmentScores:
-    """Per-segment NLL sums (float64) and scored-token counts, in the order given."""
+    """Per-segment NLL sums (float64) and scored-token counts, in the order given.
+
+    `seconds` is the scoring time alone (model loading excluded).
+    """
 
     nll: np.ndarray
     n_tokens: np.ndarray
     token_budget: int
     oom_splits: int
+    seconds: float = 0.0
 
 
 def pad_right(
@@ -120,6 +125,7 @@ def score_segments(
     """
     results: list[tuple[float, int]] = []
     oom_splits, start = 0, 0
+    started = time.perf_counter()
     with torch.inference_mode():
         while start < len(segments):
             longest = len(segments[start].ids)
@@ -149,4 +155,5 @@ def score_segments(
         n_tokens=np.array([count for _, count in results], dtype=np.int64),
         token_budget=token_budget,
         oom_splits=oom_splits,
+        seconds=time.perf_counter() - started,
     )

@@ -17,6 +17,7 @@ import torch
 from tqdm import tqdm
 
 from gpuflow.devices import threads_per_worker
+from gpuflow.fluency.placement import input_device, load_sharded
 from gpuflow.fluency.ppl_model import load_causal_lm
 from gpuflow.fluency.ppl_scoring import Forward, SegmentScores, model_forward, score_segments
 from gpuflow.fluency.ppl_segments import Segment
@@ -38,7 +39,10 @@ def worker_threads(n_workers: int) -> int:
 
 @dataclass(frozen=True)
 class WorkerJob:
-    """What one worker needs: the model, its device, its share of the sorted segments."""
+    """What one worker needs: the model, its device, its share of the sorted segments.
+
+    `shard_over` (placement shard) names the devices one copy of the model is spread over.
+    """
 
     model: str
     trust_remote_code: bool
@@ -48,6 +52,7 @@ class WorkerJob:
     token_budget: int
     threads: int
     index: int = 0
+    shard_over: tuple[str, ...] = ()
 
 
 def run_worker(
@@ -61,7 +66,12 @@ def run_worker(
     device = torch.device(job.device)
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    model = load_causal_lm(job.model, job.dtype, device, job.trust_remote_code)
+    if job.shard_over:
+        shard = [torch.device(d) for d in job.shard_over]
+        model = load_sharded(job.model, job.dtype, shard, job.trust_remote_code)
+        device = input_device(model)
+    else:
+        model = load_causal_lm(job.model, job.dtype, device, job.trust_remote_code)
     forward = model_forward(model)
     if wrap_forward is not None:
         forward = wrap_forward(forward)

@@ -1,0 +1,138 @@
+"""Where the reference LM lives: a copy per GPU (replicate) or one copy across the GPUs (shard).
+
+`replicate` runs one scoring worker per device, each with the whole model: fastest while the
+model and a batch fit one GPU. `shard` loads one copy with an accelerate device map spread over
+all the job's GPUs (layers on different devices, activations handed on between them) and scores
+through it in one worker: the only way to use a model larger than one GPU. `auto` replicates
+when the model plus one token-budget batch fit the smallest GPU's free memory, else shards.
+On the CPU the shard path runs with a device map onto the CPU (its twin).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from gpuflow.errors import ConfigError, GpuflowError
+from gpuflow.fluency.ppl_model import DTYPES
+
+PLACEMENTS = ("auto", "replicate", "shard")
+HEADROOM = 0.9  # share of a GPU's free memory the model and a batch may fill
+ACTIVATIONS_PER_TOKEN = 16  # hidden-size vectors alive per token in a forward (estimate)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """The chosen placement and why, as recorded in the run record."""
+
+    mode: str
+    reason: str
+
+    def record(self) -> dict[str, str]:
+        return {"placement": self.mode, "placement_reason": self.reason}
+
+
+def model_bytes(config: Any, dtype: str) -> int:
+    """Bytes of the model's parameters in `dtype`, counted on the meta device (no memory used)."""
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    element = DTYPES[dtype].itemsize
+    return sum(p.numel() for p in model.parameters()) * element
+
+
+def batch_bytes(config: Any, token_budget: int, dtype: str) -> int:
+    """Estimated peak bytes of one batch: logits plus the hidden states alive in a forward."""
+    element = DTYPES[dtype].itemsize
+    hidden = getattr(config, "hidden_size", None) or getattr(config, "n_embd", 0)
+    return token_budget * (config.vocab_size * element + ACTIVATIONS_PER_TOKEN * hidden * element)
+
+
+def choose_placement(
+    requested: str, config: Any, devices: list[torch.device], dtype: str, token_budget: int
+) -> Placement:
+    """`requested`, or for auto: replicate when model + batch fit one GPU, else shard."""
+    if requested not in PLACEMENTS:
+        raise ConfigError(
+            "fluency.perplexity.placement", f"unknown placement {requested!r}", str(PLACEMENTS)
+        )
+    if requested != "auto":
+        return Placement(requested, "as configured")
+    if devices[0].type != "cuda":
+        return Placement("replicate", "auto: CPU workers each hold a copy")
+    need = model_bytes(config, dtype) + batch_bytes(config, token_budget, dtype)
+    free = min(torch.cuda.mem_get_info(d)[0] for d in devices)
+    fits = need <= HEADROOM * free
+    gib = f"{need / 2**30:.1f} GiB model + batch, {free / 2**30:.1f} GiB free per GPU"
+    return Placement("replicate" if fits else "shard", f"auto: {gib}")
+
+
+def device_map(devices: list[torch.device]) -> str | dict[str, str]:
+    """An accelerate device map over the job's devices: balanced over GPUs, or onto the CPU."""
+    if devices[0].type == "cuda":
+        return "balanced"
+    return {"": "cpu"}
+
+
+def load_sharded(
+    reference: str, dtype: str, devices: list[torch.device], trust_remote_code: bool = False
+) -> torch.nn.Module:
+    """One copy of the causal LM spread over `devices` by accelerate, in eval mode."""
+    from transformers import AutoModelForCausalLM
+
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            reference,
+            local_files_only=True,
+            trust_remote_code=trust_remote_code,
+            dtype=DTYPES[dtype],
+            device_map=device_map(devices),
+        )
+    except (OSError, ValueError) as error:
+        raise GpuflowError(
+            f"model {reference!r} could not be loaded across {len(devices)} device(s): {error}"
+        ) from error
+    return model.eval()
+
+
+def input_device(model: torch.nn.Module) -> torch.device:
+    """Where a sharded model takes its input ids: the device of its input embeddings."""
+    return model.get_input_embeddings().weight.device
+
+
+def planned_placement(perplexity: dict[str, Any], model_path: str | None, gpus: int) -> str:
+    """What a perplexity job will do, for `gpuflow plan` and `doctor` (run before the job)."""
+    from gpuflow.fluency.ppl_model import load_config
+
+    requested = perplexity["placement"]
+    if gpus == 0:
+        return f"{requested}: CPU workers, each with a copy (replicate)"
+    if model_path is None:
+        return f"{requested}: the embedded LM is small, every GPU gets a copy (replicate)"
+    try:
+        config = load_config(model_path)
+    except GpuflowError:
+        return f"{requested}: model {model_path!r} is not readable here; decided on the GPU node"
+    need = model_bytes(config, perplexity["dtype"])
+    need += batch_bytes(config, perplexity["token_budget"], perplexity["dtype"])
+    size = f"model + one batch {need / 2**30:.1f} GiB"
+    if requested != "auto":
+        return f"{requested} ({size})"
+    if torch.cuda.is_available():
+        devices = [torch.device("cuda", i) for i in range(min(gpus, torch.cuda.device_count()))]
+        chosen = choose_placement(
+            "auto", config, devices, perplexity["dtype"], perplexity["token_budget"]
+        )
+        return f"auto -> {chosen.mode} on this machine ({chosen.reason})"
+    return (
+        f"auto: replicate on GPUs with {need / HEADROOM / 2**30:.1f} GiB free, else shard ({size})"
+    )
+
+
+def fluency_placement(fluency: dict[str, Any]) -> str:
+    """How each perplexity job of a validated fluency config will hold the reference LM."""
+    gpus = fluency["resources"]["fluency_perplexity"]["gpu"]
+    return planned_placement(fluency["perplexity"], fluency["lm"]["path"], gpus)

@@ -1,0 +1,1 @@
+"""`gpuflow gpu-check`: every CUDA path of gpuflow, run once and checked against a reference."""

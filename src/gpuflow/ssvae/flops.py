@@ -1,0 +1,33 @@
+"""Matmul FLOPs of one M2 training step: the work a GPU's FLOP rate is measured against."""
+
+from __future__ import annotations
+
+PIXELS, CLASSES = 784, 10
+
+
+def matmul_shapes(
+    hidden: int, latent: int, runs: int, unlabelled: int = 100, labelled: int = 100
+) -> list[tuple[int, int, int, int]]:
+    """(batch, rows, inner, cols) of every forward matmul of one stacked M2 step."""
+    shapes = []
+    for rows, k in ((unlabelled, CLASSES), (labelled, 1)):
+        shapes += [
+            (runs, rows, PIXELS, hidden),
+            (runs, rows, hidden, CLASSES),  # classifier
+            (runs, rows, PIXELS, hidden),  # x W_x, once per example
+            (runs, rows * k, CLASSES, hidden),
+            (runs, rows * k, hidden, 2 * latent),  # W_y, mu/logvar
+            (runs, rows * k, latent, hidden),
+            (runs, rows * k, CLASSES, hidden),  # decoder in
+            (runs, rows * k, hidden, PIXELS),
+            (runs, rows * k, PIXELS, 1),  # decoder out, x . logits
+        ]
+    return shapes
+
+
+def train_flops_per_example(
+    hidden: int, latent: int, unlabelled: int = 100, labelled: int = 100
+) -> float:
+    """Training matmul FLOPs per example (labelled or unlabelled): 3 x the forward matmuls."""
+    shapes = matmul_shapes(hidden, latent, 1, unlabelled, labelled)
+    return 3 * sum(2 * b * m * k * n for b, m, k, n in shapes) / (unlabelled + labelled)

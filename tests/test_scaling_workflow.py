@@ -53,7 +53,8 @@ def test_a_tiny_scaling_study_produces_every_output(run_snakemake, tmp_path: Pat
     ]  # fmt: skip
     assert (ddp["global_batch_size"] == 16).all()
     assert sorted(ddp["per_gpu_batch_size"]) == [8, 8, 16, 16]
-    assert (ddp[ddp["world_size"] == 2]["comm_share"] > 0).all()
+    two = ddp[ddp["world_size"] == 2]
+    assert (two["comm_total_ms_per_step"] > 0).all() and (two["comm_probe_steps"] > 0).all()
     assert set(summary[summary["method"] != "transformer-ddp"]["configuration"]) == {
         "imdb",
         "short",

@@ -150,9 +150,11 @@ rule scaling_train:
     params:
         settings=scaling_train_settings,
         cpu_slots=max(SCALING_WORLDS),
+        max_restarts=SCALING["max_restarts"],
     shell:
         "GPUFLOW_GPUS={resources.gpu} gpuflow with-gpus --"
         " torchrun --standalone --nproc-per-node={wildcards.world}"
+        " --max-restarts={params.max_restarts}"
         " -m gpuflow scaling-train --name {wildcards.cfg}"
         " --train {input.train:q} --val {input.val:q} --data-info {input.info:q}"
         " --token-stats {input.stats:q} --settings {params.settings}"
@@ -182,6 +184,7 @@ rule scaling_train_multinode:
         settings=scaling_train_settings,
         per_node=SCALING_MULTI["gpus_per_node"],
         port=SCALING_MULTI["port"],
+        max_restarts=SCALING["max_restarts"],
     shell:
         # The jobstep executor clears SLURM_* but the job id: ask SLURM for the node list.
         "nodelist=${{SLURM_JOB_NODELIST:-$(squeue --noheader --jobs=$SLURM_JOB_ID --format=%N)}};"
@@ -190,6 +193,7 @@ rule scaling_train_multinode:
         " --cpus-per-task={resources.cpus_per_task} --gpus-per-node={params.per_node}"
         " --kill-on-bad-exit=1"
         " torchrun --nnodes={resources.nodes} --nproc-per-node={params.per_node}"
+        " --max-restarts={params.max_restarts}"
         ' --rdzv-id="$SLURM_JOB_ID" --rdzv-backend=c10d --rdzv-endpoint="$head_node:{params.port}"'
         " -m gpuflow scaling-train --name {wildcards.cfg}"
         " --train {input.train:q} --val {input.val:q} --data-info {input.info:q}"

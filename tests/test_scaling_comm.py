@@ -3,7 +3,8 @@
 A communication-heavy model (a 16 MB gradient against a few milliseconds of compute per step)
 so that the all-reduce is most of a step and a wrong split would show. Tolerances allow for a
 loaded 2-core machine: every figure is a median over the probe window of the slowest rank's
-step, and the comparison with independently timed DDP steps accepts 30% + 5 ms.
+step, alternated in rounds with independently timed DDP steps on the same batches (medians
+over rounds of paired differences), and the comparisons accept 30% of a step + 5 ms.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from gpuflow.scaling import comm, distributed
 
-STEPS = 10
+STEPS, ROUNDS = 4, 5
 DDP_SETTINGS = {"bucket_cap_mb": 4, "compression": "none"}
 RELATIVE_TOLERANCE, ABSOLUTE_TOLERANCE_MS = 0.30, 5.0
 
@@ -49,16 +50,25 @@ def worker(rank: int, port: int, out: str) -> None:
         model = torch.nn.Sequential(
             torch.nn.Linear(1024, 2048), torch.nn.Tanh(), torch.nn.Linear(2048, 1024)
         )
-        ddp = DistributedDataParallel(model, bucket_cap_mb=DDP_SETTINGS["bucket_cap_mb"])
+        ddp = DistributedDataParallel(
+            model, bucket_cap_mb=DDP_SETTINGS["bucket_cap_mb"], gradient_as_bucket_view=True
+        )
         generator = torch.Generator().manual_seed(rank)
         batches = [torch.randn(4, 1024, generator=generator) for _ in range(STEPS)]
         plain_ddp_step_ms(ddp, batches[:2], ctx)  # warm-up: gloo buffers, allocator
-        plain_ms = plain_ddp_step_ms(ddp, batches, ctx)
-        probe = comm.measure(
-            ddp, batches, lambda b: ddp(b).square().mean().backward(), ctx, DDP_SETTINGS
-        )
+        # Rounds alternate plain DDP steps with the probe on the same batches, so a change in
+        # the machine's load hits both; medians over rounds.
+        rounds = []
+        for _ in range(ROUNDS):
+            plain_ms = plain_ddp_step_ms(ddp, batches, ctx)
+            probe = comm.measure(
+                ddp, batches, lambda b: ddp(b).square().mean().backward(), ctx, DDP_SETTINGS
+            )
+            predicted = probe.no_sync_step_ms + probe.exposed_ms
+            rounds.append({"plain_ms": plain_ms, "gap_ms": plain_ms - predicted, **probe.__dict__})
         if rank == 0:
-            Path(out).write_text(json.dumps({"plain_ms": plain_ms, **probe.__dict__}))
+            median = {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
+            Path(out).write_text(json.dumps(median))
     finally:
         dist.destroy_process_group()
 
@@ -76,7 +86,6 @@ def test_exposed_is_at_most_total_and_a_synced_step_is_the_no_sync_step_plus_exp
     tolerance = RELATIVE_TOLERANCE * result["plain_ms"] + ABSOLUTE_TOLERANCE_MS
     assert result["exposed_ms"] <= result["total_ms"] + tolerance, result
     # The probe's split adds up to an ordinary DDP step timed on its own.
-    predicted = result["no_sync_step_ms"] + result["exposed_ms"]
-    assert abs(result["plain_ms"] - predicted) <= tolerance, result
+    assert abs(result["gap_ms"]) <= tolerance, result
     # On this communication-heavy model the exposed all-reduce is a real part of the step.
     assert result["exposed_ms"] > 0.2 * result["plain_ms"], result

@@ -11,8 +11,6 @@ total all-reduce per step. CPU processes with gloo here; the same script runs on
     python benchmarks/scaling.py [--n-train 2048] [--epochs 3]
 """
 
-from __future__ import annotations
-
 import argparse
 import json
 import subprocess
@@ -21,6 +19,10 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 BIN = Path(sys.executable).parent
 MODEL = {
@@ -102,10 +104,10 @@ class HookTimer:
         self.group, self.seconds, self.calls = group, 0.0, 0
 
 
-def waiting_allreduce_hook(state: HookTimer, bucket: Any) -> Any:
+def waiting_allreduce_hook(
+    state: HookTimer, bucket: dist.GradBucket
+) -> torch.futures.Future[torch.Tensor]:
     """DDP's all-reduce, waited for inside the hook: no bucket overlaps the backward pass."""
-    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-
     start = time.perf_counter()
     future = default_hooks.allreduce_hook(state.group, bucket)
     future.wait()
@@ -116,8 +118,6 @@ def waiting_allreduce_hook(state: HookTimer, bucket: Any) -> Any:
 
 def hook_worker(argv: list[str]) -> None:
     """One torchrun worker of the hook-timed run: gpuflow's Trainer with the waiting hook."""
-    import torch.distributed as dist
-
     from gpuflow.atomic import write_json
     from gpuflow.scaling import distributed
     from gpuflow.scaling.train import Trainer

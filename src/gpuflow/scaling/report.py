@@ -64,7 +64,12 @@ def hidden_text(exposed: float, total: float) -> str:
     """How much of the total all-reduce overlap hides, in words."""
     if total <= 0:
         return "nothing to hide"
-    return f"overlap hides {pct(max(0.0, 1 - exposed / total))}"
+    if exposed > total:
+        return (
+            "exposed exceeds the bare all-reduce: run beside the backward pass it also slows "
+            "the compute (shared cores or memory bandwidth), so overlap hides nothing here"
+        )
+    return f"overlap hides {pct(1 - exposed / total)}"
 
 
 def compressed_exposed_seconds(run: pd.Series) -> float:

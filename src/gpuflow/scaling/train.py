@@ -216,8 +216,14 @@ class Trainer:
         )
         self.scaler = torch.amp.GradScaler(ctx.device.type, enabled=self.precision == "fp16")
         self.state_file = checkpoint.state_path(args.out_json)
+        # The probe window is a runtime setting: it changes no trained number, so no resume.
+        ddp_results = {k: v for k, v in ddp.items() if k != "comm_probe_steps"}
         self.fingerprint = checkpoint.fingerprint(
-            {"settings": settings, "world_size": ctx.world_size, "n_used": self.n_used}
+            {
+                "settings": {**settings, "ddp": ddp_results},
+                "world_size": ctx.world_size,
+                "n_used": self.n_used,
+            }
         )
         self.history: list[dict[str, Any]] = []
         self.resumed_at: list[int] = []

@@ -15,6 +15,7 @@ the slowest rank's step; medians over the window keep one descheduled step from 
 
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 from collections.abc import Callable, Iterator
@@ -100,12 +101,12 @@ def measure(
             # Alternate which comes first, so a slow start does not always hit the same mode.
             for mode in ("sync", "no_sync") if index % 2 == 0 else ("no_sync", "sync"):
                 if mode == "sync":
-                    sync.append(timed_step(lambda b=batch: step(b), ctx))
+                    sync.append(timed_step(functools.partial(step, batch), ctx))
                     cap, compression = ddp_settings["bucket_cap_mb"], ddp_settings["compression"]
                     total.append(allreduce_seconds(ddp.module, cap, compression, ctx))
                 else:
                     with ddp.no_sync():
-                        no_sync.append(timed_step(lambda b=batch: step(b), ctx))
+                        no_sync.append(timed_step(functools.partial(step, batch), ctx))
                 ddp.module.zero_grad(set_to_none=True)
     slowest = torch.tensor([sync, no_sync, total], dtype=torch.float64, device=ctx.device)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)

@@ -47,6 +47,17 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def attempt_store() -> dist.Store:
+    """The env:// store, its keys prefixed by torchrun's restart count.
+
+    torchrun restarts workers against the same agent store, where the previous attempt's process
+    group keys (rank addresses) are still set: a restarted rank could read a dead peer's address
+    before the new one is written and fail to connect. A prefix per attempt keeps them apart.
+    """
+    store, _, _ = next(dist.rendezvous("env://"))
+    return dist.PrefixStore(f"attempt_{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
+
+
 def init(device_choice: str) -> Context:
     """Join the process group torchrun set up (or make a one-process group) on the right device."""
     if "RANK" not in os.environ:
@@ -72,7 +83,13 @@ def init(device_choice: str) -> Context:
     backend = "nccl" if device.type == "cuda" else "gloo"
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    dist.init_process_group(backend, device_id=device if device.type == "cuda" else None)
+    dist.init_process_group(
+        backend,
+        store=attempt_store(),
+        rank=rank,
+        world_size=world,
+        device_id=device if device.type == "cuda" else None,
+    )
     return Context(rank, local_rank, world, local_world, device, backend)
 
 

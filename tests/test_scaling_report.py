@@ -9,14 +9,22 @@ from gpuflow.scaling.report import build_report
 from gpuflow.scaling.summary import build, cost_table, latex_table
 
 
-def fake_run(name: str, world: int, epoch_s: float, comm_s: float, nodes: int = 1) -> dict:
-    """A run record shaped like scaling-train's, with chosen epoch and all-reduce times."""
+def fake_run(
+    name: str, world: int, epoch_s: float, comm_s: float, nodes: int = 1, total_s: float = 0.0
+) -> dict:
+    """A run record shaped like scaling-train's: epoch time, exposed and total all-reduce (s).
+
+    100 steps per epoch, so 1 s of communication per epoch is 10 ms per step; the total
+    all-reduce is at least the exposed part.
+    """
+    total_s = max(total_s, comm_s)
     epochs = [
         {
             "epoch": e + 1, "measured": e > 0, "train_seconds": epoch_s * (1.5 if e == 0 else 1),
             "val_seconds": 1.0, "samples_per_second": 1000 / epoch_s,
             "cpu_seconds_per_process": epoch_s - comm_s,
-            "tokens_per_second": 9000 / epoch_s, "comm_seconds": comm_s,
+            "tokens_per_second": 9000 / epoch_s, "comm_exposed_ms": 10 * comm_s,
+            "comm_total_ms": 10 * total_s, "comm_probe_steps": 8,
             "val_accuracy": 0.6 + 0.05 * e, "peak_memory_mb": 100.0,
         }
         for e in range(3)
@@ -52,7 +60,7 @@ def test_speedup_and_efficiency_use_measured_epochs_against_the_single_node_refe
     assert long.loc[4, "speedup"] == pytest.approx(40 / 11.5)
     assert long.loc[4, "efficiency"] == pytest.approx(40 / 11.5 / 4)
     assert long.loc[8, "nodes"] == 2 and long.loc[8, "speedup"] == pytest.approx(40 / 6.5)
-    assert long.loc[2, "comm_share"] == pytest.approx(1 / 21)
+    assert long.loc[2, "comm_exposed_share"] == pytest.approx(1 / 21)
     assert long.loc[2, "compute_ms_per_step"] == pytest.approx(200.0)
 
 
@@ -79,7 +87,7 @@ def test_the_report_blames_communication_where_it_was_measured_to_dominate(runs)
     text = build_report(summary, cost_table(summary), target=0.7)
     assert "tiny scales worse than long" in text
     tiny = summary[(summary["configuration"] == "tiny") & (summary["world_size"] == 4)].iloc[0]
-    assert f"tiny {100 * tiny['comm_share']:.1f}%" in text  # 75.0%, quoted from the data
+    assert f"tiny {100 * tiny['comm_exposed_share']:.1f}%" in text  # 75.0%, from the data
     assert "NEGATIVE SCALING" in text and "communication dominates" in text
     assert "gradient exchange is not amortised" in text
     assert "(3.00 ms of communication per ms of compute)" in text  # 4.5 s / 1.5 s
@@ -100,9 +108,29 @@ def test_cpu_runs_that_did_not_get_their_cores_are_flagged(runs):
     shared = fake_run("tiny", 2, 5.0, 3.0)
     shared["device_type"] = "cpu"
     for epoch in shared["epochs"]:
-        epoch["cpu_seconds_per_process"] = 0.5 * (epoch["train_seconds"] - epoch["comm_seconds"])
+        exposed_s = epoch["comm_exposed_ms"] / 10
+        epoch["cpu_seconds_per_process"] = 0.5 * (epoch["train_seconds"] - exposed_s)
     alone = {**fake_run("tiny", 1, 4.0, 0.0), "device_type": "cpu"}
     summary = build([alone, shared], [])
     text = build_report(summary, cost_table(summary), target=0.7)
     assert "at 2 processes each process ran on its cores only 50.0% of its compute time" in text
     assert "at 1 process each" not in text
+
+
+def test_diagnosis_and_predictions_use_the_exposed_all_reduce_and_quote_the_total_beside_it():
+    """2 GPUs: 10 s epochs, 4 s of all-reduce per epoch of which overlap hides 3 s (1 s exposed)."""
+    runs = [fake_run("mid", 1, 16.0, 0.0), fake_run("mid", 2, 10.0, 1.0, total_s=4.0)]
+    summary = build(runs, [])
+    two = summary[summary["world_size"] == 2].iloc[0]
+    assert two["comm_exposed_ms_per_step"] == pytest.approx(10.0)
+    assert two["comm_total_ms_per_step"] == pytest.approx(40.0)
+    assert two["compute_ms_per_step"] == pytest.approx(90.0)  # 100 ms step less 10 exposed
+    text = build_report(summary, cost_table(summary), target=0.9)
+    assert "exposed all-reduce 10.0 ms (10.0% of the epoch) of 40.0 ms total" in text
+    assert "overlap hides 75.0%" in text
+    # Without the exposed 1 s (not the total 4 s): 16 / 9.
+    assert "without the exposed all-reduce the speedup would be 1.78x" in text
+    # Accumulating 2 steps: 9 + 1/2 s per epoch -> 1.60 * 10 / 9.5.
+    assert "accumulate 2 micro-steps per all-reduce" in text and "1.68x (compute" in text
+    # Halving the 4 s total leaves 2 s, of which overlap still hides 3 s: nothing exposed.
+    assert "predicted speedup 1.78x (half the total all-reduce" in text

@@ -51,6 +51,19 @@ def test_full_mnist_label_counts_of_table_1_are_set_beside_the_paper():
     assert "| 0.00166667 | 100 | 0.940 ± 0.014 | 0.810 ± 0.014 | +0.130 |" in text
 
 
+def test_the_paired_gain_is_reported_per_label_count_with_a_t_interval_over_seeds():
+    runs = fake_runs(4000, 100)  # gains 0.15 and 0.11: mean 13 points, t(0.975, 1) = 12.706
+    text = summary_markdown(runs, summarise(runs))
+    assert "| 100 | 0 | 10 | +13.00 | [-12.41, +38.41] | 2 |" in text
+
+
 def test_a_grid_on_other_data_says_it_shares_no_label_count_with_the_paper():
     runs = fake_runs(4000, 200)
     assert "No label count of this grid matches" in summary_markdown(runs, summarise(runs))
+
+
+def test_a_smaller_training_set_with_a_table_1_label_count_is_set_beside_it_with_a_caveat():
+    runs = fake_runs(4000, 100)
+    text = summary_markdown(runs, summarise(runs))
+    assert "| 100 | 10 | 6.00 ± 1.41 | 11.97 ± 1.71 |" in text
+    assert "Kingma et al. trained on 60000 digits, this grid on 4000" in text

@@ -126,6 +126,7 @@ rule scaling_train:
     shell:
         "GPUFLOW_GPUS={resources.gpu} gpuflow with-gpus --"
         " torchrun --standalone --nproc-per-node={wildcards.world}"
+        " --max-restarts={resources.max_restarts}"
         " -m gpuflow scaling-train --name {wildcards.cfg}"
         " --train {input.train:q} --val {input.val:q} --data-info {input.info:q}"
         " --token-stats {input.stats:q} --settings {params.settings}"
@@ -163,6 +164,7 @@ rule scaling_train_multinode:
         " --cpus-per-task={resources.cpus_per_task} --gpus-per-node={params.per_node}"
         " --kill-on-bad-exit=1"
         " torchrun --nnodes={resources.nodes} --nproc-per-node={params.per_node}"
+        " --max-restarts={resources.max_restarts}"
         ' --rdzv-id="$SLURM_JOB_ID" --rdzv-backend=c10d --rdzv-endpoint="$head_node:{params.port}"'
         " -m gpuflow scaling-train --name {wildcards.cfg}"
         " --train {input.train:q} --val {input.val:q} --data-info {input.info:q}"

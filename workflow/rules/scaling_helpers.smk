@@ -123,6 +123,8 @@ def scaling_train_resources():
         "mem_mb": lambda wildcards, attempt: mem_mb * int(wildcards.world) * attempt,
         "runtime": lambda wildcards, attempt: runtime * attempt,
         "runtime_settings": runtime_json("scaling"),
+        # torchrun's --max-restarts, runtime-only: a resource, so no rerun trigger.
+        "max_restarts": SCALING["max_restarts"],
     }
     if SCALING_ON_GPU:
         resources.update(
@@ -155,6 +157,8 @@ def scaling_multinode_resources():
         "mem_mb": lambda wildcards, attempt: mem_mb * per_node * attempt,
         "runtime": lambda wildcards, attempt: runtime * attempt,
         "runtime_settings": runtime_json("scaling"),
+        # torchrun's --max-restarts, runtime-only: a resource, so no rerun trigger.
+        "max_restarts": SCALING["max_restarts"],
     }
 
 

@@ -1,4 +1,4 @@
-"""Process group set-up and the timed gradient all-reduce.
+"""Process group set-up, barriers, small all-reduces and the gradient compression hook.
 
 Started by torchrun (RANK, WORLD_SIZE, LOCAL_RANK, ... in the environment) or by hand as a single
 process. The backend follows the device: NCCL with one GPU per process, gloo on CPU; the rest of
@@ -7,7 +7,6 @@ the code is the same for both.
 
 import os
 import socket
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +19,6 @@ from gpuflow.devices import worker_devices
 from gpuflow.errors import ConfigError
 
 COMPRESSION_HOOKS: dict[str, Callable[..., Any]] = {
-    "none": default_hooks.allreduce_hook,
     "fp16": default_hooks.fp16_compress_hook,
     "bf16": default_hooks.bf16_compress_hook,
 }
@@ -49,6 +47,17 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def attempt_store() -> dist.Store:
+    """The env:// store, its keys prefixed by torchrun's restart count.
+
+    torchrun restarts workers against the same agent store, where the previous attempt's process
+    group keys (rank addresses) are still set: a restarted rank could read a dead peer's address
+    before the new one is written and fail to connect. A prefix per attempt keeps them apart.
+    """
+    store, _, _ = next(dist.rendezvous("env://"))
+    return dist.PrefixStore(f"attempt_{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
+
+
 def init(device_choice: str) -> Context:
     """Join the process group torchrun set up (or make a one-process group) on the right device."""
     if "RANK" not in os.environ:
@@ -74,7 +83,13 @@ def init(device_choice: str) -> Context:
     backend = "nccl" if device.type == "cuda" else "gloo"
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    dist.init_process_group(backend, device_id=device if device.type == "cuda" else None)
+    dist.init_process_group(
+        backend,
+        store=attempt_store(),
+        rank=rank,
+        world_size=world,
+        device_id=device if device.type == "cuda" else None,
+    )
     return Context(rank, local_rank, world, local_world, device, backend)
 
 
@@ -100,53 +115,7 @@ def all_reduce(values: list[float], ctx: Context, op: str = "sum") -> list[float
     return tensor.tolist()
 
 
-@dataclass
-class CommTimer:
-    """State of the timed communication hook: seconds and calls spent in gradient all-reduce."""
-
-    process_group: Any
-    device: torch.device
-    seconds: float = 0.0
-    calls: int = 0
-    elements: int = 0
-
-    def reset(self) -> None:
-        """Start a new measurement period."""
-        self.seconds, self.calls, self.elements = 0.0, 0, 0
-
-
-def timed(base_hook: Callable[..., Any]) -> Callable[..., Any]:
-    """A DDP communication hook running `base_hook` and waiting for it, timing each bucket.
-
-    Waiting inside the hook stops the all-reduce of one bucket from overlapping the backward
-    pass of the next, so the measured time is the whole communication cost (an upper bound of
-    what overlap would hide); `scaling.ddp.comm_timing: false` trains without it.
-    """
-
-    def hook(state: CommTimer, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-        synchronize(state.device)
-        start = time.perf_counter()
-        future = base_hook(state.process_group, bucket)
-        future.wait()
-        synchronize(state.device)
-        state.seconds += time.perf_counter() - start
-        state.calls += 1
-        state.elements += bucket.buffer().numel()
-        return future
-
-    return hook
-
-
-def register_hook(
-    ddp: torch.nn.parallel.DistributedDataParallel, compression: str, measure: bool, ctx: Context
-) -> CommTimer | None:
-    """Install the gradient compression hook, timed when `measure`; return the timer."""
-    base = COMPRESSION_HOOKS[compression]
-    group = dist.group.WORLD
-    if measure:
-        timer = CommTimer(group, ctx.device)
-        ddp.register_comm_hook(timer, timed(base))
-        return timer
+def register_hook(ddp: torch.nn.parallel.DistributedDataParallel, compression: str) -> None:
+    """Install DDP's gradient compression hook (none: DDP's own all-reduce, overlap intact)."""
     if compression != "none":
-        ddp.register_comm_hook(group, base)
-    return None
+        ddp.register_comm_hook(dist.group.WORLD, COMPRESSION_HOOKS[compression])

@@ -28,8 +28,8 @@ import gpuflow
 from gpuflow.atomic import atomic_path, write_json
 from gpuflow.devices import describe_device, run_record, threads_per_worker
 from gpuflow.errors import ConfigError
-from gpuflow.scaling import checkpoint, distributed
-from gpuflow.scaling.distributed import CommTimer, Context
+from gpuflow.scaling import checkpoint, comm, distributed
+from gpuflow.scaling.distributed import Context
 from gpuflow.scaling.model import build_model, parameter_counts
 from gpuflow.settings import family_schema, family_settings, select
 from gpuflow.stopping import defer as defer_stop
@@ -209,7 +209,6 @@ class Trainer:
         self.model = build_model(settings["model"], vocab, info["n_classes"]).to(ctx.device)
         self.counts = parameter_counts(self.model)
         self.ddp: DistributedDataParallel | None = None
-        self.timer: CommTimer | None = None
         ddp = settings["ddp"]
         if ctx.world_size > 1:
             self.ddp = DistributedDataParallel(
@@ -219,9 +218,7 @@ class Trainer:
                 gradient_as_bucket_view=ddp["gradient_as_bucket_view"],
                 bucket_cap_mb=ddp["bucket_cap_mb"],
             )
-            self.timer = distributed.register_hook(
-                self.ddp, ddp["compression"], ddp["comm_timing"], ctx
-            )
+            distributed.register_hook(self.ddp, ddp["compression"])
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(), lr=train["learning_rate"], weight_decay=train["weight_decay"]
         )
@@ -286,13 +283,42 @@ class Trainer:
             )
         distributed.barrier(self.ctx)
 
+    def forward_backward(self, batch: dict[str, Any], divisor: int = 1) -> torch.Tensor:
+        """Loss of one micro-batch and its backward pass (through DDP when wrapped)."""
+        with self.autocast():
+            logits = (self.ddp or self.model)(batch["ids"], batch["mask"])
+        loss = torch.nn.functional.cross_entropy(logits.float(), batch["labels"])
+        self.scaler.scale(loss / divisor).backward()
+        return loss
+
+    def measure_comm(self, batches: list[dict[str, Any]]) -> dict[str, Any]:
+        """Total and exposed all-reduce per step on `batches`, measured apart from the epoch."""
+        if self.ddp is None or not batches:
+            return {
+                "comm_total_ms": 0.0,
+                "comm_exposed_ms": 0.0,
+                "sync_step_ms": None,
+                "no_sync_step_ms": None,
+                "comm_probe_steps": 0,
+            }
+        probe = comm.measure(
+            self.ddp, batches, self.forward_backward, self.ctx, self.settings["ddp"]
+        )
+        return {
+            "comm_total_ms": probe.total_ms,
+            "comm_exposed_ms": probe.exposed_ms,
+            "sync_step_ms": probe.sync_step_ms,
+            "no_sync_step_ms": probe.no_sync_step_ms,
+            "comm_probe_steps": probe.probe_steps,
+        }
+
     def train_epoch(self, epoch: int, first_step: bool) -> dict[str, Any]:
-        """One pass over the training set, timed between two barriers."""
-        ctx, plan, net = self.ctx, self.plan, self.ddp or self.model
+        """One pass over the training set, timed between two barriers; then the comm probe."""
+        ctx, plan = self.ctx, self.plan
         self.sampler.set_epoch(epoch)
         torch.manual_seed(self.settings["train"]["seed"] * 100_003 + epoch * 101 + ctx.rank)
-        if self.timer:
-            self.timer.reset()
+        keep = self.settings["ddp"]["comm_probe_steps"] if self.ddp else 0
+        probe_batches: list[dict[str, Any]] = []
         if ctx.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(ctx.device)
         loss_sum = torch.zeros((), dtype=torch.float64, device=ctx.device)
@@ -307,11 +333,10 @@ class Trainer:
             sync = last_micro or (first_step and static)
             skip_sync = self.ddp.no_sync() if self.ddp and not sync else contextlib.nullcontext()
             with skip_sync:
-                with self.autocast():
-                    logits = net(batch["ids"], batch["mask"])
-                loss = torch.nn.functional.cross_entropy(logits.float(), batch["labels"])
-                self.scaler.scale(loss / plan.accumulation_steps).backward()
+                loss = self.forward_backward(batch, plan.accumulation_steps)
             first_step = False
+            if len(probe_batches) < keep:
+                probe_batches.append(batch)
             loss_sum += loss.detach().double()
             tokens += batch["tokens"]
             if last_micro:
@@ -323,27 +348,21 @@ class Trainer:
         seconds = time.perf_counter() - start
         cpu = time.process_time() - cpu_start
         micro_steps = self.steps_per_epoch * plan.accumulation_steps
-        comm = self.timer.seconds if self.timer else 0.0
-        calls = self.timer.calls if self.timer else 0
-        sums = distributed.all_reduce([loss_sum.item(), tokens, comm, calls, cpu], ctx)
-        comm_max, memory = distributed.all_reduce([comm, peak_memory_mb(ctx.device)], ctx, "max")
-        comm_mean = sums[2] / ctx.world_size
+        sums = distributed.all_reduce([loss_sum.item(), tokens, cpu], ctx)
+        (memory,) = distributed.all_reduce([peak_memory_mb(ctx.device)], ctx, "max")
         return {
             "epoch": epoch + 1,
             "measured": epoch >= self.settings["warmup_epochs"],
             "train_seconds": seconds,
-            "cpu_seconds_per_process": sums[4] / ctx.world_size,
+            "cpu_seconds_per_process": sums[2] / ctx.world_size,
             "optimizer_steps": self.steps_per_epoch,
             "samples": self.n_used,
             "tokens": int(sums[1]),
             "samples_per_second": self.n_used / seconds,
             "tokens_per_second": sums[1] / seconds,
             "train_loss": sums[0] / (micro_steps * ctx.world_size),
-            "comm_seconds": comm_mean,
-            "comm_seconds_max": comm_max,
-            "compute_seconds": seconds - comm_mean,
-            "allreduce_calls_per_process": sums[3] / ctx.world_size,
             "peak_memory_mb": memory,
+            **self.measure_comm(probe_batches),
         }
 
     def fit(self) -> list[dict[str, Any]]:

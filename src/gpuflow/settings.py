@@ -30,9 +30,18 @@ KINDS = ("results", "runtime")
 
 
 @cache
+def _config_schema() -> dict[str, Any]:
+    return load_schema(SCHEMA_DIR / "config.schema.yaml")
+
+
 def family_schema(family: str) -> dict[str, Any]:
     """The schema of config[family], references inlined."""
-    return load_schema(SCHEMA_DIR / "config.schema.yaml")["properties"][family]
+    return _config_schema()["properties"][family]
+
+
+def schema_families() -> list[str]:
+    """The experiment families the schema knows."""
+    return list(_config_schema()["properties"]["families"]["items"]["enum"])
 
 
 def _child(schema: dict[str, Any], name: str) -> dict[str, Any] | None:

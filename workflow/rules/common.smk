@@ -10,7 +10,7 @@ import shlex
 
 from gpuflow.config import check_files_exist
 from gpuflow.modelref import check_model_reference
-from gpuflow.settings import split_json
+from gpuflow.settings import schema_families, split_json
 from gpuflow.stopping import ignore_warning
 
 CONDA_ENV = "../../envs/gpuflow.yaml"
@@ -96,7 +96,11 @@ def rule_resources(family, rule_name):
         **cpus,
         "mem_mb": lambda wildcards, attempt: mem_mb * attempt,
         "runtime": lambda wildcards, attempt: runtime * attempt,
-        "runtime_settings": runtime_json(family),
+        **(
+            {"runtime_settings": runtime_json(family)}
+            if family in schema_families()
+            else {}
+        ),
     }
 
 

@@ -20,6 +20,7 @@ import numpy as np
 from gpuflow.errors import GpuflowError
 from gpuflow.gpu_check.rows import CheckRow
 from gpuflow.scaling.tokens import save_encoded
+from gpuflow.settings import split_json
 
 ACCURACY_TOLERANCE = 0.05
 LOSS_TOLERANCE = 0.15
@@ -41,9 +42,9 @@ def write_synthetic_split(path: Path, n: int, max_len: int, vocab: int, seed: in
 
 def write_inputs(folder: Path, sizes: dict[str, Any]) -> dict[str, Path]:
     """The encoded splits, data info and token stats a scaling-train run reads."""
-    settings, vocab = sizes["settings"], sizes["vocab_size"]
-    max_len = settings["model"]["max_seq_len"]
-    n_train = sizes["steps"] * settings["train"]["global_batch_size"]
+    configuration, vocab = only_configuration(sizes["settings"]), sizes["vocab_size"]
+    max_len = configuration["model"]["max_seq_len"]
+    n_train = sizes["steps"] * configuration["train"]["global_batch_size"]
     paths = {name: folder / f"{name}.npz" for name in ("train", "val")}
     write_synthetic_split(paths["train"], n_train, max_len, vocab, seed=0)
     write_synthetic_split(paths["val"], sizes["n_val"], max_len, vocab, seed=1)
@@ -54,11 +55,21 @@ def write_inputs(folder: Path, sizes: dict[str, Any]) -> dict[str, Path]:
     return paths
 
 
+def only_configuration(scaling: dict[str, Any]) -> dict[str, Any]:
+    """The one configuration of a gpu-check scaling config."""
+    (configuration,) = scaling["configurations"].values()
+    return configuration
+
+
 def torchrun(
     folder: Path, inputs: dict[str, Path], settings: dict[str, Any], world: int, name: str
 ):
-    """Run one training with torchrun (the workflow's command line); return its run record."""
+    """Run one training with torchrun (the workflow's command line); return its run record.
+
+    `settings` is a config['scaling'] with one configuration; `name` names the run's files.
+    """
     out = folder / f"{name}.json"
+    (configuration_name,) = settings["configurations"]
     command = [
         sys.executable,
         "-m",
@@ -69,7 +80,7 @@ def torchrun(
         "gpuflow",
         "scaling-train",
         "--name",
-        name,
+        configuration_name,
         "--train",
         str(inputs["train"]),
         "--val",
@@ -79,7 +90,9 @@ def torchrun(
         "--token-stats",
         str(inputs["stats"]),
         "--settings",
-        json.dumps(settings),
+        split_json("scaling", settings, "results"),
+        "--runtime",
+        split_json("scaling", settings, "runtime"),
         "--cpu-slots",
         str(world),
         "--out-json",
@@ -142,7 +155,8 @@ def scaling_row(
         extra={
             "val_accuracy": round(last["val_accuracy"], 4),
             "parameters": record["parameters"],
-            "comm_seconds": round(last["comm_seconds"], 3),
+            "comm_exposed_ms": round(last["comm_exposed_ms"], 3),
+            "comm_total_ms": round(last["comm_total_ms"], 3),
             "peak_memory_mb": round(last["peak_memory_mb"], 1),
         },
     )

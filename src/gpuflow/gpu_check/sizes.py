@@ -140,14 +140,13 @@ def sweep_settings(sweep: dict[str, Any]) -> dict[str, Any]:
 
 
 def scaling_settings(scaling: dict[str, Any], name: str) -> dict[str, Any]:
-    """The `scaling-train` settings of configuration `name`, as the workflow passes them."""
+    """config['scaling'] with configuration `name` alone, trained for 2 epochs."""
     configuration = scaling["configurations"][name]
     return {
+        **{k: v for k, v in scaling.items() if k not in ("configurations", "resources")},
         "device": "auto",
-        "amp": scaling["amp"],
         "warmup_epochs": 1,
-        "cpu_threads_per_process": scaling["cpu_threads_per_process"],
-        "ddp": scaling["ddp"],
-        "model": configuration["model"],
-        "train": {**configuration["train"], "epochs": 2},
+        "configurations": {
+            name: {**configuration, "train": {**configuration["train"], "epochs": 2}}
+        },
     }

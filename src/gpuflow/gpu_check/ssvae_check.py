@@ -18,7 +18,7 @@ from gpuflow.gpu_check.peak import synchronize
 from gpuflow.gpu_check.rows import CheckRow, max_relative_difference
 from gpuflow.ssvae.batches import epoch_indices
 from gpuflow.ssvae.flops import train_flops_per_example
-from gpuflow.ssvae.train import DEFAULTS, Run, StackTrainer
+from gpuflow.ssvae.train import Run, StackTrainer, train_settings
 
 TOLERANCE = 1e-3
 ALPHA = 1.0
@@ -70,7 +70,7 @@ def ssvae_rows(sizes_ssvae: dict[str, Any], device: torch.device, peak: float) -
     s = sizes_ssvae
     data = synthetic_mnist(s["n_train"], s["n_test"], seed=0)
     settings = {
-        **DEFAULTS,
+        **train_settings(),
         "hidden": s["hidden"],
         "latent": s["latent"],
         "batch_size": s["batch_size"],

@@ -18,6 +18,7 @@ import gpuflow
 from gpuflow.atomic import WRITE_ERRNOS
 from gpuflow.errors import GpuflowError
 from gpuflow.gpulock import gpus_for_this_process
+from gpuflow.outputlock import exclusive_outputs, locks_this_process, step_outputs
 
 StepMain = Callable[[argparse.Namespace], int | None]
 
@@ -53,12 +54,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run one step; a GpuflowError becomes one clear line on stderr and exit status 2.
 
-    When the step needs device locks (whole-node mode, see gpuflow.gpulock) they are taken
-    here, before the step imports torch, and freed when it ends.
+    The step holds the lock of each of its outputs (gpuflow.outputlock) while it runs, so a
+    second run of the same job fails at once. When the step needs device locks (whole-node
+    mode, see gpuflow.gpulock) they are taken here, before the step imports torch.
     """
     args = build_parser().parse_args(argv)
+    outputs = step_outputs(args) if locks_this_process() else []
     try:
-        with gpus_for_this_process():
+        with exclusive_outputs(outputs), gpus_for_this_process():
             return int(args.run(args) or 0)
     except GpuflowError as error:
         print(f"gpuflow {args.step}: error: {error}", file=sys.stderr)

@@ -26,6 +26,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
 
 from gpuflow.atomic import atomic_path, write_json
 from gpuflow.devices import describe_device, run_record, threads_per_worker
+from gpuflow.divergence import check_finite
 from gpuflow.errors import ConfigError
 from gpuflow.scaling import checkpoint, distributed
 from gpuflow.scaling.distributed import CommTimer, Context
@@ -342,6 +343,12 @@ class Trainer:
                 val_loss=val_loss,
                 val_accuracy=accuracy,
                 after_resume=bool(self.resumed_at) and epoch == start_epoch,
+            )
+            check_finite(
+                f"{self.args.name} world={self.ctx.world_size}",
+                epoch + 1,
+                {"train_loss": record["train_loss"], "val_loss": val_loss},
+                self.state_file,
             )
             self.history.append(record)
             if self.ctx.rank == 0:

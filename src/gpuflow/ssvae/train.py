@@ -22,6 +22,7 @@ from torch import nn
 
 from gpuflow.atomic import atomic_path, write_json
 from gpuflow.devices import run_record, worker_devices
+from gpuflow.divergence import check_finite
 from gpuflow.errors import ConfigError
 from gpuflow.resume import read_state
 from gpuflow.ssvae.batches import Batches, Plan, RunIndex, epoch_indices, make_plan
@@ -301,6 +302,15 @@ def load_state(path: Path, fp: str) -> dict[str, Any] | None:
     return state
 
 
+def check_runs_finite(
+    runs: list[Run], epoch: int, row: dict[str, np.ndarray], state_path: Path
+) -> None:
+    """Stop (TrainingDivergedError) when a run's loss term of this epoch is NaN or infinite."""
+    for r, run in enumerate(runs):
+        name = " ".join(f"{k}={v}" for k, v in run.describe().items())
+        check_finite(name, epoch, {k: v[r] for k, v in row.items()}, state_path)
+
+
 def train(
     runs: list[Run],
     data_path: str | Path,
@@ -331,6 +341,7 @@ def train(
         if trainer.device.type == "cuda":
             torch.cuda.synchronize(trainer.device)
         trainer.train_time_s += time.perf_counter() - t0
+        check_runs_finite(runs, trainer.epoch, row, state_path)
         evaluated = trainer.epoch % every == 0 or trainer.epoch == epochs
         if evaluated:
             row.update(last_eval := trainer.evaluate())

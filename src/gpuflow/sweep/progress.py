@@ -3,14 +3,19 @@
 The first line records the settings; a file written for other settings is started over. Each
 seed line is flushed and fsynced before the next seed is reported, so a job killed at any
 moment loses at most the seeds still running. A torn last line (killed mid-write) is cut off.
+The file has one writer at a time: it is read, cut and appended only under its output lock
+(gpuflow.outputlock), so a second job on the same shard fails instead of overwriting it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, TextIO
+
+from gpuflow.outputlock import exclusive_output
 
 
 def progress_path(out: str | Path) -> Path:
@@ -29,6 +34,7 @@ class ProgressFile:
         self.started_over = False
         self.reason: str | None = None
         self._handle: TextIO | None = None
+        self._lock = ExitStack()
 
     def open(self) -> ProgressFile:
         """Read what an earlier run left (if written for the same settings), then open to append.
@@ -37,6 +43,7 @@ class ProgressFile:
         reported in `started_over` / `reason` and started over, as is one for other settings.
         """
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock.enter_context(exclusive_output(self.path))
         lines = self._read_whole_lines()
         try:
             header, records = self._parse(lines)
@@ -115,7 +122,8 @@ class ProgressFile:
         os.fsync(self._handle.fileno())
 
     def close(self) -> None:
-        """Close the file (it stays beside the outputs for the next run)."""
+        """Close the file (it stays beside the outputs for the next run) and free its lock."""
         if self._handle is not None:
             self._handle.close()
             self._handle = None
+        self._lock.close()

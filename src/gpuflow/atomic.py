@@ -9,7 +9,6 @@ this host is left alone.
 
 from __future__ import annotations
 
-import errno
 import glob
 import json
 import os
@@ -21,19 +20,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpuflow.errors import DataError
+from gpuflow.errors import WRITE_ERRNOS, DataError, cannot_write
 from gpuflow.outputlock import exclusive_output
 
 if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.figure import Figure
-
-
-# Errors that say the output cannot be written where it should go (full, read-only, not a folder).
-WRITE_ERRNOS = frozenset(
-    {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM}
-    | {errno.ENOTDIR, errno.EEXIST}
-)
 
 
 # What torch.save raises when the disk or quota fills up mid-write (it hides the OSError).
@@ -63,20 +55,6 @@ def _writer_alive(temporary: Path) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def cannot_write(target: Path, error: OSError) -> DataError:
-    """The one-line error for an output that cannot be written where it should go."""
-    problem = (
-        "a part of its folder path is a file, not a folder"
-        if error.errno in (errno.ENOTDIR, errno.EEXIST)
-        else error.strerror or str(error)
-    )
-    return DataError(
-        target,
-        f"cannot write the output ({problem})",
-        expected="a writable output folder with free space",
-    )
 
 
 def _remove(path: Path) -> None:

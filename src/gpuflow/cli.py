@@ -15,8 +15,7 @@ from collections.abc import Callable, Iterator
 from types import ModuleType
 
 import gpuflow
-from gpuflow.atomic import WRITE_ERRNOS
-from gpuflow.errors import GpuflowError
+from gpuflow.errors import WRITE_ERRNOS, GpuflowError
 from gpuflow.gpulock import gpus_for_this_process
 from gpuflow.outputlock import exclusive_outputs, locks_this_process, step_outputs
 

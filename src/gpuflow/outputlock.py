@@ -8,12 +8,14 @@ lock file records its holder (host, pid, SLURM job); a second writer fails at on
 naming them. `gpuflow <step>` takes the locks of all its outputs for the whole job; `atomic_path`
 takes one for the length of a write where the step does not already hold it.
 
-Lock files stay beside the outputs (removing one would race with a writer about to lock it).
+The holder removes the lock file before it lets go (a killed holder leaves it; the next writer
+takes it over); a writer that opened a file removed meanwhile notices and opens the new one.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fcntl
 import os
 import socket
@@ -23,9 +25,9 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import IO
 
-from gpuflow.errors import GpuflowError
+from gpuflow.errors import WRITE_ERRNOS, GpuflowError, cannot_write
 
-_held: dict[Path, IO[str]] = {}
+_held: dict[Path, IO[bytes]] = {}
 
 
 class OutputTakenError(GpuflowError):
@@ -57,42 +59,72 @@ def _key(output: Path) -> Path:
     return Path(os.path.abspath(output))
 
 
-def holds(output: str | Path) -> bool:
-    """Whether this process holds the lock of `output`."""
-    return _key(Path(output)) in _held
-
-
 @contextmanager
 def exclusive_output(output: str | Path) -> Iterator[None]:
     """Hold the lock of `output` (a no-op when this process holds it already).
 
-    Raises OutputTakenError naming the holder when another process has it; OSError when the
-    lock file cannot be made (a full or read-only folder: the caller reports it as an output).
+    Raises OutputTakenError naming the holder when another process has it, and the one-line
+    DataError of `cannot_write` when the lock file cannot be made (a full or read-only folder).
     """
     key = _key(Path(output))
     if key in _held:
         yield
         return
     path = lock_path(key)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle = open(path, "a+", encoding="utf-8")  # noqa: SIM115 (held until the block ends)
+    handle = _take(path, Path(output))
     try:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.seek(0)
-        holder = handle.read().strip() or "holder not recorded yet"
-        handle.close()
-        raise OutputTakenError(Path(output), holder) from None
-    try:
-        handle.seek(0)
-        handle.truncate()
-        handle.write(writer_identity() + "\n")
-        handle.flush()
+        _record_holder(handle)
         _held[key] = handle
         yield
     finally:
         _held.pop(key, None)
+        with contextlib.suppress(OSError):
+            path.unlink()  # still holding it: a writer that opened this file sees it is stale
         handle.close()
+
+
+def _take(path: Path, output: Path) -> IO[bytes]:
+    """Open and lock `path`; retry when the file was removed by its last holder meanwhile."""
+    while True:
+        try:
+            handle = _open_lock_file(path)
+        except OSError as error:
+            if error.errno not in WRITE_ERRNOS:
+                raise
+            raise cannot_write(output, error) from error
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().decode("utf-8", "replace").strip() or "holder not recorded"
+            handle.close()
+            raise OutputTakenError(output, holder) from None
+        if _same_file(handle, path):
+            return handle
+        handle.close()
+
+
+def _same_file(handle: IO[bytes], path: Path) -> bool:
+    try:
+        return os.fstat(handle.fileno()).st_ino == path.stat().st_ino
+    except FileNotFoundError:
+        return False
+
+
+def _open_lock_file(path: Path) -> IO[bytes]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return open(path, "a+b", buffering=0)
+
+
+def _record_holder(handle: IO[bytes]) -> None:
+    """Write this process into the lock file; a full disk leaves it empty (the lock holds)."""
+    handle.seek(0)
+    handle.truncate()
+    try:
+        handle.write(f"{writer_identity()}\n".encode())
+    except OSError as error:
+        if error.errno not in WRITE_ERRNOS:
+            raise
 
 
 @contextmanager

@@ -305,10 +305,14 @@ def load_state(path: Path, fp: str) -> dict[str, Any] | None:
 def check_runs_finite(
     runs: list[Run], epoch: int, row: dict[str, np.ndarray], state_path: Path
 ) -> None:
-    """Stop (TrainingDivergedError) when a run's loss term of this epoch is NaN or infinite."""
+    """Stop (TrainingDivergedError) when a run's loss term of this epoch is NaN or infinite.
+
+    The parts are checked before their sum, so the message names the term that went first.
+    """
+    terms = ("train_labelled", "train_unlabelled", "train_ce", "train_loss")
     for r, run in enumerate(runs):
         name = " ".join(f"{k}={v}" for k, v in run.describe().items())
-        check_finite(name, epoch, {k: v[r] for k, v in row.items()}, state_path)
+        check_finite(name, epoch, {k: row[k][r] for k in terms}, state_path)
 
 
 def train(

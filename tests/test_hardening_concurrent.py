@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from gpuflow.outputlock import exclusive_output, lock_path
+from gpuflow.outputlock import OutputTakenError, exclusive_output, lock_path
 from gpuflow.sweep.progress import ProgressFile
 from tests.conftest import BIN, REPO, snakemake, workflow_env
 
@@ -121,9 +121,9 @@ def test_an_output_lock_names_its_holder_and_frees_with_the_holder(tmp_path):
     )  # fmt: skip
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
-        with pytest.raises(Exception, match=rf"pid {holder.pid}, SLURM job 4242") as refused:
-            with exclusive_output(out):
-                pass
+        taken = pytest.raises(OutputTakenError, match=rf"pid {holder.pid}, SLURM job 4242")
+        with taken as refused, exclusive_output(out):
+            pass
         assert str(out) in str(refused.value)
     finally:
         holder.kill()

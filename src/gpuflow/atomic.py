@@ -20,16 +20,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpuflow.errors import WRITE_ERRNOS, DataError, cannot_write
+from gpuflow.errors import WRITE_ERRNOS, cannot_write
 from gpuflow.outputlock import exclusive_output
 
 if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.figure import Figure
-
-
-# What torch.save raises when the disk or quota fills up mid-write (it hides the OSError).
-TORCH_WRITE_FAILURE = "PytorchStreamWriter failed"
 
 
 def _temporary_sibling(path: Path) -> Path:
@@ -90,18 +86,37 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         if error.errno not in WRITE_ERRNOS:
             raise
         raise cannot_write(target, error) from error
-    except RuntimeError as error:
-        if TORCH_WRITE_FAILURE not in str(error):
+    except RuntimeError as error:  # torch.save hides the OSError of a full disk (see save_torch)
+        cause = _write_error_inside(error)
+        if cause is None:
             raise
-        free_mb = shutil.disk_usage(target.parent).free / 2**20
-        raise DataError(
-            target,
-            f"cannot write the output (torch.save failed with {free_mb:.1f} MB free:"
-            " the disk or quota is full)",
-            expected="a writable output folder with free space",
-        ) from error
+        raise cannot_write(target, cause) from error
     finally:
         _remove(tmp)
+
+
+def _write_error_inside(error: BaseException) -> OSError | None:
+    """The write OSError (full disk, quota, read-only) that `error` was raised while handling."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in WRITE_ERRNOS:
+            return current
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def save_torch(path: str | Path, obj: Any) -> None:
+    """`torch.save` atomically, through a Python file so a full disk is one clear line.
+
+    Given a file name, torch writes in C++ and a full disk surfaces as a bare RuntimeError;
+    through a Python file object the OSError stays attached and atomic_path reports it.
+    """
+    import torch
+
+    with atomic_path(path) as tmp, open(tmp, "wb") as handle:
+        torch.save(obj, handle)
 
 
 def write_text(path: str | Path, text: str) -> None:

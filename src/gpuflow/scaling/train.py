@@ -24,7 +24,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
 
-from gpuflow.atomic import atomic_path, write_json
+from gpuflow.atomic import save_torch, write_json
 from gpuflow.devices import describe_device, run_record, threads_per_worker
 from gpuflow.divergence import check_finite
 from gpuflow.errors import ConfigError
@@ -409,8 +409,7 @@ def main(args: argparse.Namespace) -> None:
         trainer.fit()
         result = trainer.result()
         if ctx.rank == 0:
-            with atomic_path(args.out_model) as tmp:
-                torch.save(trainer.model.state_dict(), tmp)
+            save_torch(args.out_model, trainer.model.state_dict())
             write_json(args.out_json, result)
             trainer.state_file.unlink(missing_ok=True)
         distributed.barrier(ctx)

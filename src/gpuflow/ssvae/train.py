@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from gpuflow.atomic import atomic_path, write_json
+from gpuflow.atomic import save_torch, write_json
 from gpuflow.devices import run_record, worker_devices
 from gpuflow.divergence import check_finite
 from gpuflow.errors import ConfigError
@@ -283,8 +283,7 @@ def fingerprint(runs: list[Run], settings: dict[str, Any], data: dict[str, np.nd
 
 
 def save_state(path: Path, state: dict[str, Any]) -> None:
-    with atomic_path(path) as tmp:
-        torch.save(state, tmp)
+    save_torch(path, state)
 
 
 def load_state(path: Path, fp: str) -> dict[str, Any] | None:

@@ -94,7 +94,9 @@ def load_config(*paths: str | Path) -> dict[str, Any]:
         config_path = Path(path)
         if not config_path.is_file():
             raise ConfigError("--configfile", f"no such file: {config_path}")
-        merge_config(config, read_config_file(config_path))
+        loaded = read_config_file(config_path)
+        check_finite_numbers(loaded, str(config_path))
+        merge_config(config, loaded)
     validate_config(config)
     return config
 

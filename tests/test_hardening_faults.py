@@ -9,6 +9,7 @@ The step must stop with one line naming the output and the problem, and leave no
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 from collections.abc import Callable, Iterator
@@ -47,8 +48,9 @@ def mounted(tmp_path) -> Iterator[Callable[[str], Path]]:
         return point
 
     yield mount
+    gc.collect()  # a failed write's traceback can hold the last file on the mount open
     for point in reversed(points):
-        subprocess.run(["umount", str(point)], check=False)
+        subprocess.run(["umount", str(point)], check=True)
 
 
 def write_texts(out: Path, capsys) -> str:

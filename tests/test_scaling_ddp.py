@@ -153,9 +153,7 @@ def test_fp16_gradient_compression_trains_close_to_fp32_all_reduce(tiny_data: Pa
     config["ddp"]["compression"] = "fp16"
     compressed = train(tiny_data, tmp_path / "fp16", config, world=2)
     assert exact["allreduce_mb_per_step"] == pytest.approx(exact["parameters"] * 4 / 2**20)
-    assert compressed["allreduce_mb_per_step"] == pytest.approx(
-        exact["allreduce_mb_per_step"] / 2
-    )
+    assert compressed["allreduce_mb_per_step"] == pytest.approx(exact["allreduce_mb_per_step"] / 2)
     for a, b in zip(exact["epochs"], compressed["epochs"], strict=True):
         assert b["train_loss"] == pytest.approx(a["train_loss"], rel=1e-2)
     fp32, fp16 = weights(tmp_path / "fp32" / "model.pt"), weights(tmp_path / "fp16" / "model.pt")

@@ -104,8 +104,9 @@ def reference(tmp_path_factory) -> Path:
 def complete(path: Path, expected: Path | None = None) -> bool:
     """Whether a file that looks finished (not hidden) reads back whole.
 
-    Tables and texts must end with a newline and, where the reference run has the same file,
-    have as many lines as it: a file cut mid-row loses a line or its last newline.
+    Tables and texts must end with a newline; a table must have as many lines as the same
+    table of the reference run (its rows are runs or texts, so a file cut mid-row loses a line
+    or its last newline). Texts hold measured timings, so their length may differ.
     """
     suffix = path.suffix
     try:
@@ -120,8 +121,9 @@ def complete(path: Path, expected: Path | None = None) -> bool:
                 return False
             if suffix in (".csv", ".tsv"):
                 pd.read_csv(path, sep="\t" if suffix == ".tsv" else ",")
-            if expected is not None and expected.is_file():
-                return len(text.splitlines()) == len(expected.read_text("utf-8").splitlines())
+                if expected is not None and expected.is_file():
+                    rows = len(expected.read_text("utf-8").splitlines())
+                    return len(text.splitlines()) == rows
         elif suffix == ".pt":
             torch.load(path, map_location="cpu", weights_only=True)
         elif suffix == ".npz":

@@ -6,8 +6,13 @@ Rules are thin: each calls `gpuflow <step>`, which runs the same by hand. See RE
 from snakemake.utils import min_version
 
 from gpuflow.config import validate_config
+from gpuflow.configfiles import check_config_files
 
 min_version("9.0")
+
+# Snakemake has read --configfile files already; read them again strictly (repeated keys,
+# NaN/inf, not UTF-8) and the default one before the `configfile:` directive reads it.
+check_config_files([f"{workflow.basedir}/config/config.yaml", *workflow.configfiles])
 
 
 configfile: "config/config.yaml"

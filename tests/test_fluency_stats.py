@@ -75,7 +75,9 @@ def run_stats(
 
     document = json.loads((out / "correlations.json").read_text(), parse_constant=strict)
     return (
-        pd.read_csv(out / "correlations.csv", dtype={"group": str}),
+        pd.read_csv(
+            out / "correlations.csv", dtype={"group": str}, keep_default_na=False, na_values=[""]
+        ),
         document,
         pd.read_csv(out / "binned.csv"),
     )
@@ -317,3 +319,15 @@ def test_the_cli_reports_a_missing_column_in_one_line_with_exit_status_2(tmp_pat
     assert f"{scores}: missing column 'n_tokens'" in result.stderr
     assert "Traceback" not in result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["scores.csv"]
+
+
+def test_group_labels_na_none_null_are_labels_and_only_an_empty_cell_is_missing(tmp_path):
+    labels = ["NA", "None", "null", "", "gpt2"]
+    log_ppl, toxicity = correlated(100, 0.3, seed=2)
+    frame = make_scores(log_ppl, toxicity, model=np.repeat(labels, 20))
+    table, document, _ = run_stats(tmp_path, frame, ["model"])
+    groups = table[table["group_column"] == "model"].drop_duplicates("group")
+    assert dict(zip(groups["group"], groups["n"], strict=True)) == {
+        "NA": 20, "None": 20, "null": 20, stats.MISSING_GROUP: 20, "gpt2": 20,
+    }  # fmt: skip
+    assert set(document["by_group"]["model"]) == {"NA", "None", "null", "(missing)", "gpt2"}

@@ -105,3 +105,14 @@ def test_the_cli_reports_bad_input_in_one_line_and_leaves_no_output(tmp_path: Pa
     assert result.stderr.strip() == expected
     assert not out.exists()
     assert not out.parent.exists() or not any(out.parent.iterdir())
+
+
+def test_group_labels_are_read_as_written_and_a_json_null_is_empty(tmp_path: Path):
+    (tmp_path / "a.csv").write_text("text,method\nOne,NA\nTwo,None\nThree,null\nFour,\n")
+    (tmp_path / "b.jsonl").write_text(
+        '{"text": "Five", "method": null}\n{"text": "Six", "method": "None"}\n'
+    )
+    texts = file_texts(
+        [str(tmp_path / "a.csv"), str(tmp_path / "b.jsonl")], "text", None, ["method"]
+    )
+    assert texts["method"].tolist() == ["NA", "None", "null", "", "", "None"]

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from tests.conftest import job_counts, snakemake, tiny_config
+from tests.figures import assert_drawn_figure
 
 TINY = tiny_config("fluency")
 
@@ -30,7 +31,7 @@ def test_the_family_writes_scores_stats_figures_and_a_report(finished: Path):
     assert (scores["ppl"] > 1).all() and (scores["n_tokens"] > 0).all()
     assert scores["toxicity"].between(0, 1).all()
     for figure in ("logppl_vs_toxicity", "binned_means", "by_group"):
-        assert (results / "figures" / f"{figure}.png").stat().st_size > 10_000
+        assert_drawn_figure(results / "figures" / f"{figure}.png")
     summary = json.loads((results / "perplexity_summary.json").read_text())
     assert f"{summary['corpus_ppl']:.2f}" in (results / "summary.md").read_text()
     assert not list(finished.rglob(".*.tmp-*")), "temporary files were left behind"

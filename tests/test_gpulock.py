@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,7 @@ BIN = Path(sys.executable).parent
 
 
 def lock_env(lock_dir: Path, n_gpus: int | None, devices: str = "0,1,2,3") -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFLOW_GPU")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUFLOW_GPU", "SLURM_"))}
     env.update({"GPUFLOW_GPU_LOCK_DIR": str(lock_dir), "GPUFLOW_GPU_DEVICES": devices})
     env["PATH"] = f"{BIN}{os.pathsep}{env['PATH']}"
     if n_gpus is not None:
@@ -28,8 +27,12 @@ def lock_env(lock_dir: Path, n_gpus: int | None, devices: str = "0,1,2,3") -> di
 
 
 def visible(env: dict[str, str], hold: float = 0.0) -> subprocess.Popen[str]:
-    """`gpuflow with-gpus` running a shell that prints what it sees, then waits `hold` s."""
-    script = f'echo "$CUDA_VISIBLE_DEVICES"; sleep {hold}'
+    """`gpuflow with-gpus` running a shell that prints what it sees, then waits `hold` s.
+
+    Its second and third lines are the clock (epoch seconds) when it got the devices and when
+    it is about to let them go.
+    """
+    script = f'echo "$CUDA_VISIBLE_DEVICES"; date +%s.%N; sleep {hold}; date +%s.%N'
     return subprocess.Popen(
         [str(BIN / "gpuflow"), "with-gpus", "--", "sh", "-c", script],
         env=env,
@@ -41,23 +44,50 @@ def visible(env: dict[str, str], hold: float = 0.0) -> subprocess.Popen[str]:
 
 def test_four_concurrent_one_gpu_steps_see_four_distinct_devices(tmp_path):
     jobs = [visible(lock_env(tmp_path, 1), hold=2) for _ in range(4)]
-    seen = [job.communicate()[0].strip() for job in jobs]
+    seen = [job.communicate()[0].split()[0] for job in jobs]
     assert sorted(seen) == ["0", "1", "2", "3"]
 
 
 def test_a_fifth_job_waits_until_a_device_is_free(tmp_path):
     holders = [visible(lock_env(tmp_path, 1), hold=3) for _ in range(4)]
-    time.sleep(1.5)
-    started = time.monotonic()
-    fifth = visible(lock_env(tmp_path, 1))
-    assert fifth.communicate()[0].strip() in {"0", "1", "2", "3"}
-    assert time.monotonic() - started > 0.5
     for job in holders:
-        job.wait()
+        assert job.stdout is not None and job.stdout.readline().strip() in {"0", "1", "2", "3"}
+    fifth_device, fifth_got, _ = visible(lock_env(tmp_path, 1)).communicate()[0].split()
+    first_release = min(float(job.communicate()[0].split()[-1]) for job in holders)
+    assert fifth_device in {"0", "1", "2", "3"}
+    assert float(fifth_got) >= first_release, "the fifth job got a device no one had freed"
+
+
+def test_a_job_waiting_past_the_timeout_stops_naming_the_holders(tmp_path):
+    holder = visible(lock_env(tmp_path, 4), hold=30)
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "0,1,2,3"
+    env = {**lock_env(tmp_path, 1), "GPUFLOW_GPU_LOCK_TIMEOUT": "1"}
+    waiter = subprocess.run(
+        [str(BIN / "gpuflow"), "probe", "--out", str(tmp_path / "p.json")],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    os.killpg(holder.pid, signal.SIGKILL)
+    holder.wait()
+    assert waiter.returncode == 2
+    assert waiter.stderr.strip() == (
+        f"gpuflow probe: error: no 1 free GPU(s) in {tmp_path} after waiting 1 s (held by:"
+        f" gpu0 pid {holder.pid}, gpu1 pid {holder.pid}, gpu2 pid {holder.pid},"
+        f" gpu3 pid {holder.pid}); stop those processes, or set GPUFLOW_GPU_LOCK_TIMEOUT to"
+        " wait longer"
+    )
+
+
+def test_a_stray_lock_dir_inside_another_slurm_job_is_ignored(tmp_path):
+    """SLURM binds the job's GPUs; a lock dir exported from the submitting shell must not."""
+    env = {**lock_env(tmp_path, 1), "SLURM_JOB_ID": "77", "CUDA_VISIBLE_DEVICES": "3"}
+    assert visible(env).communicate()[0].split()[0] == "3"
+    assert not list(tmp_path.glob("gpu*.lock"))
+    whole_node = {**env, "GPUFLOW_GPU_LOCK_JOB": "77"}  # whole-node mode: this job's locks
+    assert visible(whole_node).communicate()[0].split()[0] == "0"
 
 
 def test_a_two_gpu_step_gets_two_devices(tmp_path):
-    out = visible(lock_env(tmp_path, 2)).communicate()[0].strip()
+    out = visible(lock_env(tmp_path, 2)).communicate()[0].split()[0]
     assert len(out.split(",")) == 2
 
 
@@ -67,18 +97,18 @@ def test_a_killed_job_frees_its_device(tmp_path):
     assert holder.stdout.readline().strip() == "0,1,2,3"
     os.killpg(holder.pid, signal.SIGKILL)
     holder.wait()
-    assert visible(lock_env(tmp_path, 4)).communicate(timeout=20)[0].strip() == "0,1,2,3"
+    assert visible(lock_env(tmp_path, 4)).communicate(timeout=20)[0].split()[0] == "0,1,2,3"
 
 
 def test_a_cpu_step_sees_no_gpu_where_devices_are_locked(tmp_path):
-    assert visible(lock_env(tmp_path, None)).communicate()[0].strip() == ""
+    assert visible(lock_env(tmp_path, None)).communicate()[0].splitlines()[0] == ""
 
 
 def test_without_a_lock_dir_nothing_changes(tmp_path):
     env = lock_env(tmp_path, 1)
     del env["GPUFLOW_GPU_LOCK_DIR"]
     env["CUDA_VISIBLE_DEVICES"] = "2"
-    assert visible(env).communicate()[0].strip() == "2"
+    assert visible(env).communicate()[0].split()[0] == "2"
 
 
 def test_steps_record_the_locked_device(tmp_path):

@@ -11,15 +11,20 @@ import csv
 import json
 import re
 import shlex
+import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
+from transformers import GPT2Config
 
-from gpuflow.cli import main as gpuflow_main
+from gpuflow.fluency.ppl_model import load_causal_lm
 from gpuflow.resume import read_state
 from gpuflow.scaling import checkpoint
-from tests.conftest import REPO, snakemake
+from gpuflow.scaling.train import EncodedTexts
+from gpuflow.ssvae.data import load_prepared
+from tests.conftest import BIN, REPO, snakemake, workflow_env
 
 SRC = REPO / "src" / "gpuflow"
 EVIL = "x; touch pwned; echo 'q\" $(touch pwned2) `touch pwned3`"
@@ -32,16 +37,6 @@ def planted(*folders: Path) -> list[Path]:
 
 def python_sources() -> dict[Path, str]:
     return {path: path.read_text(encoding="utf-8") for path in SRC.rglob("*.py")}
-
-
-def test_every_torch_load_in_src_uses_weights_only():
-    calls = [
-        (path.name, call)
-        for path, text in python_sources().items()
-        for call in re.findall(r"torch\.load\([^)]*\)", text)
-    ]
-    assert calls, "no torch.load found: the pattern is stale"
-    assert all("weights_only=True" in call for _, call in calls), calls
 
 
 def test_no_eval_exec_unsafe_yaml_or_pickle_in_src():
@@ -81,21 +76,105 @@ def test_a_resume_state_holding_code_is_refused_and_the_run_starts_over(tmp_path
     assert f"ignoring {state}: unreadable resume state" in capsys.readouterr().out
 
 
-def test_a_model_folder_asking_to_run_its_own_code_is_refused(tmp_path, capsys):
-    model = tmp_path / "model"
-    model.mkdir()
-    (model / "evil.py").write_text(
-        "from pathlib import Path\nPath(__file__).with_name('pwned').touch()\n"
+def pickled_npz(path: Path, keys: list[str], marker: Path) -> None:
+    """An .npz whose every array is an object array that runs the payload when unpickled."""
+    payload = np.empty(1, dtype=object)
+    payload[0] = Payload(marker)
+    np.savez(path, **{key: payload for key in keys})
+
+
+def pickled_model(folder: Path, marker: Path) -> None:
+    """A GPT-2 folder whose weights file is a pickle that runs the payload when loaded."""
+    GPT2Config(n_layer=1, n_embd=8, n_head=2, vocab_size=16, n_positions=8).save_pretrained(folder)
+    torch.save({"transformer.wte.weight": Payload(marker)}, folder / "pytorch_model.bin")
+
+
+def load_ssvae_data(tmp: Path, marker: Path) -> None:
+    pickled_npz(tmp / "mnist.npz", ["x_train", "y_train", "x_test", "y_test"], marker)
+    load_prepared(tmp / "mnist.npz")
+
+
+def load_encoded_texts(tmp: Path, marker: Path) -> None:
+    pickled_npz(tmp / "train.npz", ["ids", "offsets", "labels"], marker)
+    EncodedTexts(tmp / "train.npz")
+
+
+def load_lm_weights(tmp: Path, marker: Path) -> None:
+    pickled_model(tmp / "model", marker)
+    load_causal_lm(str(tmp / "model"), "float32", torch.device("cpu"))
+
+
+# Every place gpuflow reads arrays or weights from disk (resume states are tested above).
+LOAD_SITES = {
+    "ssvae prepared data": load_ssvae_data,
+    "scaling encoded texts": load_encoded_texts,
+    "perplexity model weights": load_lm_weights,
+}
+
+
+@pytest.mark.parametrize("site", sorted(LOAD_SITES))
+def test_a_pickle_payload_is_refused_at_every_load_site(tmp_path, site):
+    marker = tmp_path / "pwned"
+    with pytest.raises(Exception):  # noqa: B017 (refusing is the point; each site says it its way)
+        LOAD_SITES[site](tmp_path, marker)
+    assert not marker.exists()
+
+
+def test_the_pickle_payload_runs_when_loaded_unsafely(tmp_path):
+    """The payload is live: a plain pickle load runs it (so the refusals above mean something)."""
+    marker = tmp_path / "pwned"
+    pickled_npz(tmp_path / "a.npz", ["ids"], marker)
+    with np.load(tmp_path / "a.npz", allow_pickle=True) as data:
+        data["ids"]
+    assert marker.exists()
+
+
+def evil_model(folder: Path, marker: Path) -> Path:
+    """A model folder whose config class is code that creates `marker` when imported."""
+    folder.mkdir()
+    (folder / "evil.py").write_text(
+        "from pathlib import Path\nfrom transformers import PretrainedConfig\n"
+        f"Path({str(marker)!r}).touch()\n\n\n"
+        "class EvilConfig(PretrainedConfig):\n    model_type = 'evil'\n"
     )
     config = {"model_type": "evil", "auto_map": {"AutoConfig": "evil.EvilConfig"}}
-    (model / "config.json").write_text(json.dumps(config))
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def remote_code_env(tmp_path: Path) -> dict[str, str]:
+    """Transformers copies remote code into HF_MODULES_CACHE before running it: keep it here."""
+    return {**workflow_env(), "HF_MODULES_CACHE": str(tmp_path / "modules")}
+
+
+def test_a_model_folder_asking_to_run_its_own_code_is_refused(tmp_path):
+    marker = tmp_path / "pwned"
+    model = evil_model(tmp_path / "model", marker)
     texts = tmp_path / "texts.csv"
     texts.write_text("text_id,text\na,Fine film.\n")
     out = tmp_path / "out" / "ppl.csv"
-    argv = ["perplexity", "--texts", str(texts), "--model", str(model), "--out", str(out)]
-    assert gpuflow_main([*argv, "--runtime", '{"device": "cpu"}']) == 2
-    assert str(model) in capsys.readouterr().err
-    assert not planted(tmp_path) and not out.exists()
+    result = subprocess.run(
+        [str(BIN / "gpuflow"), "perplexity", "--texts", str(texts), "--model", str(model),
+         "--out", str(out), "--runtime", '{"device": "cpu"}'],
+        capture_output=True, text=True, env=remote_code_env(tmp_path),
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert str(model) in result.stderr
+    assert not marker.exists() and not planted(tmp_path) and not out.exists()
+
+
+def test_the_model_folders_code_runs_when_trusted(tmp_path):
+    """The payload is live: loading with trust_remote_code=True runs it."""
+    marker = tmp_path / "pwned"
+    model = evil_model(tmp_path / "model", marker)
+    subprocess.run(
+        [str(BIN / "python"), "-c",
+         "import sys; from transformers import AutoConfig\n"
+         "AutoConfig.from_pretrained(sys.argv[1], trust_remote_code=True, local_files_only=True)",
+         str(model)],
+        capture_output=True, text=True, env=remote_code_env(tmp_path), check=False,
+    )  # fmt: skip
+    assert marker.exists()
 
 
 def evil_config(root: Path) -> dict:

@@ -60,8 +60,13 @@ def reference(tmp_path_factory) -> Path:
 # --- what a complete output looks like -------------------------------------------------------
 
 
-def complete(path: Path) -> bool:
-    """Whether a file that looks finished (not hidden) reads back whole."""
+def complete(path: Path, expected: Path | None = None) -> bool:
+    """Whether a file that looks finished (not hidden) reads back whole.
+
+    Tables and texts must end with a newline; a table must have as many lines as the same
+    table of the reference run (its rows are runs or texts, so a file cut mid-row loses a line
+    or its last newline). Texts hold measured timings, so their length may differ.
+    """
     suffix = path.suffix
     try:
         if suffix == ".png":
@@ -69,8 +74,15 @@ def complete(path: Path) -> bool:
             return data.startswith(b"\x89PNG\r\n\x1a\n") and data.endswith(b"IEND\xaeB`\x82")
         if suffix == ".json":
             json.loads(path.read_text(encoding="utf-8"))
-        elif suffix in (".csv", ".tsv"):
-            pd.read_csv(path, sep="\t" if suffix == ".tsv" else ",")
+        elif suffix in (".csv", ".tsv", ".md", ".txt", ".tex"):
+            text = path.read_text(encoding="utf-8")
+            if not text.strip() or not text.endswith("\n"):
+                return False
+            if suffix in (".csv", ".tsv"):
+                pd.read_csv(path, sep="\t" if suffix == ".tsv" else ",")
+                if expected is not None and expected.is_file():
+                    rows = len(expected.read_text("utf-8").splitlines())
+                    return len(text.splitlines()) == rows
         elif suffix == ".pt":
             torch.load(path, map_location="cpu", weights_only=True)
         elif suffix == ".npz":
@@ -80,20 +92,21 @@ def complete(path: Path) -> bool:
             from safetensors.torch import load_file
 
             load_file(path)
-        elif suffix in (".md", ".txt", ".tex", ".jsonl"):
+        elif suffix == ".jsonl":  # progress files: a torn last line is cut off by their reader
             return bool(path.read_text(encoding="utf-8").strip())
     except (OSError, ValueError, RuntimeError, pd.errors.ParserError, EOFError):
         return False
     return True
 
 
-def incomplete_outputs(workdir: Path) -> list[str]:
-    """Outputs (and resume states) under results/ that do not read back whole."""
+def incomplete_outputs(workdir: Path, reference: Path) -> list[str]:
+    """Outputs (and resume states) under results/ that do not read back whole, judged against
+    the same files of the reference run."""
     return [
         str(path.relative_to(workdir))
         for path in (workdir / "results").rglob("*")
         if path.is_file() and "logs" not in path.parts and ".tmp-" not in path.name
-        and not complete(path)
+        and not complete(path, reference / path.relative_to(workdir))
     ]  # fmt: skip
 
 
@@ -164,7 +177,7 @@ def start(workdir: Path, *args: str) -> subprocess.Popen:
     )
 
 
-def run_with_faults(workdir: Path, faults: list[Fault]) -> list[str]:
+def run_with_faults(workdir: Path, faults: list[Fault], reference: Path) -> list[str]:
     """Run to completion, firing each fault once; return what happened, in order."""
     events: list[str] = []
     for _attempt in range(12):
@@ -194,7 +207,7 @@ def run_with_faults(workdir: Path, faults: list[Fault]) -> list[str]:
             events.append("finished")
             return events
         events.append(fired.name if fired else f"exit {status}")
-        broken = incomplete_outputs(workdir)
+        broken = incomplete_outputs(workdir, reference)
         assert not broken, f"after {events[-1]}: outputs that do not read back: {broken}"
         if fired is not None and fired.target is None:
             locked = snakemake(workdir, TINY_ALL, "--dry-run", check=False)
@@ -264,16 +277,16 @@ def faulted(reference: Path, tmp_path_factory) -> tuple[Path, list[str]]:
     for pattern in RERUN_OUTPUTS:
         for path in filter(Path.is_file, workdir.glob(pattern)):
             path.unlink()
-    events = run_with_faults(workdir, faults())
+    events = run_with_faults(workdir, faults(), reference)
     return workdir, events
 
 
-def test_every_fault_fired_and_the_rerun_finished(faulted):
+def test_every_fault_fired_and_the_rerun_finished(faulted, reference):
     workdir, events = faulted
     assert events[-1] == "finished", events
     for fault in faults():
         assert fault.name in events, (fault.name, events)
-    assert not incomplete_outputs(workdir)
+    assert not incomplete_outputs(workdir, reference)
     dry = snakemake(workdir, TINY_ALL, "--dry-run")
     assert "Nothing to be done" in dry.stdout + dry.stderr
 
@@ -339,7 +352,7 @@ def test_a_second_instance_in_the_same_folder_gets_the_lock_message(reference, t
     assert second.returncode != 0
     assert "Directory cannot be locked" in second.stdout + second.stderr
     assert status == 0
-    assert not incomplete_outputs(workdir)
+    assert not incomplete_outputs(workdir, reference)
     table = pd.read_csv(workdir / "results/sweep/table.csv")
     pd.testing.assert_frame_equal(table, pd.read_csv(reference / "results/sweep/table.csv"))
 
@@ -419,7 +432,10 @@ def chromium() -> str:
     if found:
         return found
     if os.geteuid() != 0:
-        pytest.skip("chromium is missing and installing it needs root")
+        reason = "chromium is missing and installing it needs root"
+        if os.environ.get("CI"):
+            pytest.fail(f"{reason} (under CI the report must be opened: install it or run as root)")
+        pytest.skip(reason)
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     for command in (["apt-get", "update"], ["apt-get", "install", "-y", "chromium"]):
         subprocess.run(command, check=True, capture_output=True, env=env, timeout=900)

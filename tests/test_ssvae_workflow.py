@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from tests.conftest import tiny_config
+from tests.figures import assert_drawn_figure
 
 TINY = tiny_config("ssvae")
 
@@ -63,7 +64,7 @@ def test_the_tiny_grid_runs_to_tables_figures_and_a_summary(tmp_path, run_snakem
         "corruption_effect",
         "m2_vs_baseline",
     ):
-        assert (root / "figures" / f"{name}.png").stat().st_size > 1000
+        assert_drawn_figure(root / "figures" / f"{name}.png")
 
 
 @pytest.mark.workflow

@@ -2,7 +2,8 @@
 depend on how many workers ran it.
 
 Every test runs the real `gpuflow sweep-shard` process; faults are real (SIGKILL of the job, a
-worker that SIGKILLs itself through GPUFLOW_SWEEP_FAULTS, a seed that raises).
+worker that SIGKILLs itself, a seed that raises: injected by tests/sweep_faults.py, which wraps
+the seed function of the real step; the package has no fault hooks).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import BIN, workflow_env
+from tests.conftest import BIN, REPO, workflow_env
 
 # Guess-and-check that can never reach its threshold: every seed does the same, fixed work.
 SETTINGS = {
@@ -54,9 +55,12 @@ def shard_command(out: Path, workers: int, seeds: str = SEEDS) -> list[str]:
 def run_shard(
     out: Path, workers: int, seeds: str = SEEDS, faults: str = ""
 ) -> subprocess.CompletedProcess[str]:
-    env = {**workflow_env(), "GPUFLOW_SWEEP_FAULTS": faults}
+    """The shard step; with `faults`, through tests/sweep_faults.py (see there)."""
+    command = shard_command(out, workers, seeds)
+    if faults:
+        command = [str(BIN / "python"), "-m", "tests.sweep_faults", faults, "--", *command[2:]]
     return subprocess.run(
-        shard_command(out, workers, seeds), capture_output=True, text=True, env=env, timeout=300
+        command, capture_output=True, text=True, env=workflow_env(), timeout=300, cwd=REPO
     )
 
 

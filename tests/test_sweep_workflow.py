@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO, tiny_config
+from tests.figures import assert_drawn_figure
 
 TINY = tiny_config("sweep")
 
@@ -30,7 +31,7 @@ def test_the_sweep_runs_end_to_end_into_one_table_and_figures(tmp_path, run_snak
     summary = pd.read_csv(tmp_path / "results/sweep/summary.csv")
     assert set(summary["method"]) == {"gd", "gnc"}
     for figure in ("test_error", "guesses"):
-        assert (tmp_path / f"results/sweep/figures/{figure}.png").stat().st_size > 1000
+        assert_drawn_figure(tmp_path / f"results/sweep/figures/{figure}.png")
     shard_dir = tmp_path / "results/sweep/shards/method~gd/rank~2/width~4"
     assert not (shard_dir / "shard~1.progress.jsonl").exists(), "progress goes with the table"
     log = (tmp_path / "results/sweep/logs/method~gd/rank~2/width~4/shard~0.log").read_text()

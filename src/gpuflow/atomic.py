@@ -1,37 +1,56 @@
 """Atomic outputs: write to a hidden temporary name beside the target, rename on success.
 
-A failed or killed job therefore never leaves a file (or folder) that looks complete. The next
-write of the same output removes what a killed writer left behind.
+A failed or killed job therefore never leaves a file (or folder) that looks complete. A writer
+holds the output's lock (gpuflow.outputlock) while it writes, and names its temporary by host,
+pid and a random part, so two writers never share one. The next writer removes only temporaries
+whose writer is gone: it holds the lock they would hold, and a temporary of a live process on
+this host is left alone.
 """
 
 from __future__ import annotations
 
-import errno
 import glob
 import json
 import os
+import secrets
 import shutil
+import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpuflow.errors import DataError
+from gpuflow.errors import WRITE_ERRNOS, cannot_write
+from gpuflow.outputlock import exclusive_output
 
 if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.figure import Figure
 
 
-# Errors that say the output cannot be written where it should go (full, read-only, not a folder).
-WRITE_ERRNOS = frozenset(
-    {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM}
-    | {errno.ENOTDIR, errno.EEXIST}
-)
-
-
 def _temporary_sibling(path: Path) -> Path:
-    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    host = socket.gethostname().replace("/", "_")
+    return path.with_name(f".{path.name}.tmp-{host}-{os.getpid()}-{secrets.token_hex(4)}")
+
+
+def _writer_alive(temporary: Path) -> bool:
+    """Whether the process that made `temporary` still runs (known only on this host)."""
+    try:
+        host_part, pid, _ = temporary.name.rsplit("-", 2)
+        pid_number = int(pid)
+    except ValueError:
+        return False  # an older name (pid only): its writer held no lock we now hold
+    if not host_part.endswith(f".tmp-{socket.gethostname().replace('/', '_')}"):
+        return False  # another host: the lock we hold proves its writer is gone
+    if pid_number == os.getpid():
+        return False
+    try:
+        os.kill(pid_number, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _remove(path: Path) -> None:
@@ -53,29 +72,51 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     tmp = _temporary_sibling(target)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        for stale in target.parent.glob(f".{glob.escape(target.name)}.tmp-*"):
-            _remove(stale)  # left by a writer that was killed (one job writes an output)
-        yield tmp
-        if tmp.is_file():
-            _fsync_file(tmp)
-        if target.is_dir() and tmp.is_dir():
-            shutil.rmtree(target)
-        os.replace(tmp, target)
+        with exclusive_output(target):
+            for stale in target.parent.glob(f".{glob.escape(target.name)}.tmp-*"):
+                if not _writer_alive(stale):
+                    _remove(stale)
+            yield tmp
+            if tmp.is_file():
+                _fsync_file(tmp)
+            if target.is_dir() and tmp.is_dir():
+                shutil.rmtree(target)
+            os.replace(tmp, target)
     except OSError as error:
         if error.errno not in WRITE_ERRNOS:
             raise
-        problem = (
-            "a part of its folder path is a file, not a folder"
-            if error.errno in (errno.ENOTDIR, errno.EEXIST)
-            else error.strerror or str(error)
-        )
-        raise DataError(
-            target,
-            f"cannot write the output ({problem})",
-            expected="a writable output folder with free space",
-        ) from error
+        raise cannot_write(target, error) from error
+    except RuntimeError as error:  # torch.save hides the OSError of a full disk (see save_torch)
+        cause = _write_error_inside(error)
+        if cause is None:
+            raise
+        raise cannot_write(target, cause) from error
     finally:
         _remove(tmp)
+
+
+def _write_error_inside(error: BaseException) -> OSError | None:
+    """The write OSError (full disk, quota, read-only) that `error` was raised while handling."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in WRITE_ERRNOS:
+            return current
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def save_torch(path: str | Path, obj: Any) -> None:
+    """`torch.save` atomically, through a Python file so a full disk is one clear line.
+
+    Given a file name, torch writes in C++ and a full disk surfaces as a bare RuntimeError;
+    through a Python file object the OSError stays attached and atomic_path reports it.
+    """
+    import torch
+
+    with atomic_path(path) as tmp, open(tmp, "wb") as handle:
+        torch.save(obj, handle)
 
 
 def write_text(path: str | Path, text: str) -> None:

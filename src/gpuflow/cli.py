@@ -16,9 +16,9 @@ from collections.abc import Iterator
 from types import ModuleType
 
 import gpuflow
-from gpuflow.atomic import WRITE_ERRNOS
-from gpuflow.errors import GpuflowError
+from gpuflow.errors import WRITE_ERRNOS, GpuflowError
 from gpuflow.gpulock import gpus_for_this_process
+from gpuflow.outputlock import exclusive_outputs, locks_this_process, step_outputs
 from gpuflow.stopping import install as install_stop_handlers
 
 
@@ -44,13 +44,16 @@ def main(argv: list[str] | None = None) -> int:
     """Run one step; a GpuflowError becomes one clear line on stderr and exit status 2.
 
     SIGTERM and SIGUSR1 (SLURM's end of time, preemption, or its warning) stop the step
-    cleanly (gpuflow.stopping). When the step needs device locks (whole-node mode, see
-    gpuflow.gpulock) they are taken here, before the step imports torch, and freed when it ends.
+    cleanly (gpuflow.stopping). The step holds the lock of each of its outputs
+    (gpuflow.outputlock) while it runs, so a second run of the same job fails at once. When the
+    step needs device locks (whole-node mode, see gpuflow.gpulock) they are taken here, before
+    the step imports torch.
     """
     args = build_parser().parse_args(argv)
     install_stop_handlers()
+    outputs = step_outputs(args) if locks_this_process() else []
     try:
-        with gpus_for_this_process():
+        with exclusive_outputs(outputs), gpus_for_this_process():
             return int(args.run(args) or 0)
     except GpuflowError as error:
         print(f"gpuflow {args.step}: error: {error}", file=sys.stderr)

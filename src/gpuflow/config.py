@@ -15,6 +15,7 @@ from typing import Any
 import jsonschema
 import yaml
 
+from gpuflow.configfiles import check_finite_numbers, read_config_file
 from gpuflow.errors import ConfigError
 
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / "workflow" / "schemas"
@@ -57,7 +58,11 @@ DefaultingValidator = _with_defaults(jsonschema.Draft202012Validator)
 
 
 def validate_config(config: dict[str, Any], schema_path: str | Path | None = None) -> None:
-    """Validate `config` in place, filling defaults; raise ConfigError on the first problem."""
+    """Validate `config` in place, filling defaults; raise ConfigError on the first problem.
+
+    NaN and infinite numbers are refused first: they would pass every range check.
+    """
+    check_finite_numbers(config)
     schema = load_schema(schema_path or SCHEMA_DIR / "config.schema.yaml")
     errors = sorted(DefaultingValidator(schema).iter_errors(config), key=lambda e: list(e.path))
     if errors:
@@ -85,8 +90,9 @@ def load_config(*paths: str | Path) -> dict[str, Any]:
         config_path = Path(path)
         if not config_path.is_file():
             raise ConfigError("--configfile", f"no such file: {config_path}")
-        with open(config_path, encoding="utf-8") as handle:
-            merge_config(config, yaml.safe_load(handle) or {})
+        loaded = read_config_file(config_path)
+        check_finite_numbers(loaded, str(config_path))
+        merge_config(config, loaded)
     validate_config(config)
     return config
 

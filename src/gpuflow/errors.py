@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
+
+# Errors that say an output cannot be written where it should go (full, read-only, not a folder).
+WRITE_ERRNOS = frozenset(
+    {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM}
+    | {errno.ENOTDIR, errno.EEXIST}
+)
 
 
 class GpuflowError(Exception):
@@ -32,3 +39,17 @@ class DataError(GpuflowError):
         if expected:
             message += f" (expected {expected})"
         super().__init__(message)
+
+
+def cannot_write(target: str | Path, error: OSError) -> DataError:
+    """The one-line error for an output that cannot be written where it should go."""
+    problem = (
+        "a part of its folder path is a file, not a folder"
+        if error.errno in (errno.ENOTDIR, errno.EEXIST)
+        else error.strerror or str(error)
+    )
+    return DataError(
+        target,
+        f"cannot write the output ({problem})",
+        expected="a writable output folder with free space",
+    )

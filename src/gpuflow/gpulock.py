@@ -13,6 +13,13 @@ which. There gpuflow itself hands out devices:
 
 A step without `GPUFLOW_GPUS` (or with 0) sees no GPU there: jobs get exactly what they ask
 for. Without `GPUFLOW_GPU_LOCK_DIR` nothing happens (SLURM per-job mode, a laptop).
+
+Locks belong to the machine or allocation that set them up. Inside a SLURM job, they apply only
+when `GPUFLOW_GPU_LOCK_JOB` names that job (whole-node mode sets it): a `GPUFLOW_GPU_LOCK_DIR`
+left in a submitting shell reaches every SLURM job (`--export=ALL`), whose GPUs SLURM binds
+already, and is ignored there. Waiting for free devices ends after `GPUFLOW_GPU_LOCK_TIMEOUT`
+seconds (default 600: with Snakemake counting GPUs a wait means something else holds them)
+with a message naming the holders.
 """
 
 from __future__ import annotations
@@ -35,6 +42,9 @@ LOCK_DIR_ENV = "GPUFLOW_GPU_LOCK_DIR"
 GPUS_ENV = "GPUFLOW_GPUS"
 DEVICES_ENV = "GPUFLOW_GPU_DEVICES"
 LOCKED_ENV = "GPUFLOW_GPU_LOCKED"
+LOCK_JOB_ENV = "GPUFLOW_GPU_LOCK_JOB"
+TIMEOUT_ENV = "GPUFLOW_GPU_LOCK_TIMEOUT"
+DEFAULT_TIMEOUT_S = 600.0
 POLL_SECONDS = 0.5
 NOTICE_SECONDS = 60.0
 
@@ -98,17 +108,56 @@ def acquire(
             handle.close()
         now = time.monotonic()
         if timeout is not None and now - started > timeout:
-            raise GpuflowError(f"no {n_gpus} free GPUs in {folder} after {timeout:.0f} s")
+            raise GpuflowError(
+                f"no {n_gpus} free GPU(s) in {folder} after waiting {timeout:.0f} s"
+                f" (held by: {holders(folder, pool)}); stop those processes, or set"
+                f" {TIMEOUT_ENV} to wait longer"
+            )
         if now - last_notice > NOTICE_SECONDS:
             print(f"gpuflow: waiting for {n_gpus} free GPUs in {folder}", file=sys.stderr)
             last_notice = now
         time.sleep(POLL_SECONDS)
 
 
-def requested_gpus(environ: dict[str, str] | None = None) -> int:
-    """GPUs this process must lock: GPUFLOW_GPUS when a lock dir is set and none is held yet."""
+def holders(folder: Path, pool: list[str]) -> str:
+    """'gpu<id> pid <pid>' for each device lock file of `pool` that names a holder."""
+    found = []
+    for device in pool:
+        path = folder / f"gpu{device}.lock"
+        pid = path.read_text(errors="replace").strip() if path.is_file() else ""
+        if pid:
+            found.append(f"gpu{device} pid {pid}")
+    return ", ".join(found) or "unknown processes"
+
+
+def locking_applies(environ: dict[str, str] | None = None) -> bool:
+    """Whether this process shares devices by lock files (see module doc)."""
     env = os.environ if environ is None else environ
     if not env.get(LOCK_DIR_ENV) or env.get(LOCKED_ENV):
+        return False
+    slurm_job = env.get("SLURM_JOB_ID")
+    return slurm_job is None or slurm_job == env.get(LOCK_JOB_ENV)
+
+
+def lock_timeout(environ: dict[str, str] | None = None) -> float:
+    """Seconds to wait for free devices: GPUFLOW_GPU_LOCK_TIMEOUT, else DEFAULT_TIMEOUT_S."""
+    env = os.environ if environ is None else environ
+    value = env.get(TIMEOUT_ENV, "").strip()
+    if not value:
+        return DEFAULT_TIMEOUT_S
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise GpuflowError(f"{TIMEOUT_ENV}={value!r} is not a number of seconds") from None
+    if not seconds > 0:
+        raise GpuflowError(f"{TIMEOUT_ENV}={value!r} must be a positive number of seconds")
+    return seconds
+
+
+def requested_gpus(environ: dict[str, str] | None = None) -> int:
+    """GPUs this process must lock: GPUFLOW_GPUS where locking applies and none is held yet."""
+    env = os.environ if environ is None else environ
+    if not locking_applies(env):
         return 0
     value = env.get(GPUS_ENV, "0").strip() or "0"
     try:
@@ -129,12 +178,12 @@ def gpus_for_this_process() -> Iterator[list[str]]:
     """
     n_gpus = requested_gpus()
     if n_gpus == 0:
-        if os.environ.get(LOCK_DIR_ENV) and not os.environ.get(LOCKED_ENV):
+        if locking_applies():
             os.environ["CUDA_VISIBLE_DEVICES"] = ""
         yield []
         return
     pool = device_pool()
-    devices, handles = acquire(n_gpus, os.environ[LOCK_DIR_ENV], pool)
+    devices, handles = acquire(n_gpus, os.environ[LOCK_DIR_ENV], pool, lock_timeout())
     os.environ[DEVICES_ENV] = ",".join(pool)
     os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(devices)
     os.environ[LOCKED_ENV] = "1"

@@ -102,7 +102,12 @@ def load_scores(path: str | Path, group_columns: list[str]) -> pd.DataFrame:
     = line 1) with a bad value.
     """
     try:
-        frame = pd.read_csv(path, dtype={column: "str" for column in group_columns})
+        frame = pd.read_csv(  # labels such as "NA" or "None" are labels: only "" is missing
+            path,
+            dtype={column: "str" for column in group_columns},
+            keep_default_na=False,
+            na_values=[""],
+        )
     except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as error:
         raise DataError(path, f"cannot read scores ({error})") from None
     for column in (*REQUIRED_COLUMNS, *group_columns):

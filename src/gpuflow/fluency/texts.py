@@ -131,9 +131,14 @@ def file_texts(
             }
         )
         for column in group_columns:
-            frame[column] = table[column].astype(str).to_numpy()
+            frame[column] = table[column].map(group_label).to_numpy()
         frames.append(frame)
     return pd.concat(frames, ignore_index=True)
+
+
+def group_label(value: object) -> str:
+    """A group cell as written ("NA", "None" and "null" stay labels); a JSON null is empty."""
+    return "" if value is None else str(value)
 
 
 def deal_into_shards(texts: pd.DataFrame, n_shards: int) -> list[pd.DataFrame]:

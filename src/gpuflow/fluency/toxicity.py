@@ -54,7 +54,9 @@ def huggingface_scores(
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     try:
-        tokenizer = AutoTokenizer.from_pretrained(model_ref, local_files_only=True)
+        tokenizer = AutoTokenizer.from_pretrained(
+            model_ref, local_files_only=True, trust_remote_code=False
+        )
         model = AutoModelForSequenceClassification.from_pretrained(
             model_ref, local_files_only=True, trust_remote_code=False
         )

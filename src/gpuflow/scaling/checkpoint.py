@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from gpuflow.atomic import atomic_path
+from gpuflow.atomic import save_torch
 from gpuflow.resume import read_state
 
 
@@ -42,8 +42,7 @@ def state_path(out: str | Path) -> Path:
 
 def save(path: Path, state: dict[str, Any]) -> None:
     """Write the state atomically: a kill during the write leaves the previous state intact."""
-    with atomic_path(path) as tmp:
-        torch.save(state, tmp)
+    save_torch(path, state)
 
 
 def load(path: Path, expected: str, device: torch.device) -> dict[str, Any] | None:

@@ -25,8 +25,9 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
 
 import gpuflow
-from gpuflow.atomic import atomic_path, write_json
+from gpuflow.atomic import save_torch, write_json
 from gpuflow.devices import describe_device, run_record, threads_per_worker
+from gpuflow.divergence import check_finite
 from gpuflow.errors import ConfigError
 from gpuflow.scaling import checkpoint, comm, distributed
 from gpuflow.scaling.distributed import Context
@@ -381,6 +382,12 @@ class Trainer:
                 val_accuracy=accuracy,
                 after_resume=bool(self.resumed_at) and epoch == start_epoch,
             )
+            check_finite(
+                f"{self.args.name} world={self.ctx.world_size}",
+                epoch + 1,
+                {"train_loss": record["train_loss"], "val_loss": val_loss},
+                self.state_file,
+            )
             self.history.append(record)
             if self.ctx.rank == 0:
                 print(
@@ -468,8 +475,7 @@ def main(args: argparse.Namespace) -> None:
         trainer.fit()
         result = trainer.result()
         if ctx.rank == 0:
-            with atomic_path(args.out_model) as tmp:
-                torch.save(trainer.model.state_dict(), tmp)
+            save_torch(args.out_model, trainer.model.state_dict())
             write_json(args.out_json, result)
             trainer.state_file.unlink(missing_ok=True)
         distributed.barrier(ctx)

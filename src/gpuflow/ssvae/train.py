@@ -21,8 +21,9 @@ import torch
 from torch import nn
 
 import gpuflow
-from gpuflow.atomic import atomic_path, write_json
+from gpuflow.atomic import save_torch, write_json
 from gpuflow.devices import run_record, worker_devices
+from gpuflow.divergence import check_finite
 from gpuflow.errors import ConfigError
 from gpuflow.resume import read_state
 from gpuflow.settings import family_schema, family_settings, keys_of_kind
@@ -297,8 +298,7 @@ def fingerprint(runs: list[Run], settings: dict[str, Any], data: dict[str, np.nd
 
 
 def save_state(path: Path, state: dict[str, Any]) -> None:
-    with atomic_path(path) as tmp:
-        torch.save(state, tmp)
+    save_torch(path, state)
 
 
 def load_state(path: Path, fp: str) -> dict[str, Any] | None:
@@ -314,6 +314,19 @@ def load_state(path: Path, fp: str) -> dict[str, Any] | None:
         print(f"ignoring {path}: it belongs to other runs or settings", flush=True)
         return None
     return state
+
+
+def check_runs_finite(
+    runs: list[Run], epoch: int, row: dict[str, np.ndarray], state_path: Path
+) -> None:
+    """Stop (TrainingDivergedError) when a run's loss term of this epoch is NaN or infinite.
+
+    The parts are checked before their sum, so the message names the term that went first.
+    """
+    terms = ("train_labelled", "train_unlabelled", "train_ce", "train_loss")
+    for r, run in enumerate(runs):
+        name = " ".join(f"{k}={v}" for k, v in run.describe().items())
+        check_finite(name, epoch, {k: row[k][r] for k in terms}, state_path)
 
 
 def train(
@@ -349,6 +362,7 @@ def train(
         if trainer.device.type == "cuda":
             torch.cuda.synchronize(trainer.device)
         trainer.train_time_s += time.perf_counter() - t0
+        check_runs_finite(runs, trainer.epoch, row, state_path)
         evaluated = trainer.epoch % every == 0 or trainer.epoch == epochs
         if evaluated:
             row.update(last_eval := trainer.evaluate())

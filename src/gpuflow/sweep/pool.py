@@ -7,9 +7,6 @@ unfinished seeds go to the surviving workers round-robin, or to a replacement wo
 device when none survive. A seed that was running in two workers that died is failed instead of
 killing a third. Workers die with their parent (PR_SET_PDEATHSIG on Linux, and a check of the
 parent's pid between seeds), so a killed job leaves no orphans.
-
-Fault injection for tests (real faults, not mocks): GPUFLOW_SWEEP_FAULTS="kill:0:5,raise:*:7"
-makes worker 0 SIGKILL itself when it starts seed 5, and any worker raise at seed 7.
 """
 
 from __future__ import annotations
@@ -27,7 +24,6 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-FAULTS_ENV = "GPUFLOW_SWEEP_FAULTS"
 DEATHS_PER_SEED = 2
 POLL_S = 0.2
 IN_FLIGHT = 2
@@ -66,29 +62,10 @@ class _Worker:
             self.sent += 1
 
 
-def parse_faults(text: str) -> list[tuple[str, str, int]]:
-    """Faults from GPUFLOW_SWEEP_FAULTS: (action, worker id or '*', seed)."""
-    faults = []
-    for item in filter(None, (part.strip() for part in text.split(","))):
-        action, worker, seed = item.split(":")
-        if action not in ("kill", "raise"):
-            raise ValueError(f"{FAULTS_ENV}: unknown action {action!r} (expected kill or raise)")
-        faults.append((action, worker, int(seed)))
-    return faults
-
-
 def _die_with_parent() -> None:
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
-def _inject(faults: list[tuple[str, str, int]], wid: int, seed: int) -> None:
-    for action, worker, at in faults:
-        if at == seed and worker in ("*", str(wid)):
-            if action == "kill":
-                os.kill(os.getpid(), signal.SIGKILL)
-            raise RuntimeError(f"injected fault at seed {seed}")
 
 
 def _worker_main(
@@ -115,7 +92,6 @@ def _worker_main(
         torch.cuda.set_device(device)
     module_name, function_name = target.split(":")
     run = getattr(importlib.import_module(module_name), function_name)
-    faults = parse_faults(os.environ.get(FAULTS_ENV, ""))
     results.send(("ready", wid, os.getpid()))
     while True:
         if not tasks.poll(1.0):
@@ -127,7 +103,6 @@ def _worker_main(
             return
         results.send(("start", wid, seed))
         try:
-            _inject(faults, wid, seed)
             message = ("done", wid, seed, run(settings, seed, device))
         except Exception:
             message = ("failed", wid, seed, traceback.format_exc(limit=4).strip())

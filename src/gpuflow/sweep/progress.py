@@ -5,16 +5,20 @@ or by another version is started over. Each seed line is flushed and fsynced bef
 seed is reported, so a job killed at any moment loses at most the seeds still running. A torn
 last line (killed mid-write) is cut off. The file goes once the shard's table is written, so a
 forced re-run (`--forcerun sweep_shard`) computes every seed again.
+The file has one writer at a time: it is read, cut and appended only under its output lock
+(gpuflow.outputlock), so a second job on the same shard fails instead of overwriting it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, TextIO
 
 import gpuflow
+from gpuflow.outputlock import exclusive_output
 
 
 def progress_path(out: str | Path) -> Path:
@@ -33,6 +37,7 @@ class ProgressFile:
         self.started_over = False
         self.reason: str | None = None
         self._handle: TextIO | None = None
+        self._lock = ExitStack()
 
     def open(self) -> ProgressFile:
         """Read what an earlier run left (if written for the same settings), then open to append.
@@ -41,6 +46,7 @@ class ProgressFile:
         reported in `started_over` / `reason` and started over, as is one for other settings.
         """
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock.enter_context(exclusive_output(self.path))
         lines = self._read_whole_lines()
         try:
             header, records = self._parse(lines)
@@ -123,12 +129,13 @@ class ProgressFile:
         os.fsync(self._handle.fileno())
 
     def close(self) -> None:
-        """Close the file (it stays beside the outputs for the next run)."""
+        """Close the file (it stays beside the outputs for the next run) and free its lock."""
         if self._handle is not None:
             self._handle.close()
             self._handle = None
+        self._lock.close()
 
     def remove(self) -> None:
-        """Delete the file: the shard's outputs now hold every seed."""
-        self.close()
+        """Delete the file (under its lock): the shard's outputs now hold every seed."""
         self.path.unlink(missing_ok=True)
+        self.close()

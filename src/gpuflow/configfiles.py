@@ -1,0 +1,102 @@
+"""Read config files strictly: UTF-8, no key given twice, and no NaN or infinite number.
+
+YAML alone lets a repeated key silently win over the first, and reads `.nan` and `.inf` as
+floats that pass every range check of the schema (comparisons with NaN are false). Snakemake
+loads `--configfile`s before the Snakefile runs, so the Snakefile reads `workflow.configfiles`
+again through here and stops with one line naming the file and key.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpuflow.errors import ConfigError, DataError
+
+
+def duplicate_key(node: yaml.Node | None, prefix: str = "") -> tuple[str, int, int] | None:
+    """(dotted key, first line, repeated line) of the first key given twice, else None."""
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[str, int] = {}
+        for key_node, value_node in node.value:
+            key = f"{prefix}.{key_node.value}" if prefix else str(key_node.value)
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                return key, seen[key], line
+            seen[key] = line
+            found = duplicate_key(value_node, key)
+            if found is not None:
+                return found
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            found = duplicate_key(item, f"{prefix}.{index}" if prefix else str(index))
+            if found is not None:
+                return found
+    return None
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """One config file as a mapping; DataError naming the file for what YAML would let by."""
+    path = Path(path)
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise DataError(
+            path,
+            f"not UTF-8 text (byte {error.start} is {error.object[error.start]:#04x})",
+            expected="a YAML file saved as UTF-8",
+        ) from None
+    except OSError as error:
+        raise DataError(path, f"cannot read ({error.strerror})") from None
+    try:
+        repeated = duplicate_key(yaml.compose(text, Loader=yaml.SafeLoader))
+        loaded = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise DataError(path, f"not valid YAML ({' '.join(str(error).split())})") from None
+    if repeated is not None:
+        key, first, again = repeated
+        raise DataError(
+            path,
+            f"key '{key}' is given twice (lines {first} and {again}); YAML keeps only the last",
+            expected="each key once",
+        )
+    if loaded is None:
+        return {}
+    if not isinstance(loaded, dict):
+        raise DataError(path, f"holds a {type(loaded).__name__}", expected="a mapping of keys")
+    return loaded
+
+
+def non_finite_key(node: Any, prefix: str = "") -> tuple[str, float] | None:
+    """(dotted key, value) of the first NaN or infinite number in `node`, else None."""
+    if isinstance(node, float) and not math.isfinite(node):
+        return prefix or "<top level>", node
+    items: Iterable[tuple[Any, Any]] = ()
+    if isinstance(node, dict):
+        items = node.items()
+    elif isinstance(node, list):
+        items = enumerate(node)
+    for key, value in items:
+        found = non_finite_key(value, f"{prefix}.{key}" if prefix else str(key))
+        if found is not None:
+            return found
+    return None
+
+
+def check_finite_numbers(config: dict[str, Any], where: str = "") -> None:
+    """Raise ConfigError naming the key of a NaN or infinite number in `config`."""
+    found = non_finite_key(config)
+    if found is not None:
+        key, value = found
+        source = f" in {where}" if where else ""
+        raise ConfigError(key, f"{value} is not a finite number{source}", "a finite number")
+
+
+def check_config_files(paths: Iterable[str | Path]) -> None:
+    """Read each config file strictly (see module doc); the first problem stops the run."""
+    for path in paths:
+        check_finite_numbers(read_config_file(path), str(path))

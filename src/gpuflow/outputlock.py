@@ -1,0 +1,153 @@
+"""One writer per output: an exclusive lock beside each output, held while it is written.
+
+Two runs of the same target can overlap: after a killed submitter, `snakemake --unlock` and the
+same command resubmit jobs whose SLURM jobs still run. Each writer of an output therefore holds
+`fcntl.flock` on `.<name>.writer.lock` beside it (the kernel drops the lock with the process, so
+a killed writer frees it; flock also holds across nodes on NFSv4 and Lustre with `flock`). The
+lock file records its holder (host, pid, SLURM job); a second writer fails at once with one line
+naming them. `gpuflow <step>` takes the locks of all its outputs for the whole job; `atomic_path`
+takes one for the length of a write where the step does not already hold it.
+
+The holder removes the lock file before it lets go (a killed holder leaves it; the next writer
+takes it over); a writer that opened a file removed meanwhile notices and opens the new one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import os
+import socket
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import IO
+
+from gpuflow.errors import WRITE_ERRNOS, GpuflowError, cannot_write
+
+_held: dict[Path, IO[bytes]] = {}
+
+
+class OutputTakenError(GpuflowError):
+    """Another live process holds the lock of an output this process is about to write."""
+
+    def __init__(self, output: Path, holder: str):
+        self.output, self.holder = output, holder
+        super().__init__(
+            f"{output}: another job is writing this output ({holder}); two runs of the same"
+            " target overlap (e.g. after `snakemake --unlock` while jobs of the earlier run"
+            " still ran): let that job finish or cancel it, then run again"
+        )
+
+
+def lock_path(output: str | Path) -> Path:
+    """The lock file of `output`: `.<name>.writer.lock` in the same folder."""
+    output = Path(output)
+    return output.with_name(f".{output.name}.writer.lock")
+
+
+def writer_identity() -> str:
+    """This process as a holder: host, pid, SLURM job (or '-') and when it took the lock."""
+    job = os.environ.get("SLURM_JOB_ID", "-")
+    since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime())
+    return f"host {socket.gethostname()}, pid {os.getpid()}, SLURM job {job}, since {since}"
+
+
+def _key(output: Path) -> Path:
+    return Path(os.path.abspath(output))
+
+
+@contextmanager
+def exclusive_output(output: str | Path) -> Iterator[None]:
+    """Hold the lock of `output` (a no-op when this process holds it already).
+
+    Raises OutputTakenError naming the holder when another process has it, and the one-line
+    DataError of `cannot_write` when the lock file cannot be made (a full or read-only folder).
+    """
+    key = _key(Path(output))
+    if key in _held:
+        yield
+        return
+    path = lock_path(key)
+    handle = _take(path, Path(output))
+    try:
+        _record_holder(handle)
+        _held[key] = handle
+        yield
+    finally:
+        _held.pop(key, None)
+        with contextlib.suppress(OSError):
+            path.unlink()  # still holding it: a writer that opened this file sees it is stale
+        handle.close()
+
+
+def _take(path: Path, output: Path) -> IO[bytes]:
+    """Open and lock `path`; retry when the file was removed by its last holder meanwhile."""
+    while True:
+        try:
+            handle = _open_lock_file(path)
+        except OSError as error:
+            if error.errno not in WRITE_ERRNOS:
+                raise
+            raise cannot_write(output, error) from error
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().decode("utf-8", "replace").strip() or "holder not recorded"
+            handle.close()
+            raise OutputTakenError(output, holder) from None
+        if _same_file(handle, path):
+            return handle
+        handle.close()
+
+
+def _same_file(handle: IO[bytes], path: Path) -> bool:
+    try:
+        return os.fstat(handle.fileno()).st_ino == path.stat().st_ino
+    except FileNotFoundError:
+        return False
+
+
+def _open_lock_file(path: Path) -> IO[bytes]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return open(path, "a+b", buffering=0)
+
+
+def _record_holder(handle: IO[bytes]) -> None:
+    """Write this process into the lock file; a full disk leaves it empty (the lock holds)."""
+    handle.seek(0)
+    handle.truncate()
+    try:
+        handle.write(f"{writer_identity()}\n".encode())
+    except OSError as error:
+        if error.errno not in WRITE_ERRNOS:
+            raise
+
+
+@contextmanager
+def exclusive_outputs(outputs: Iterable[str | Path]) -> Iterator[None]:
+    """Hold the locks of all `outputs` for the block (all or none)."""
+    with ExitStack() as stack:
+        for output in outputs:
+            stack.enter_context(exclusive_output(output))
+        yield
+
+
+def step_outputs(args: argparse.Namespace) -> list[Path]:
+    """The outputs a step writes: its arguments named `out`, `out_*` or `*_out` (lists too)."""
+    found = []
+    for name, value in sorted(vars(args).items()):
+        if not (name == "out" or name.startswith("out_") or name.endswith("_out")):
+            continue
+        for item in value if isinstance(value, list) else [value]:
+            if item:
+                found.append(Path(item))
+    return found
+
+
+def locks_this_process() -> bool:
+    """False in the non-zero ranks of a torchrun job: rank 0 writes and holds the locks."""
+    return os.environ.get("RANK", "0") == "0"

@@ -1,0 +1,154 @@
+"""Two writers of one output: the second is refused at once and nothing is corrupted.
+
+After a killed submitter, `snakemake --unlock` and the same command start jobs whose earlier
+copies still run. The test does exactly that on one target: a first Snakemake runs a sweep
+shard; while its job runs, `--unlock` and a second Snakemake on the same target. The second job
+must fail with one line naming the first writer, the first must finish, and its output must equal
+an undisturbed run's.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from gpuflow.outputlock import OutputTakenError, exclusive_output, lock_path
+from gpuflow.sweep.progress import ProgressFile
+from tests.conftest import BIN, REPO, snakemake, workflow_env
+
+SHARD = "results/sweep/shards/method~gnc/rank~2/width~4/shard~0.csv"
+SHARD_LOG = "results/sweep/logs/method~gnc/rank~2/width~4/shard~0.log"
+# Guess-and-check that never reaches its threshold: each seed takes its full guess budget.
+SLOW_SHARD = {
+    "families": ["sweep"],
+    "sweep": {
+        "teacher_ranks": [2],
+        "student_widths": [4],
+        "n_seeds": 2,
+        "shard_size": 2,
+        "cpu_workers": 1,
+        "gnc": {"max_guesses": 8_000_000, "batch_size": 4096, "loss_threshold": 0.0001},
+    },
+}
+
+
+def start_snakemake(workdir: Path, *args: str) -> subprocess.Popen[str]:
+    """The repository's workflow in `workdir` (test-config.yaml written by `snakemake`)."""
+    command = [
+        str(BIN / "snakemake"),
+        "--snakefile", str(REPO / "Snakefile"),
+        "--directory", str(workdir),
+        "--configfile", str(workdir / "test-config.yaml"),
+        "--cores", "1",
+        *args,
+    ]  # fmt: skip
+    return subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=workflow_env()
+    )
+
+
+def wait_for(condition, timeout: float, what: str) -> None:
+    """Poll `condition()` until it holds; fail naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+def without_times(table: pd.DataFrame) -> pd.DataFrame:
+    """The table's numbers, without the wall-clock column."""
+    return table.drop(columns=["wall_s"])
+
+
+@pytest.mark.workflow
+def test_a_second_run_of_a_running_target_is_refused_and_the_first_output_is_intact(tmp_path):
+    reference, shared = tmp_path / "reference", tmp_path / "shared"
+    snakemake(reference, SLOW_SHARD, SHARD)
+    snakemake(shared, SLOW_SHARD, "--dry-run", SHARD)  # writes the config, runs nothing
+    first = start_snakemake(shared, SHARD)
+    try:
+        lock = shared / lock_path(SHARD)
+        wait_for(lambda: "computing" in _read(shared / SHARD_LOG), 120, "the first job to start")
+        assert f"host {socket.gethostname()}" in lock.read_text()
+        unlock = start_snakemake(shared, "--unlock")
+        assert unlock.wait(timeout=120) == 0, unlock.stdout.read() if unlock.stdout else ""
+        second = start_snakemake(shared, SHARD)
+        second_output = second.communicate(timeout=300)[0]
+        second_log = _read(shared / SHARD_LOG)
+        assert first.poll() is None, "the first job was still running when the second was refused"
+        first_output = first.communicate(timeout=300)[0]
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert second.returncode != 0, second_output
+    refusal = [line for line in second_log.splitlines() if "another job is writing" in line]
+    assert len(refusal) == 1, second_log
+    assert f"{shared / SHARD}" in refusal[0] or SHARD in refusal[0]
+    assert f"host {socket.gethostname()}, pid " in refusal[0]
+    assert "SLURM job -" in refusal[0]
+    assert "Traceback" not in second_log
+    assert first.returncode == 0, first_output
+    pd.testing.assert_frame_equal(
+        without_times(pd.read_csv(shared / SHARD)), without_times(pd.read_csv(reference / SHARD))
+    )
+    leftovers = [p.name for p in (shared / SHARD).parent.iterdir() if ".tmp-" in p.name]
+    assert leftovers == []
+    again = snakemake(shared, SLOW_SHARD, "--dry-run", SHARD)
+    assert "Nothing to be done" in again.stdout + again.stderr
+
+
+def _read(path: Path) -> str:
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
+def test_an_output_lock_names_its_holder_and_frees_with_the_holder(tmp_path):
+    out = tmp_path / "table.csv"
+    holder = subprocess.Popen(
+        [
+            str(BIN / "python"), "-c",
+            "import sys, time; from gpuflow.outputlock import exclusive_output\n"
+            "with exclusive_output(sys.argv[1]):\n    print('held', flush=True); time.sleep(60)",
+            str(out),
+        ],
+        stdout=subprocess.PIPE, text=True, env={**os.environ, "SLURM_JOB_ID": "4242"},
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        taken = pytest.raises(OutputTakenError, match=rf"pid {holder.pid}, SLURM job 4242")
+        with taken as refused, exclusive_output(out):
+            pass
+        assert str(out) in str(refused.value)
+    finally:
+        holder.kill()
+        holder.wait()
+    with exclusive_output(out):  # the kernel dropped the killed holder's lock
+        assert lock_path(out).read_text().startswith(f"host {socket.gethostname()}, pid")
+
+
+def test_a_progress_file_has_one_writer_at_a_time(tmp_path):
+    path = tmp_path / "shard~0.progress.jsonl"
+    first = ProgressFile(path, {"a": 1}).open()
+    first.add_ok(0, {"seed": 0})
+    second = subprocess.run(  # other settings: it would start the file over
+        [
+            str(BIN / "python"), "-c",
+            "import sys; from gpuflow.sweep.progress import ProgressFile\n"
+            "ProgressFile(sys.argv[1], {'a': 2}).open()",
+            str(path),
+        ],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert second.returncode != 0
+    assert "another job is writing this output" in second.stderr
+    first.add_ok(1, {"seed": 1})
+    first.close()
+    again = ProgressFile(path, {"a": 1}).open()
+    assert sorted(again.done()) == [0, 1]
+    again.close()

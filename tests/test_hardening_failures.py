@@ -18,7 +18,7 @@ import torch
 from gpuflow.config import load_config
 from gpuflow.divergence import TrainingDivergedError
 from gpuflow.ssvae.data import split_embedded
-from gpuflow.ssvae.train import Run, train
+from gpuflow.ssvae.train import Run, train, train_settings
 from tests.conftest import BIN, REPO, gpuflow, workflow_env
 from tests.test_scaling_ddp import prepare, settings, train_command
 
@@ -43,6 +43,7 @@ def digits(tmp_path_factory) -> Path:
 def test_an_ssvae_loss_that_becomes_nan_stops_naming_run_epoch_and_term(digits, tmp_path):
     run = Run("m2", 0.1, 0.0, 1.0, 0)
     too_fast = {
+        **train_settings(),
         "hidden": 32, "latent": 4, "batch_size": 50, "labelled_batch_size": 20,
         "learning_rate": 1000.0, "eval_batch_size": 250, "epochs": 3, "device": "cpu",
     }  # fmt: skip

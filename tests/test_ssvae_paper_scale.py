@@ -12,6 +12,7 @@ from pathlib import Path
 
 from gpuflow.ssvae.data import IDX_NAMES, split_embedded, write_idx
 from tests.conftest import gpuflow
+from tests.test_ssvae_train import step_arguments
 
 SETTINGS = {
     "hidden": 16, "latent": 4, "epochs": 1, "batch_size": 300, "labelled_batch_size": 50,
@@ -32,13 +33,14 @@ def fabricate_idx(root, n_train: int = 1000, n_test: int = 200) -> None:
 def test_an_idx_grid_at_100_labels_is_reported_beside_kingma_et_al_table_1(tmp_path):
     fabricate_idx(tmp_path / "idx")
     data = tmp_path / "mnist.npz"
-    gpuflow("ssvae-data", "--source", "idx", "--path", str(tmp_path / "idx"), "--out", str(data))
+    source = {"data": {"source": "idx", "path": str(tmp_path / "idx")}}
+    gpuflow("ssvae-data", "--settings", json.dumps(source), "--out", str(data))
     metrics = []
     for model, extra in (("m2", ["--alpha", "100"]), ("baseline", [])):
         outs = [str(tmp_path / model / f"seed{seed}.json") for seed in (0, 1)]
         gpuflow(
             "ssvae-train", "--model", model, "--data", str(data), "--frac", "0.1",
-            "--corrupt", "0.0", *extra, "--seeds", "0", "1", "--settings", json.dumps(SETTINGS),
+            "--corrupt", "0.0", *extra, "--seeds", "0", "1", *step_arguments(SETTINGS),
             "--out", *outs, "--state", str(tmp_path / model / "state.pt"), "--threads", "1",
         )  # fmt: skip
         metrics += outs

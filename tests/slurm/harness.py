@@ -61,18 +61,23 @@ def squeue(run_filter: str = "") -> list[dict[str, str]]:
 
 
 def cancel_when_running(
-    rule: str, started: Path | None, cancelled: list[str], stop: threading.Event
+    rule: str,
+    started: Path | None,
+    cancelled: list[str],
+    stop: threading.Event,
+    command: tuple[str, ...] = ("scancel",),
 ) -> None:
-    """scancel the first job of `rule` once it runs and (if given) `started` exists.
+    """End the first job of `rule` with `command` (scancel; or `scontrol requeue`, as when
+    SLURM preempts it) once it runs and (if given) `started` exists.
 
-    `started` is a file the step writes when it has begun (its log): the job is cancelled in
-    the middle of the step, not while Snakemake starts. The job's id goes into `cancelled`.
+    `started` is a file the step writes once it has begun (its log, its saved state): the job
+    is ended in the middle of the step, not while Snakemake starts. Its id goes into `cancelled`.
     """
     while not stop.is_set():
         running = [j for j in squeue(f"rule_{rule}") if j["state"] == "RUNNING"]
         if running and (started is None or started.exists()):
             time.sleep(1)
-            subprocess.run(["scancel", running[0]["id"]], check=True)
+            subprocess.run([*command, running[0]["id"]], check=True)
             cancelled.append(running[0]["id"])
             return
         time.sleep(0.5)
@@ -85,12 +90,14 @@ def run_profile(
     *args: str,
     cancel_rule: str | None = None,
     cancel_after: str | None = None,
+    cancel_command: tuple[str, ...] = ("scancel",),
     timeout: int = 600,
 ) -> tuple[subprocess.CompletedProcess[str], list[str]]:
     """snakemake --profile profiles/slurm (+ the test layer) in `workdir`.
 
-    With `cancel_rule`, the first job of that rule is cancelled with scancel once it runs and
-    the file `cancel_after` (relative to `workdir`, e.g. the step's log) exists.
+    With `cancel_rule`, the first job of that rule is ended with `cancel_command` (scancel, or
+    `scontrol requeue` as on preemption) once it runs and the file `cancel_after` (relative to
+    `workdir`, e.g. the step's log) exists.
     Returns the finished process and the ids of the cancelled jobs.
     """
     configfile = write_config(workdir, config)
@@ -115,7 +122,13 @@ def run_profile(
     if cancel_rule:
         watcher = threading.Thread(
             target=cancel_when_running,
-            args=(cancel_rule, workdir / cancel_after if cancel_after else None, cancelled, stop),
+            args=(
+                cancel_rule,
+                workdir / cancel_after if cancel_after else None,
+                cancelled,
+                stop,
+                cancel_command,
+            ),
             daemon=True,
         )
         watcher.start()

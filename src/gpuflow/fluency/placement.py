@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from gpuflow.errors import ConfigError, GpuflowError
-from gpuflow.fluency.ppl_model import DTYPES
+from gpuflow.fluency.ppl_model import DTYPES, load_causal_lm
 
 PLACEMENTS = ("auto", "replicate", "shard")
 HEADROOM = 0.9  # share of a GPU's free memory the model and a batch may fill
@@ -81,21 +81,9 @@ def load_sharded(
     reference: str, dtype: str, devices: list[torch.device], trust_remote_code: bool = False
 ) -> torch.nn.Module:
     """One copy of the causal LM spread over `devices` by accelerate, in eval mode."""
-    from transformers import AutoModelForCausalLM
-
-    try:
-        model = AutoModelForCausalLM.from_pretrained(
-            reference,
-            local_files_only=True,
-            trust_remote_code=trust_remote_code,
-            dtype=DTYPES[dtype],
-            device_map=device_map(devices),
-        )
-    except (OSError, ValueError) as error:
-        raise GpuflowError(
-            f"model {reference!r} could not be loaded across {len(devices)} device(s): {error}"
-        ) from error
-    return model.eval()
+    return load_causal_lm(
+        reference, dtype, devices[0], trust_remote_code, device_map=device_map(devices)
+    )
 
 
 def input_device(model: torch.nn.Module) -> torch.device:

@@ -72,23 +72,30 @@ def start_token_id(tokenizer: Any, reference: str) -> int:
 
 
 def load_causal_lm(
-    reference: str, dtype: str, device: torch.device, trust_remote_code: bool = False
+    reference: str,
+    dtype: str,
+    device: torch.device,
+    trust_remote_code: bool = False,
+    device_map: str | dict[str, str] | None = None,
 ) -> torch.nn.Module:
-    """The causal LM in `dtype` on `device`, in eval mode."""
+    """The causal LM in `dtype`, in eval mode: on `device`, or spread by accelerate's
+    `device_map` (one copy over several devices)."""
     from transformers import AutoModelForCausalLM
 
+    placed = {"device_map": device_map} if device_map is not None else {}
     try:
         model = AutoModelForCausalLM.from_pretrained(
             reference,
             local_files_only=True,
             trust_remote_code=trust_remote_code,
             dtype=DTYPES[dtype],
+            **placed,
         )
     except (OSError, ValueError) as error:
         raise GpuflowError(
             f"model {reference!r} could not be loaded as a causal language model: {error}"
         ) from error
-    return model.to(device).eval()
+    return (model if placed else model.to(device)).eval()
 
 
 def check_dtype(dtype: str, devices: list[torch.device]) -> None:

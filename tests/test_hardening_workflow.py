@@ -365,8 +365,9 @@ def test_corrupted_resume_states_are_reported_and_the_jobs_start_over(reference,
     torch.save({"fingerprint": "x", "model": torch.zeros(4096)}, workdir / scaling_state)
     whole = (workdir / scaling_state).read_bytes()
     (workdir / scaling_state).write_bytes(whole[: len(whole) // 2])  # truncated
+    # A finished shard keeps no progress file: write the one a killed job would leave, cut short.
     progress = workdir / SWEEP_PROGRESS.replace("method~gnc", "method~gd")
-    progress.write_bytes(progress.read_bytes()[:40] + b"\xff\xfe garbage\n")
+    progress.write_bytes(b'{"kind": "header", "settings": {"data": ' + b"\xff\xfe garbage\n")
     targets = [
         "results/ssvae/frac~0.1/corrupt~0.0/alpha~1/seed~0/metrics.json",
         "results/scaling/runs/short/nodes~1/world~1/run.json",

@@ -113,4 +113,4 @@ def test_the_paper_plan_launches_torchrun_on_1_2_4_gpus_and_2_nodes(run_snakemak
     assert len(baseline) == 3
     sbatch = sbatch_options(resources_of(baseline[0]))
     assert "--cpus-per-task=16" in sbatch and "--gpus" not in sbatch
-    assert resources_of(baseline[0])["slurm_partition"] == "main"
+    assert resources_of(baseline[0])["slurm_partition"] == "genoa", "a partition of site.yaml"

@@ -27,15 +27,24 @@ pytest_plugins = ["tests.slurm.fixtures"]
 SSVAE = "results/ssvae/frac~0.2/corrupt~0.0/alpha~10/seed~0/metrics.json"
 LOG = "results/ssvae/logs/train/frac~0.2/corrupt~0.0/alpha~10.log"
 STATE = "results/ssvae/frac~0.2/corrupt~0.0/alpha~10/train_state.pt"
-EPOCHS = 150  # about 1 s each here: the first attempt's 1-minute limit cannot hold them
+LONG = 150  # epochs of about 1 s here: the first attempt's 1-minute limit cannot hold them
+SHORT = 40  # epochs of a job that is ended from outside once it has saved one
 
 
-def too_long_for_its_limit() -> dict[str, Any]:
+def ssvae_only(epochs: int, runtime: int) -> dict[str, Any]:
     config = tiny_config("slurm")
     config["families"] = ["ssvae"]
-    config["ssvae"]["train"]["epochs"] = EPOCHS
-    config["ssvae"]["resources"]["ssvae_train"]["runtime"] = 1
+    config["ssvae"]["train"]["epochs"] = epochs
+    config["ssvae"]["resources"]["ssvae_train"]["runtime"] = runtime
     return config
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_short(tmp_path_factory) -> Path:
+    """The SHORT training run with Snakemake's local scheduler, never ended early."""
+    local = tmp_path_factory.mktemp("uninterrupted")
+    snakemake(local, ssvae_only(SHORT, runtime=10), SSVAE)
+    return local
 
 
 def training_jobs(workdir: Path) -> list[dict[str, str]]:
@@ -56,32 +65,27 @@ def comparable(metrics: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in metrics.items() if k not in ("timing", "run_record")}
 
 
-def run_beside_an_uninterrupted_one(tmp_path, config, **ending) -> tuple[Path, Path]:
-    """The target through the SLURM profile (ended early as `ending` says) and, at the same
-    time, with Snakemake's local scheduler, uninterrupted."""
-    cluster, local = tmp_path / "cluster", tmp_path / "local"
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        uninterrupted = pool.submit(snakemake, local, config, SSVAE)
-        result, ended = harness.run_profile(
-            cluster, harness.REPO / "Snakefile", config, SSVAE, **ending
-        )
-        uninterrupted.result()
+def run_on_the_cluster(workdir: Path, config: dict[str, Any], **ending: Any) -> Path:
+    """The target through the SLURM profile, its job ended early as `ending` says."""
+    result, ended = harness.run_profile(
+        workdir, harness.REPO / "Snakefile", config, SSVAE, **ending
+    )
     assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-8000:]}"
     if ending:
         assert ended, "the job was never ended early"
-    return cluster, local
+    return workdir
 
 
-def assert_resumed_to_the_uninterrupted_numbers(cluster: Path, local: Path) -> None:
+def assert_resumed_to_the_uninterrupted_numbers(cluster: Path, local: Path, epochs: int) -> None:
     """The last run's log resumes after a saved epoch and redoes none; the metrics are equal."""
     log = (cluster / LOG).read_text()
     resumed = re.findall(r"resumed from \S+ after epoch (\d+)", log)
     assert resumed, log[-3000:]
     first = int(resumed[0])
-    assert 1 <= first < EPOCHS
-    epochs_run = [int(e) for e in re.findall(rf"^epoch (\d+)/{EPOCHS}", log, re.M)]
+    assert 1 <= first < epochs
+    epochs_run = [int(e) for e in re.findall(rf"^epoch (\d+)/{epochs}", log, re.M)]
     assert epochs_run[0] == first + 1, "the run starts after the saved epoch, redoing none"
-    assert epochs_run[-1] == EPOCHS
+    assert epochs_run[-1] == epochs
     metrics = json.loads((cluster / SSVAE).read_text())
     assert metrics["timing"]["resumed_from_epoch"] >= first
     assert comparable(metrics) == comparable(json.loads((local / SSVAE).read_text()))
@@ -91,29 +95,33 @@ def assert_resumed_to_the_uninterrupted_numbers(cluster: Path, local: Path) -> N
 def test_a_job_stopped_at_its_time_limit_is_retried_with_more_time_and_resumes(
     slurm_cluster, tmp_path
 ):
-    cluster, local = run_beside_an_uninterrupted_one(tmp_path, too_long_for_its_limit())
+    config = ssvae_only(LONG, runtime=1)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        uninterrupted = pool.submit(snakemake, tmp_path / "local", config, SSVAE)
+        cluster = run_on_the_cluster(tmp_path / "cluster", config)
+        uninterrupted.result()
     states = [job["state"] for job in training_jobs(cluster)]
     assert "TIMEOUT" in states and states.count("COMPLETED") == 1, states
-    assert_resumed_to_the_uninterrupted_numbers(cluster, local)
+    assert_resumed_to_the_uninterrupted_numbers(cluster, tmp_path / "local", LONG)
 
 
-def test_a_cancelled_training_job_is_retried_and_resumes(slurm_cluster, tmp_path):
-    config = too_long_for_its_limit()
-    config["ssvae"]["resources"]["ssvae_train"]["runtime"] = 10
-    cluster, local = run_beside_an_uninterrupted_one(
-        tmp_path, config, cancel_rule="ssvae_train", cancel_after=STATE
+def test_a_cancelled_training_job_is_retried_and_resumes(
+    slurm_cluster, uninterrupted_short, tmp_path
+):
+    cluster = run_on_the_cluster(
+        tmp_path, ssvae_only(SHORT, runtime=10), cancel_rule="ssvae_train", cancel_after=STATE
     )
     states = [job["state"] for job in training_jobs(cluster)]
     assert "CANCELLED" in states and states.count("COMPLETED") == 1, states
-    assert_resumed_to_the_uninterrupted_numbers(cluster, local)
+    assert_resumed_to_the_uninterrupted_numbers(cluster, uninterrupted_short, SHORT)
 
 
-def test_a_preempted_training_job_is_requeued_and_resumes_in_the_same_job(slurm_cluster, tmp_path):
-    config = too_long_for_its_limit()
-    config["ssvae"]["resources"]["ssvae_train"]["runtime"] = 10
-    cluster, local = run_beside_an_uninterrupted_one(
+def test_a_preempted_training_job_is_requeued_and_resumes_in_the_same_job(
+    slurm_cluster, uninterrupted_short, tmp_path
+):
+    cluster = run_on_the_cluster(
         tmp_path,
-        config,
+        ssvae_only(SHORT, runtime=10),
         cancel_rule="ssvae_train",
         cancel_after=STATE,
         cancel_command=("scontrol", "requeue"),
@@ -121,4 +129,4 @@ def test_a_preempted_training_job_is_requeued_and_resumes_in_the_same_job(slurm_
     jobs = training_jobs(cluster)
     assert [job["state"] for job in jobs] == ["COMPLETED"], "one job, requeued, no retry"
     assert harness.slurm_job(jobs[0]["id"])["Restarts"] == "1"
-    assert_resumed_to_the_uninterrupted_numbers(cluster, local)
+    assert_resumed_to_the_uninterrupted_numbers(cluster, uninterrupted_short, SHORT)

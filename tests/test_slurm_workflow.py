@@ -65,7 +65,7 @@ def config(tmp_path_factory) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def runs(slurm_cluster, config, tmp_path_factory) -> dict[str, Path]:
-    """The slice through the SLURM profile (GPU rules as 1-GPU jobs, sweep shards as an array)
+    """The slice through the SLURM profile (GPU rules as 1-GPU jobs)
     and, at the same time, with Snakemake's local scheduler (no SLURM, no GPUs)."""
     workdirs = {name: tmp_path_factory.mktemp(f"{name}-workflow") for name in ("slurm", "local")}
     with ThreadPoolExecutor(max_workers=1) as pool:
@@ -147,11 +147,12 @@ def test_gpu_jobs_that_ran_at_the_same_time_saw_distinct_gpus(cluster_run):
         assert a[3] != b[3], (a, b)
 
 
-def test_sweep_shards_ran_as_one_job_array(cluster_run):
+def test_sweep_shards_ran_as_jobs_of_their_own_not_as_an_array(cluster_run):
+    """Arrays stay off (profiles/slurm): a failing array task deletes other tasks' outputs."""
     records = [r for name, r in run_records(cluster_run).items() if name.startswith("sweep")]
     jobs = [harness.slurm_job(r["slurm_job_id"]) for r in records]
-    assert len({job["ArrayJobId"] for job in jobs}) == 1
-    assert len({job["ArrayTaskId"] for job in jobs}) == 2
+    assert len({job["JobId"] for job in jobs}) == 2
+    assert not any("ArrayJobId" in job for job in jobs)
 
 
 def test_cpu_rules_ran_as_cpu_jobs_without_a_gpu_and_local_rules_were_not_submitted(cluster_run):

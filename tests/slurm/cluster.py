@@ -159,6 +159,16 @@ def _node_idle() -> bool:
     return state.returncode == 0 and state.stdout.strip().startswith("idle")
 
 
+def answers() -> bool:
+    """A controller answers and the node is up (started by `up`, here or in another session)."""
+    return _run(["scontrol", "ping"]).stdout.count("UP") > 0 and _node_idle_or_busy()
+
+
+def _node_idle_or_busy() -> bool:
+    state = _run(["sinfo", "-h", "-o", "%T"]).stdout
+    return any(s in state for s in ("idle", "mixed", "allocated"))
+
+
 def up() -> dict[str, int]:
     """Install, configure and start the cluster; return the pids of the daemons started."""
     install()

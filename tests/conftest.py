@@ -95,3 +95,15 @@ def gpuflow(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 def run_gpuflow() -> Callable[..., subprocess.CompletedProcess[str]]:
     """`run_gpuflow(step, *args)` runs the CLI in a subprocess."""
     return gpuflow
+
+
+@pytest.fixture(scope="session")
+def finished_all(tmp_path_factory) -> Path:
+    """One undisturbed run of every family on `.test/all`, shared by the whole session.
+
+    Tests treat it as read-only: dry runs and reports may use it in place; anything that runs,
+    deletes or corrupts jobs works on a copy (shutil.copytree(..., symlinks=True)).
+    """
+    workdir = tmp_path_factory.mktemp("finished-all")
+    snakemake(workdir, tiny_config("all"))
+    return workdir

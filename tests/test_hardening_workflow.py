@@ -50,11 +50,9 @@ RERUN_OUTPUTS = [
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory) -> Path:
-    """An undisturbed run of every family."""
-    workdir = tmp_path_factory.mktemp("reference")
-    snakemake(workdir, TINY_ALL)
-    return workdir
+def reference(finished_all: Path) -> Path:
+    """An undisturbed run of every family (the session's shared run: copy it before changing it)."""
+    return finished_all
 
 
 # --- what a complete output looks like -------------------------------------------------------

@@ -17,61 +17,18 @@ import pytest
 
 from gpuflow.config import load_config, merge_config
 from gpuflow.settings import family_schema, keys_of_kind
-from tests.conftest import REPO, job_counts, snakemake
+from tests.conftest import REPO, job_counts, snakemake, tiny_config
 
 pytestmark = pytest.mark.workflow
 
 FAMILIES = ["fluency", "ssvae", "scaling", "sweep"]
-TINY = {
-    "families": FAMILIES,
-    "fluency": {
-        "texts": {"n_texts": 8, "max_words": 30, "seed": 3},
-        "lm": {
-            "train": {
-                "n_texts": 100, "steps": 5, "vocab_size": 300, "n_layer": 1, "n_embd": 16,
-                "n_head": 2, "n_positions": 64, "batch_size": 8, "seed": 3,
-            }
-        },
-        "perplexity": {"shards": 1, "token_budget": 1024},
-        "stats": {"n_bootstrap": 20, "n_bins": 2},
-    },
-    "ssvae": {
-        "grid": {"fractions": [0.1], "corruption_rates": [0.0], "alphas": [1], "seeds": [0]},
-        "model": {"hidden": 8, "latent": 2},
-        "train": {"epochs": 1, "batch_size": 1000, "labelled_batch_size": 50},
-    },
-    "scaling": {
-        "run": ["short"],
-        "world_sizes": [1, 2],
-        "configurations": {
-            "short": {
-                "data": {"corpus": "rotten_tomatoes", "n_train": 128, "n_val": 32},
-                "tokenizer": {"vocab_size": 200},
-                "model": {
-                    "d_model": 8, "n_heads": 2, "n_layers": 1, "ffn_dim": 16, "max_seq_len": 16,
-                },
-                "train": {"epochs": 2, "global_batch_size": 16},
-            }
-        },
-        "baseline": {"max_features": 200},
-    },
-    "sweep": {
-        "teacher_ranks": [2],
-        "student_widths": [4],
-        "n_seeds": 2,
-        "shard_size": 2,
-        "gd": {"max_steps": 200},
-        "gnc": {"max_guesses": 2000, "batch_size": 1024},
-    },
-}  # fmt: skip
+TINY = tiny_config("all")
 
 
 @pytest.fixture(scope="module")
-def finished(tmp_path_factory) -> Path:
-    """A finished run of every family; checks dry-run against it and must leave it finished."""
-    workdir = tmp_path_factory.mktemp("finished")
-    snakemake(workdir, TINY)
-    return workdir
+def finished(finished_all: Path) -> Path:
+    """The session's finished run of every family; checks dry-run against it and leave it so."""
+    return finished_all
 
 
 def effective_config() -> dict[str, Any]:
@@ -208,4 +165,4 @@ def test_a_forced_sweep_shard_computes_every_seed_again(finished, tmp_path):
     assert not (shard / "shard~0.progress.jsonl").exists(), "progress goes with the table"
     snakemake(workdir, TINY, f"{cell}/shard~0.csv", "--forcerun", "sweep_shard")
     record = json.loads((shard / "shard~0.run.json").read_text())
-    assert record["computed"] == [0, 1] and record["resumed"] == 0
+    assert record["computed"] == [0, 1, 2] and record["resumed"] == 0

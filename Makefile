@@ -27,8 +27,10 @@ run: $(STAMP)
 	snakemake --cores $(CORES)
 	snakemake --cores $(CORES) --report results/report.html
 
+# One pytest worker per core (tests/conftest.py groups them: the live-SLURM tests share one
+# worker and one cluster, each other module stays on one worker with its fixtures).
 test: $(STAMP)
-	pytest
+	pytest -n $(CORES) --dist loadgroup
 
 # Every CUDA path at paper sizes against references (tiny sizes on CPU): results/gpu_check.json.
 gpu-check: $(STAMP)

@@ -107,3 +107,20 @@ def finished_all(tmp_path_factory) -> Path:
     workdir = tmp_path_factory.mktemp("finished-all")
     snakemake(workdir, tiny_config("all"))
     return workdir
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Groups for `pytest -n N --dist loadgroup` (make test): tests that use the live SLURM
+    cluster run on one worker (one cluster per session), tests that use the shared finished
+    run on one worker (one run), and every other module's tests together (module fixtures run
+    once). Without pytest-xdist the marks do nothing.
+    """
+    for item in items:
+        if "slurm_cluster" in item.fixturenames:
+            group = "slurm"
+        elif "finished_all" in item.fixturenames:
+            group = "finished_all"
+        else:
+            group = item.module.__name__ if item.module else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group), append=False)

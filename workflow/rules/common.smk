@@ -35,6 +35,12 @@ def check_results_folder():
 
 check_results_folder()
 
+# Every job's telemetry sampler reads its interval from the environment (a runtime key: never a
+# param, so changing it re-runs nothing); cluster jobs re-parse this file and set it the same.
+os.environ["GPUFLOW_TELEMETRY_INTERVAL_S"] = str(config["telemetry"]["interval_s"])
+# The flag threshold changes only what reports say: a param of the report rules and no other.
+LOW_UTILISATION = config["telemetry"]["low_utilisation_percent"]
+
 # Inside a SLURM job, Snakemake ignores SLURM's stop warning (SIGUSR1, the profile's --signal),
 # which would end it: the gpuflow step it runs inherits that and installs its own handler.
 if "SLURM_JOB_ID" in os.environ:

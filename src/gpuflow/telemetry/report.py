@@ -1,0 +1,40 @@
+"""The telemetry section of each family's report: its arguments, and the section itself."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--telemetry DIR` (the family's results folder) and `--low-utilisation PERCENT`."""
+    parser.add_argument(
+        "--telemetry",
+        default=None,
+        help="folder whose jobs' telemetry files the report shows (omit: no such section)",
+    )
+    parser.add_argument(
+        "--low-utilisation",
+        type=float,
+        default=None,
+        help="flag jobs below this utilisation in percent (config telemetry."
+        "low_utilisation_percent; default: the schema's)",
+    )
+
+
+def threshold(value: float | None) -> float:
+    """The flag threshold: the given one, else the schema's default."""
+    if value is not None:
+        return value
+    from gpuflow.config import SCHEMA_DIR, load_schema
+
+    schema = load_schema(SCHEMA_DIR / "telemetry.schema.yaml")
+    return float(schema["properties"]["low_utilisation_percent"]["default"])
+
+
+def section(args: argparse.Namespace) -> str:
+    """The markdown section for the report, or '' without `--telemetry`."""
+    if args.telemetry is None:
+        return ""
+    from gpuflow.telemetry.tables import jobs_section
+
+    return "\n" + jobs_section(args.telemetry, threshold(args.low_utilisation))

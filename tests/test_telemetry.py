@@ -126,9 +126,7 @@ def recorded_job(tmp_path, name: str, wait_s: float, work_s: float, steps: int) 
     return json.loads(telemetry_path(out).read_text())
 
 
-def test_flags_name_data_loading_or_tiny_batches_from_the_jobs_own_timings(
-    tmp_path, monkeypatch
-):
+def test_flags_name_data_loading_or_tiny_batches_from_the_jobs_own_timings(tmp_path, monkeypatch):
     monkeypatch.setenv("GPUFLOW_TELEMETRY_INTERVAL_S", str(INTERVAL))
     loading = recorded_job(tmp_path, "loading", wait_s=0.05, work_s=0.005, steps=10)
     tiny = recorded_job(tmp_path, "tiny", wait_s=0.0, work_s=0.0001, steps=2000)

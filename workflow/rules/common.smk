@@ -12,6 +12,7 @@ from gpuflow.config import check_files_exist
 from gpuflow.modelref import check_model_reference
 from gpuflow.settings import schema_families, split_json
 from gpuflow.stopping import ignore_warning
+from gpuflow.telemetry.settings import telemetry_settings
 
 CONDA_ENV = "../../envs/gpuflow.yaml"
 
@@ -37,9 +38,11 @@ check_results_folder()
 
 # Every job's telemetry sampler reads its interval from the environment (a runtime key: never a
 # param, so changing it re-runs nothing); cluster jobs re-parse this file and set it the same.
-os.environ["GPUFLOW_TELEMETRY_INTERVAL_S"] = str(config["telemetry"]["interval_s"])
+# Workflows with a config schema of their own (the SLURM tests') get the schema's defaults.
+TELEMETRY = telemetry_settings(config.get("telemetry"))
+os.environ["GPUFLOW_TELEMETRY_INTERVAL_S"] = str(TELEMETRY["interval_s"])
 # The flag threshold changes only what reports say: a param of the report rules and no other.
-LOW_UTILISATION = config["telemetry"]["low_utilisation_percent"]
+LOW_UTILISATION = TELEMETRY["low_utilisation_percent"]
 
 # Inside a SLURM job, Snakemake ignores SLURM's stop warning (SIGUSR1, the profile's --signal),
 # which would end it: the gpuflow step it runs inherits that and installs its own handler.

@@ -58,10 +58,9 @@ def interval_s() -> float:
     value = os.environ.get(INTERVAL_ENV)
     if value:
         return float(value)
-    from gpuflow.config import SCHEMA_DIR, load_schema
+    from gpuflow.telemetry.settings import telemetry_settings
 
-    schema = load_schema(SCHEMA_DIR / "telemetry.schema.yaml")
-    return float(schema["properties"]["interval_s"]["default"])
+    return float(telemetry_settings()["interval_s"])
 
 
 def _tree_root() -> int:

@@ -25,10 +25,9 @@ def threshold(value: float | None) -> float:
     """The flag threshold: the given one, else the schema's default."""
     if value is not None:
         return value
-    from gpuflow.config import SCHEMA_DIR, load_schema
+    from gpuflow.telemetry.settings import telemetry_settings
 
-    schema = load_schema(SCHEMA_DIR / "telemetry.schema.yaml")
-    return float(schema["properties"]["low_utilisation_percent"]["default"])
+    return float(telemetry_settings()["low_utilisation_percent"])
 
 
 def section(args: argparse.Namespace) -> str:

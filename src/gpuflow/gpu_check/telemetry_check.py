@@ -18,7 +18,7 @@ from gpuflow.gpu_check.rows import CheckRow
 from gpuflow.telemetry.sampler import Sampler
 
 INTERVAL_S = 0.2
-BUSY_S = 3.0
+BUSY_S = {"cuda": 3.0, "cpu": 1.0}
 BUSY_PERCENT = 50
 
 
@@ -30,7 +30,7 @@ def _cuda_uuid(device: torch.device) -> str | None:
 def _busy(device: torch.device, size: int) -> int:
     """Matrix products on `device` for BUSY_S seconds; returns how many ran."""
     a = torch.randn(size, size, device=device)
-    count, end = 0, time.perf_counter() + BUSY_S
+    count, end = 0, time.perf_counter() + BUSY_S[device.type]
     while time.perf_counter() < end:
         for _ in range(10):
             a = torch.tanh(a @ a)
@@ -59,7 +59,7 @@ def _gpu_problems(gpu: dict[str, Any], device: torch.device) -> list[str]:
 
 
 def telemetry_row(devices: list[torch.device]) -> CheckRow:
-    """The sampler on this process while devices[0] computes for BUSY_S seconds."""
+    """The sampler on this process while devices[0] computes for a few seconds."""
     device = devices[0]
     sampler = Sampler(os.getpid(), INTERVAL_S, os.environ.get("CUDA_VISIBLE_DEVICES")).start()
     products = _busy(device, 4096 if device.type == "cuda" else 128)

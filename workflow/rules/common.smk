@@ -12,7 +12,7 @@ from gpuflow.config import check_files_exist
 from gpuflow.modelref import check_model_reference
 from gpuflow.settings import schema_families, split_json
 from gpuflow.stopping import ignore_warning
-from gpuflow.telemetry.settings import telemetry_settings
+from gpuflow.telemetry.settings import interval_environment, telemetry_settings
 
 CONDA_ENV = "../../envs/gpuflow.yaml"
 
@@ -40,7 +40,7 @@ check_results_folder()
 # param, so changing it re-runs nothing); cluster jobs re-parse this file and set it the same.
 # Workflows with a config schema of their own (the SLURM tests') get the schema's defaults.
 TELEMETRY = telemetry_settings(config.get("telemetry"))
-os.environ["GPUFLOW_TELEMETRY_INTERVAL_S"] = str(TELEMETRY["interval_s"])
+os.environ.update(interval_environment(TELEMETRY))
 # The flag threshold changes only what reports say: a param of the report rules and no other.
 LOW_UTILISATION = TELEMETRY["low_utilisation_percent"]
 
@@ -111,6 +111,11 @@ def rule_resources(family, rule_name):
             else {}
         ),
     }
+
+
+def output_folder(wildcards, output):
+    """The folder of a rule's first output (a param, e.g. where a report finds its jobs)."""
+    return os.path.dirname(output[0])
 
 
 def as_json(value):

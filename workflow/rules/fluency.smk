@@ -242,7 +242,7 @@ rule fluency_report:
     conda:
         CONDA_ENV
     params:
-        telemetry=FLUENCY_DIR,
+        telemetry=output_folder,
         low_utilisation=LOW_UTILISATION,
     shell:
         "gpuflow fluency-report --summary {input.summary:q}"

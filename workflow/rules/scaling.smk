@@ -265,7 +265,7 @@ rule scaling_report:
         settings=results_json(
             "scaling", {"efficiency_target": SCALING["efficiency_target"]}
         ),
-        telemetry=SCALING_DIR,
+        telemetry=output_folder,
         low_utilisation=LOW_UTILISATION,
     shell:
         "gpuflow scaling-report --summary {input.summary:q} --cost {input.cost:q}"

@@ -207,7 +207,7 @@ rule ssvae_report:
     conda:
         CONDA_ENV
     params:
-        telemetry=SSVAE_DIR,
+        telemetry=output_folder,
         low_utilisation=LOW_UTILISATION,
     shell:
         "gpuflow ssvae-report --runs {input.runs:q} --summary {input.summary:q}"

@@ -23,8 +23,8 @@ from gpuflow.atomic import write_json
 from gpuflow.errors import GpuflowError
 from gpuflow.stopping import Stopped
 from gpuflow.telemetry.sampler import Sampler
+from gpuflow.telemetry.settings import INTERVAL_ENV, telemetry_settings
 
-INTERVAL_ENV = "GPUFLOW_TELEMETRY_INTERVAL_S"
 SUFFIX = ".telemetry.json"
 
 
@@ -58,8 +58,6 @@ def interval_s() -> float:
     value = os.environ.get(INTERVAL_ENV)
     if value:
         return float(value)
-    from gpuflow.telemetry.settings import telemetry_settings
-
     return float(telemetry_settings()["interval_s"])
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from gpuflow.cli import main as gpuflow_main
 from gpuflow.telemetry.flags import flag, likely_reason
-from gpuflow.telemetry.job import job_telemetry, note, telemetry_path
+from gpuflow.telemetry.job import job_gpus, job_telemetry, note, telemetry_path
 from gpuflow.telemetry.nvml import Gpus
 from gpuflow.telemetry.sampler import Sampler
 from gpuflow.telemetry.tables import jobs_section
@@ -140,3 +140,11 @@ def test_flags_name_data_loading_or_tiny_batches_from_the_jobs_own_timings(tmp_p
     assert "| loading | finished |" in section
     assert "LOW: data loading" in section
     assert "2 jobs" in section
+
+
+def test_a_job_given_no_gpu_samples_none_though_nvml_may_see_the_nodes():
+    assert job_gpus({"CUDA_VISIBLE_DEVICES": "2,3", "SLURM_JOB_ID": "7"}) == "2,3"
+    assert job_gpus({}) is None  # by hand on a workstation: every GPU
+    assert job_gpus({"SLURM_JOB_ID": "7"}) == ""  # a CPU job on a GPU node
+    assert job_gpus({"SLURM_JOB_ID": "7", "SLURM_STEP_GPUS": "0"}) is None
+    assert job_gpus({"GPUFLOW_GPUS": "0"}) == ""

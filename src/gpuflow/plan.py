@@ -408,7 +408,7 @@ def telemetry_lines(rows: list[dict[str, Any]]) -> list[str]:
     """Per rule, what its earlier jobs used (from their telemetry files), flagged."""
     measured = [row for row in rows if row.get("telemetry", {}).get("jobs_measured")]
     if not measured:
-        return ["Earlier jobs: no telemetry files of these rules yet."]
+        return ["Earlier jobs: no telemetry files of these rules yet."] if rows else []
     lines = [
         "",
         f"{'earlier jobs of the rule':<28} {'jobs':>5} {'GPU-h used':>10} {'mean util':>12}  flag",

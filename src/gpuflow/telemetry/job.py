@@ -61,6 +61,21 @@ def interval_s() -> float:
     return float(telemetry_settings()["interval_s"])
 
 
+def job_gpus(environ: dict[str, str] | None = None) -> str | None:
+    """The job's GPUs for NVML: CUDA_VISIBLE_DEVICES; None (every GPU) only outside a SLURM job
+    and a GPU rule, as by hand on a workstation. A SLURM job without GPUs, or a rule asking for
+    none (GPUFLOW_GPUS=0), has none (''), though NVML may see the node's GPUs."""
+    env = os.environ if environ is None else environ
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return visible
+    if env.get("GPUFLOW_GPUS") == "0":
+        return ""
+    if "SLURM_JOB_ID" in env and not (env.get("SLURM_JOB_GPUS") or env.get("SLURM_STEP_GPUS")):
+        return ""
+    return None
+
+
 def _tree_root() -> int:
     return os.getppid() if "LOCAL_RANK" in os.environ else os.getpid()
 
@@ -80,8 +95,7 @@ def job_telemetry(outputs: list[Path]) -> Iterator[Job | None]:
     if not outputs or os.environ.get("RANK", "0") != "0":
         yield None
         return
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    job = Job(Sampler(_tree_root(), interval_s(), visible, _nodes()).start())
+    job = Job(Sampler(_tree_root(), interval_s(), job_gpus(), _nodes()).start())
     Job.active = job
     try:
         yield job

@@ -31,9 +31,11 @@ def threshold(value: float | None) -> float:
 
 
 def section(args: argparse.Namespace) -> str:
-    """The markdown section for the report, or '' without `--telemetry`."""
-    if args.telemetry is None:
+    """The markdown section for the report, or '' without `--telemetry` (or when a caller's
+    namespace lacks these arguments)."""
+    folder = getattr(args, "telemetry", None)
+    if folder is None:
         return ""
     from gpuflow.telemetry.tables import jobs_section
 
-    return "\n" + jobs_section(args.telemetry, threshold(args.low_utilisation))
+    return "\n" + jobs_section(folder, threshold(getattr(args, "low_utilisation", None)))

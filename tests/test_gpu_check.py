@@ -21,6 +21,7 @@ FAMILIES = (
     "scaling",
     "sweep",
     "locks",
+    "telemetry",
 )
 
 

@@ -71,7 +71,9 @@ def test_a_full_disk_is_one_line_naming_the_output_and_leaves_nothing(mounted, c
         f"gpuflow fluency-texts: error: {out}: cannot write the output (No space left on device)"
         " (expected a writable output folder with free space)"
     )
-    assert not any(p.is_file() for p in folder.rglob("*")), list(folder.rglob("*"))
+    written = [p for p in folder.rglob("*") if p.is_file()]
+    # no output; only the failed job's telemetry (gpuflow.telemetry), where it still fits
+    assert all(p.name.endswith(".telemetry.json") for p in written), written
 
 
 def test_a_read_only_folder_is_one_line_naming_the_output(mounted, capsys):

@@ -154,3 +154,20 @@ def test_rows_follow_the_order_rules_are_defined_in_through_includes(tmp_path):
     planned = plan_jobs(plan_of(tmp_path / "Snakefile", tmp_path))
     assert planned.rule_order == ["all", "first", "second", "third"]
     assert {job.rule for job in planned.jobs if job.local} == {"all", "second"}
+
+
+def test_the_plan_shows_what_earlier_jobs_of_a_rule_used_and_flags_low_use(
+    run_gpuflow, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("GPUFLOW_TELEMETRY_INTERVAL_S", "0.1")
+    earlier = tmp_path / "results" / "probe" / "gpu~7.json"  # a job of another grid
+    run_gpuflow("probe", "--hold", "2", "--out", str(earlier))  # mostly idle: low CPU use
+    recorded = json.loads(earlier.with_name("gpu~7.json.telemetry.json").read_text())
+    rows = plan(run_gpuflow, tmp_path)
+    seen = rows["probe_gpu"]["telemetry"]
+    assert seen["jobs_measured"] == 1 and seen["util_kind"] == "cpu"
+    assert seen["util_mean"] == pytest.approx(recorded["cpu"]["util_percent_mean"])
+    assert recorded["cpu"]["util_percent_mean"] < 50
+    assert seen["flag"] == "LOW: no timing of the job explains it"
+    assert seen["gpu_h_used"] == 0
+    assert rows["probe_cpu"]["telemetry"]["jobs_measured"] == 0

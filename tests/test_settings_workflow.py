@@ -144,6 +144,10 @@ RESULTS_CHANGES = [
     ),
     ({"scaling": {"efficiency_target": 0.5}}, {"scaling_report": 1, "all": 1}),
     (
+        {"telemetry": {"low_utilisation_percent": 10}},
+        {"fluency_report": 1, "ssvae_report": 1, "scaling_report": 1, "all": 1},
+    ),
+    (
         {"sweep": {"gd": {"lr": 0.25}}},
         {"sweep_shard": 1, "sweep_aggregate": 1, "sweep_figures": 1, "all": 1},
     ),
@@ -155,6 +159,60 @@ def test_changing_a_results_key_re_plans_exactly_the_jobs_that_use_it(finished, 
     changed = merge_config(copy.deepcopy(TINY), copy.deepcopy(change))
     result = snakemake(finished, changed, "-n")
     assert job_counts(result.stdout) == expected
+
+
+def test_changing_the_telemetry_interval_plans_no_job(finished):
+    changed = merge_config(copy.deepcopy(TINY), {"telemetry": {"interval_s": 2}})
+    result = snakemake(finished, changed, "-n")
+    assert "Nothing to be done" in result.stdout + result.stderr, result.stdout[-3000:]
+
+
+def run_records(value: Any) -> list[dict[str, Any]]:
+    """Every run record in a JSON value: a step's own (top level, or under `run_record`)."""
+    if not isinstance(value, dict):
+        return []
+    if {"host", "slurm_job_id", "telemetry"} <= value.keys():
+        return [value]
+    return run_records(value.get("run_record"))
+
+
+def test_every_job_records_cpu_use_and_peak_memory_and_the_reports_show_them(finished):
+    results = finished / "results"
+    records = {
+        str(path.relative_to(results)): record
+        for path in results.rglob("*.json")
+        if not path.name.endswith(".telemetry.json")
+        for record in run_records(json.loads(path.read_text()))
+    }
+    writers = {name.split("/")[0] for name in records}
+    assert writers == {"fluency", "ssvae", "scaling", "sweep"}, sorted(records)
+    assert len(records) >= 8, sorted(records)  # train/baseline per family, ppl, toxicity...
+    for name, record in records.items():
+        cpu = record["telemetry"]["cpu"]
+        assert cpu["cpu_seconds"] > 0 and cpu["util_percent_mean"] > 0, (name, cpu)
+        assert cpu["peak_rss_mb"] > 50, (name, cpu)  # every such step imports torch
+        assert record["telemetry"]["gpu"]["absent"].startswith("NVML init failed"), name
+    files = list(results.rglob("*.telemetry.json"))
+    for path in files:
+        summary = json.loads(path.read_text())
+        assert summary["status"] == "finished" and summary["interval_s"] == 0.5, path
+        assert summary["cpu"]["peak_rss_mb"] > 0, path
+    reports = {
+        "ssvae": results / "ssvae" / "summary.md",
+        "fluency": results / "fluency" / "summary.md",
+        "scaling": results / "scaling" / "performance_report.txt",
+    }
+    for family, report in reports.items():
+        text = report.read_text()
+        section = text[text.index("## Jobs: devices used") :]
+        folder = results / family
+        names = [
+            str(p.relative_to(folder))[: -len(".telemetry.json")]
+            for p in folder.rglob("*.telemetry.json")
+        ]
+        shown = [name for name in names if f"| {name} | finished |" in section]
+        assert len(shown) >= 2, (family, names, section)
+        assert "% cpu |" in section and " MB |" in section, section
 
 
 def test_a_forced_sweep_shard_computes_every_seed_again(finished, tmp_path):

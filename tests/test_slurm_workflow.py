@@ -9,6 +9,7 @@ show where and how it ran; its numbers must equal those of a local run of the sa
 from __future__ import annotations
 
 import json
+import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -118,6 +119,18 @@ def test_every_gpu_job_records_its_slurm_job_and_one_fake_gpu(cluster_run, local
         assert record["devices"] == ["cpu"], f"{name}: CPU torch runs the GPU rule on the CPU"
     for name, record in run_records(local_run).items():
         assert record["slurm_job_id"] is None, f"{name}: the local run ran outside SLURM"
+
+
+def test_every_gpu_job_on_the_cluster_recorded_its_telemetry(cluster_run):
+    for name, record in run_records(cluster_run).items():
+        telemetry, wanted = record["telemetry"], GPU_RESOURCES[name.split("~")[0]]
+        cpu = telemetry["cpu"]
+        assert cpu["cpu_seconds"] > 0 and cpu["peak_rss_mb"] > 50, (name, cpu)
+        # the job's allotment (SLURM_CPUS_ON_NODE), capped by the cores the node really has
+        cores = min(len(os.sched_getaffinity(0)), wanted["cpus_per_task"])
+        assert cpu["allotted_cores"] == cores, (name, cpu)
+        # the fake GPUs are device files without a driver: NVML says why there is no GPU part
+        assert telemetry["gpu"]["absent"].startswith("NVML init failed"), (name, telemetry)
 
 
 def test_gpu_jobs_were_submitted_with_one_gpu_their_cpus_per_gpu_and_memory(cluster_run):

@@ -4,6 +4,7 @@ saves its epoch, and the retry resumes there to the numbers of an uninterrupted 
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import time
@@ -79,4 +80,6 @@ def test_a_step_outside_a_loop_stops_at_once_with_one_line_and_writes_nothing(tm
     assert err.strip().splitlines() == [
         "gpuflow probe: error: stopped by SIGTERM before finishing (nothing saved)"
     ]
-    assert list(tmp_path.iterdir()) == []
+    telemetry = tmp_path / "record.json.telemetry.json"
+    assert [p.name for p in tmp_path.iterdir()] == [telemetry.name]  # no output, its telemetry
+    assert json.loads(telemetry.read_text())["status"] == "stopped"

@@ -20,6 +20,7 @@ from gpuflow.errors import WRITE_ERRNOS, GpuflowError
 from gpuflow.gpulock import gpus_for_this_process
 from gpuflow.outputlock import exclusive_outputs, locks_this_process, step_outputs
 from gpuflow.stopping import install as install_stop_handlers
+from gpuflow.telemetry.job import job_telemetry
 
 
 def step_modules() -> Iterator[ModuleType]:
@@ -47,14 +48,16 @@ def main(argv: list[str] | None = None) -> int:
     cleanly (gpuflow.stopping). The step holds the lock of each of its outputs
     (gpuflow.outputlock) while it runs, so a second run of the same job fails at once. When the
     step needs device locks (whole-node mode, see gpuflow.gpulock) they are taken here, before
-    the step imports torch.
+    the step imports torch. A sampler thread records the job's GPU and CPU use while it runs
+    (gpuflow.telemetry.job), started after the device locks set CUDA_VISIBLE_DEVICES.
     """
     args = build_parser().parse_args(argv)
     install_stop_handlers()
     outputs = step_outputs(args) if locks_this_process() else []
     try:
-        with exclusive_outputs(outputs), gpus_for_this_process():
-            return int(args.run(args) or 0)
+        with exclusive_outputs(outputs), gpus_for_this_process(), job_telemetry(outputs) as job:
+            code = int(args.run(args) or 0)
+            return job.finish(code) if job is not None else code
     except GpuflowError as error:
         print(f"gpuflow {args.step}: error: {error}", file=sys.stderr)
         return 2

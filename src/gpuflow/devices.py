@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from gpuflow.errors import ConfigError
+from gpuflow.telemetry.job import current as telemetry_so_far
 
 DEVICE_CHOICES = ("auto", "cuda", "cpu")
 
@@ -37,13 +38,15 @@ def threads_per_worker(n_workers: int) -> int:
 
 
 def run_record(devices: list[torch.device] | None = None) -> dict[str, Any]:
-    """Where this job ran: host, SLURM job, visible GPUs and the devices used."""
+    """Where this job ran: host, SLURM job, visible GPUs and the devices used, and its
+    telemetry up to now (GPU and CPU use; None in a process that does not sample)."""
     used = devices or []
     return {
         "host": socket.gethostname(),
         "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "devices": [describe_device(d) for d in used],
+        "telemetry": telemetry_so_far(),
     }
 
 

@@ -7,6 +7,10 @@ per chunk) and node-hours if jobs are packed `--gpus-per-node` GPUs to a node; t
 why each job would run: its outputs are missing, left incomplete by a killed or failed job (the
 part a re-run after a partial failure redoes), changed, or downstream of those.
 
+Beside it, per rule, what earlier jobs of the rule used (their telemetry files,
+`<output>.telemetry.json`, any wildcard values): GPU-hours, mean utilisation, and the flag of
+rules below config `telemetry.low_utilisation_percent` with the most likely reason.
+
 Expected time per job comes from earlier `benchmark:` files of the same rule (any wildcard
 values), scaled by size-like numeric wildcards (SIZE_WILDCARDS) when the job's value differs;
 without benchmarks, the rule's `runtime`. Benchmarks measure the machine they ran on.
@@ -192,15 +196,17 @@ def plan_jobs(args: argparse.Namespace) -> Planned:
 
 
 def benchmark_pattern(job: Job) -> tuple[str, re.Pattern[str]] | None:
-    """A glob over the rule's benchmark files (any wildcard values) and a regex reading them.
+    """A glob over the rule's benchmark files (any wildcard values) and a regex reading them."""
+    return wildcard_pattern(job.benchmark, job.wildcards) if job.benchmark else None
+
+
+def wildcard_pattern(path: str, wildcards: dict[str, str]) -> tuple[str, re.Pattern[str]]:
+    """A glob over `path` for any wildcard values, and a regex reading them back.
 
     Wildcards appear as `name~value` (Paramspace style) or as a value found once in the path.
     """
-    path = job.benchmark
-    if not path:
-        return None
     pattern, regex = path, re.escape(path)
-    for name, value in job.wildcards.items():
+    for name, value in wildcards.items():
         token = f"{name}~{value}"
         if path.count(token) == 1:
             old, prefix = token, f"{name}~"
@@ -268,8 +274,39 @@ class Benchmarks:
         return sum(scaled) / len(scaled) / 3600, True
 
 
+class Telemetry:
+    """Earlier jobs' telemetry files per rule, read once."""
+
+    def __init__(self, directory: str, threshold: float):
+        self.directory = Path(directory)
+        self.threshold = threshold
+        self.cache: dict[str, dict[str, Any]] = {}
+
+    def of_rule(self, job: Job) -> dict[str, Any]:
+        """GPU-hours used, mean utilisation and flag of the rule's earlier jobs."""
+        from gpuflow.telemetry.job import SUFFIX
+        from gpuflow.telemetry.tables import read_file, rule_summary
+
+        if job.rule not in self.cache:
+            paths = {
+                name
+                for output in job.output
+                for name in glob.glob(
+                    str(self.directory / (wildcard_pattern(output, job.wildcards)[0] + SUFFIX))
+                )
+            }
+            summaries = [s for s in map(read_file, sorted(paths)) if s is not None]
+            self.cache[job.rule] = rule_summary(summaries, self.threshold)
+        return self.cache[job.rule]
+
+
 def summarise(
-    jobs: list[Job], benchmarks: Benchmarks, arrays: set[str], array_limit: int, per_node: int
+    jobs: list[Job],
+    benchmarks: Benchmarks,
+    arrays: set[str],
+    array_limit: int,
+    per_node: int,
+    telemetry: Telemetry | None = None,
 ) -> list[dict[str, Any]]:
     """One row per rule with counts, hours and submissions."""
     rows: dict[str, dict[str, Any]] = {}
@@ -310,6 +347,10 @@ def summarise(
             else n
         )
         row["node_h"] = row["gpu_h_expected"] / per_node
+    if telemetry is not None:
+        for job in jobs:
+            if job.rule in rows:
+                rows[job.rule].setdefault("telemetry", telemetry.of_rule(job))
     return list(rows.values())
 
 
@@ -352,6 +393,7 @@ def render(rows: list[dict[str, Any]], per_node: int, seconds: float) -> str:
         "r = the rule's runtime (first attempt). GPU-h req = GPUs x runtime; node-h = expected",
         f"GPU-hours / {per_node} GPUs per node. sbatch: job arrays count once per chunk.",
     ]
+    lines += telemetry_lines(rows)
     resume = sum(row["why"].get(k, 0) for row in rows for k in ("missing", "incomplete"))
     incomplete = sum(row["why"].get("incomplete", 0) for row in rows)
     lines.append(
@@ -360,6 +402,26 @@ def render(rows: list[dict[str, Any]], per_node: int, seconds: float) -> str:
         f"Plan made in {seconds:.1f} s."
     )
     return "\n".join(lines)
+
+
+def telemetry_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """Per rule, what its earlier jobs used (from their telemetry files), flagged."""
+    measured = [row for row in rows if row.get("telemetry", {}).get("jobs_measured")]
+    if not measured:
+        return ["Earlier jobs: no telemetry files of these rules yet."] if rows else []
+    lines = [
+        "",
+        f"{'earlier jobs of the rule':<28} {'jobs':>5} {'GPU-h used':>10} {'mean util':>12}  flag",
+    ]
+    for row in measured:
+        seen = row["telemetry"]
+        util = seen["util_mean"]
+        shown = "-" if util is None else f"{util:.0f}% {seen['util_kind']}"
+        lines.append(
+            f"{row['rule']:<28} {seen['jobs_measured']:>5} {hours(seen['gpu_h_used']):>10} "
+            f"{shown:>12}  {seen['flag'] or 'ok'}"
+        )
+    return [*lines, ""]
 
 
 def main(args: argparse.Namespace) -> None:
@@ -372,6 +434,7 @@ def main(args: argparse.Namespace) -> None:
         planned.array_rules,
         planned.array_limit,
         args.gpus_per_node,
+        Telemetry(args.directory, low_utilisation(planned.config)),
     )
     order = {name: index for index, name in enumerate(planned.rule_order)}
     rows.sort(key=lambda row: (order.get(row["rule"], len(order)), row["rule"]))
@@ -382,6 +445,13 @@ def main(args: argparse.Namespace) -> None:
         print(render(rows, args.gpus_per_node, time.monotonic() - started))
         if placement:
             print(f"Perplexity placement: {placement}")
+
+
+def low_utilisation(config: dict[str, Any]) -> float:
+    """The flag threshold of the planned workflow's config, else the schema's default."""
+    from gpuflow.telemetry.settings import telemetry_settings
+
+    return float(telemetry_settings(config.get("telemetry"))["low_utilisation_percent"])
 
 
 def perplexity_placement(config: dict[str, Any]) -> str | None:

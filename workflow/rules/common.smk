@@ -12,6 +12,7 @@ from gpuflow.config import check_files_exist
 from gpuflow.modelref import check_model_reference
 from gpuflow.settings import schema_families, split_json
 from gpuflow.stopping import ignore_warning
+from gpuflow.telemetry.settings import interval_environment, telemetry_settings
 
 CONDA_ENV = "../../envs/gpuflow.yaml"
 
@@ -34,6 +35,14 @@ def check_results_folder():
 
 
 check_results_folder()
+
+# Every job's telemetry sampler reads its interval from the environment (a runtime key: never a
+# param, so changing it re-runs nothing); cluster jobs re-parse this file and set it the same.
+# Workflows with a config schema of their own (the SLURM tests') get the schema's defaults.
+TELEMETRY = telemetry_settings(config.get("telemetry"))
+os.environ.update(interval_environment(TELEMETRY))
+# The flag threshold changes only what reports say: a param of the report rules and no other.
+LOW_UTILISATION = TELEMETRY["low_utilisation_percent"]
 
 # Inside a SLURM job, Snakemake ignores SLURM's stop warning (SIGUSR1, the profile's --signal),
 # which would end it: the gpuflow step it runs inherits that and installs its own handler.
@@ -102,6 +111,11 @@ def rule_resources(family, rule_name):
             else {}
         ),
     }
+
+
+def output_folder(wildcards, output):
+    """The folder of a rule's first output (a param, e.g. where a report finds its jobs)."""
+    return os.path.dirname(output[0])
 
 
 def as_json(value):

@@ -241,7 +241,11 @@ rule fluency_report:
         f"{FLUENCY_DIR}/logs/report.log",
     conda:
         CONDA_ENV
+    params:
+        telemetry=output_folder,
+        low_utilisation=LOW_UTILISATION,
     shell:
         "gpuflow fluency-report --summary {input.summary:q}"
         " --correlations {input.correlations:q} --binned {input.binned:q}"
+        " --telemetry {params.telemetry:q} --low-utilisation {params.low_utilisation}"
         " --out {output.report:q} > {log:q} 2>&1"

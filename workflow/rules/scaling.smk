@@ -265,6 +265,9 @@ rule scaling_report:
         settings=results_json(
             "scaling", {"efficiency_target": SCALING["efficiency_target"]}
         ),
+        telemetry=output_folder,
+        low_utilisation=LOW_UTILISATION,
     shell:
         "gpuflow scaling-report --summary {input.summary:q} --cost {input.cost:q}"
+        " --telemetry {params.telemetry:q} --low-utilisation {params.low_utilisation}"
         " --settings {params.settings} --out {output.report:q} > {log:q} 2>&1"

@@ -206,6 +206,10 @@ rule ssvae_report:
         f"{SSVAE_DIR}/logs/report.log",
     conda:
         CONDA_ENV
+    params:
+        telemetry=output_folder,
+        low_utilisation=LOW_UTILISATION,
     shell:
         "gpuflow ssvae-report --runs {input.runs:q} --summary {input.summary:q}"
+        " --telemetry {params.telemetry:q} --low-utilisation {params.low_utilisation}"
         " --out {output.report:q} > {log:q} 2>&1"

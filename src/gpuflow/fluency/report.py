@@ -17,6 +17,7 @@ import pandas as pd
 from gpuflow.atomic import write_text
 from gpuflow.errors import DataError
 from gpuflow.fluency.stats import BINNED_COLUMNS, CORRELATION_COLUMNS, OVERALL
+from gpuflow.telemetry.report import section as telemetry_section
 
 SUMMARY_KEYS = (
     "model",
@@ -340,6 +341,6 @@ def main(args: argparse.Namespace) -> int:
     binned = read_table(args.binned, BINNED_COLUMNS)
     if table.empty:
         raise DataError(args.correlations, "no rows", expected="fluency-stats output")
-    write_text(args.out, build_report(summary, table, binned))
+    write_text(args.out, build_report(summary, table, binned) + telemetry_section(args))
     print(f"wrote {args.out}", flush=True)
     return 0

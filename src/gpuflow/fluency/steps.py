@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from gpuflow.registry import add_settings_arguments, lazy
+from gpuflow.telemetry.report import add_arguments as add_telemetry_arguments
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -71,4 +72,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     report.add_argument("--correlations", required=True)
     report.add_argument("--binned", required=True)
     report.add_argument("--out", required=True)
+    add_telemetry_arguments(report)
     report.set_defaults(run=lazy("gpuflow.fluency.report:main"))

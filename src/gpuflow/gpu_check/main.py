@@ -21,6 +21,7 @@ from gpuflow.gpu_check.scaling_check import scaling_rows
 from gpuflow.gpu_check.sizes import CheckSizes, full_sizes, tiny_sizes
 from gpuflow.gpu_check.ssvae_check import ssvae_rows
 from gpuflow.gpu_check.sweep_check import sweep_row
+from gpuflow.gpu_check.telemetry_check import telemetry_row
 
 
 def checked(name: str, section: Callable[[], list[CheckRow]]) -> list[CheckRow]:
@@ -59,6 +60,7 @@ def run_checks(
     rows += checked("sweep", lambda: [sweep_row(sizes.sweep, devices)])
     pool = [str(i) for i in range(len(devices))]
     rows += checked("gpu locks", lambda: [lock_row(folder, pool, on_gpu)])
+    rows += checked("telemetry", lambda: [telemetry_row(devices)])
     return rows
 
 

@@ -15,6 +15,7 @@ import pandas as pd
 
 from gpuflow.atomic import write_text
 from gpuflow.settings import family_settings
+from gpuflow.telemetry.report import section as telemetry_section
 
 DDP = "transformer-ddp"
 COMM_MINOR = 0.10  # below this share of epoch time, communication is not worth optimising
@@ -331,6 +332,6 @@ def main(args: argparse.Namespace) -> None:
     summary = pd.read_csv(args.summary)
     cost = pd.read_csv(args.cost)
     target = family_settings("scaling", args.settings)["efficiency_target"]
-    text = build_report(summary, cost, target)
+    text = build_report(summary, cost, target) + telemetry_section(args)
     write_text(args.out, text)
     print(text)

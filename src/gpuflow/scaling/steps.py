@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from gpuflow.registry import add_settings_arguments, lazy
+from gpuflow.telemetry.report import add_arguments as add_telemetry_arguments
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -77,4 +78,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     report.add_argument("--cost", required=True)
     add_settings_arguments(report, "scaling")
     report.add_argument("--out", required=True, help="performance_report.txt")
+    add_telemetry_arguments(report)
     report.set_defaults(run=lazy("gpuflow.scaling.report:main"))

@@ -36,6 +36,7 @@ from gpuflow.settings import family_schema, family_settings, select
 from gpuflow.stopping import defer as defer_stop
 from gpuflow.stopping import requested as stop_requested
 from gpuflow.stopping import stop_if_requested
+from gpuflow.telemetry.job import note
 
 
 @dataclass(frozen=True)
@@ -327,7 +328,9 @@ class Trainer:
         static = self.settings["ddp"]["static_graph"]
         distributed.barrier(ctx)
         start, cpu_start = time.perf_counter(), time.process_time()
+        data_wait, mark = 0.0, start
         for index, batch in enumerate(self.loader):
+            data_wait += time.perf_counter() - mark
             batch = move(batch, ctx.device)
             last_micro = (index + 1) % plan.accumulation_steps == 0
             # static_graph asserts on a first iteration under no_sync: synchronise that one.
@@ -345,6 +348,7 @@ class Trainer:
                 self.scaler.update()
                 self.optimizer.zero_grad(set_to_none=True)
                 self.scheduler.step()
+            mark = time.perf_counter()
         distributed.barrier(ctx)
         seconds = time.perf_counter() - start
         cpu = time.process_time() - cpu_start
@@ -355,6 +359,7 @@ class Trainer:
             "epoch": epoch + 1,
             "measured": epoch >= self.settings["warmup_epochs"],
             "train_seconds": seconds,
+            "data_wait_seconds": data_wait,
             "cpu_seconds_per_process": sums[2] / ctx.world_size,
             "optimizer_steps": self.steps_per_epoch,
             "samples": self.n_used,
@@ -406,10 +411,27 @@ class Trainer:
             )
         return self.history
 
+    def note_timings(self) -> None:
+        """The job's own timings for its telemetry flags (gpuflow.telemetry.flags): seconds rank
+        0 waited for batches, the exposed communication share of a step, the step time."""
+        epochs = [e for e in self.history if e["measured"]] or self.history
+        steps = sum(e["optimizer_steps"] for e in epochs)
+        if not steps:
+            return
+        step_ms = 1000 * sum(e["train_seconds"] for e in epochs) / steps
+        exposed_ms = sum(e["comm_exposed_ms"] for e in epochs) / len(epochs)
+        note(
+            data_wait_s=sum(e.get("data_wait_seconds", 0.0) for e in self.history),
+            comm_exposed_share=min(1.0, exposed_ms / step_ms) if step_ms else 0.0,
+            step_s=step_ms / 1000,
+            batch_size=self.plan.per_gpu_batch_size,
+        )
+
     def result(self) -> dict[str, Any]:
         """The run's JSON record: set-up, batch sizes, model size and every epoch."""
         ctx, plan, ddp = self.ctx, self.plan, self.settings["ddp"]
         bytes_per_element = 2 if ddp["compression"] != "none" else 4
+        self.note_timings()
         ranks: list[Any] = [None] * ctx.world_size
         dist.all_gather_object(ranks, {"rank": ctx.rank, **run_record([ctx.device])})
         return {

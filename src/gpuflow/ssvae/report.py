@@ -7,6 +7,7 @@ import argparse
 import pandas as pd
 
 from gpuflow.atomic import write_text
+from gpuflow.telemetry.report import section as telemetry_section
 
 # Kingma, Rezende, Mohamed, Welling (2014), Table 1: M2 test error (%) on MNIST, 60,000 training.
 KINGMA_M2_ERROR = {100: (11.97, 1.71), 600: (4.94, 0.13), 1000: (3.60, 0.56), 3000: (3.92, 0.63)}
@@ -131,5 +132,5 @@ def summary_markdown(runs: pd.DataFrame, summary: pd.DataFrame) -> str:
 def main(args: argparse.Namespace) -> None:
     """`gpuflow ssvae-report`."""
     runs, summary = pd.read_csv(args.runs), pd.read_csv(args.summary)
-    write_text(args.out, summary_markdown(runs, summary))
+    write_text(args.out, summary_markdown(runs, summary) + telemetry_section(args))
     print(f"wrote {args.out}")

@@ -33,6 +33,7 @@ from gpuflow.ssvae.labels import LabelSplit, split_labels
 from gpuflow.ssvae.model import StackedClassifier, StackedM2
 from gpuflow.stopping import defer as defer_stop
 from gpuflow.stopping import stop_if_requested
+from gpuflow.telemetry.job import note as note_timings
 
 INIT_STREAM, ORDER_STREAM, NOISE_STREAM, EVAL_STREAM = 3, 4, 5, 6
 
@@ -166,6 +167,7 @@ class StackTrainer:
         self.epoch = 0
         self.curve: list[list[dict[str, Any]]] = [[] for _ in runs]
         self.train_time_s = 0.0
+        self.data_wait_s = 0.0  # this process only (host time waiting for the next batch)
 
     # --- state -------------------------------------------------------------------------
     def state(self, fingerprint: str) -> dict[str, Any]:
@@ -218,8 +220,11 @@ class StackTrainer:
         indices = epoch_indices(self.index, self.plan, self.order_rng, unlabelled=self.m2)
         self.model.train()
         sums = torch.zeros(4, len(self.runs), device=self.device)
+        mark = time.perf_counter()
         for batch in self.batches.epoch(indices, self.plan):
+            self.data_wait_s += time.perf_counter() - mark
             sums += self.train_step(batch)
+            mark = time.perf_counter()
         means = (sums / self.plan.steps).cpu().numpy()
         self.epoch += 1
         return dict(
@@ -400,6 +405,11 @@ def write_metrics(
 ) -> list[dict[str, Any]]:
     examples = trainer.examples_per_epoch() * trainer.epoch
     per_run_rate = examples / trainer.train_time_s if trainer.train_time_s else None
+    note_timings(
+        data_wait_s=trainer.data_wait_s,
+        step_s=trainer.train_time_s / max(1, trainer.epoch * trainer.plan.steps),
+        batch_size=trainer.plan.unlabelled_batch,
+    )
     record = run_record(devices)
     written = []
     for r, (run, out) in enumerate(zip(runs, outs, strict=True)):

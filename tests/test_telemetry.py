@@ -1,0 +1,150 @@
+"""Telemetry of every job, on real processes: the sampler counts a busy child's CPU time and a
+child's allocation in peak RSS; without NVML the GPU part says why; every step run through
+`gpuflow` leaves `<first output>.telemetry.json` (finished or failed) and holds its summary in
+its run record; the flags read real recorded numbers."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from gpuflow.cli import main as gpuflow_main
+from gpuflow.telemetry.flags import flag, likely_reason
+from gpuflow.telemetry.job import job_gpus, job_telemetry, note, telemetry_path
+from gpuflow.telemetry.nvml import Gpus
+from gpuflow.telemetry.sampler import Sampler
+from gpuflow.telemetry.tables import jobs_section
+
+INTERVAL = 0.05
+BUSY_CPU_S = 0.6
+ALLOCATED_MB = 200
+
+BUSY_CHILD = f"""
+import time
+while time.process_time() < {BUSY_CPU_S}:
+    pass
+time.sleep(0.3)
+"""
+ALLOCATING_CHILD = f"""
+import time
+block = b"x" * ({ALLOCATED_MB} * 1024 * 1024)
+time.sleep(0.5)
+"""
+
+
+def sampled(code: str) -> dict:
+    """The summary of a sampler on this process while a child runs `code` to its end."""
+    sampler = Sampler(os.getpid(), INTERVAL, None).start()
+    subprocess.run([sys.executable, "-c", code], check=True)
+    sampler.stop()
+    return sampler.summary()
+
+
+def test_the_cpu_time_of_a_busy_child_process_is_counted():
+    summary = sampled(BUSY_CHILD)
+    cpu = summary["cpu"]
+    # The child burns BUSY_CPU_S of CPU, then idles while the sampler takes its last look;
+    # this process waits meanwhile. Start-up of the child's interpreter adds a little.
+    assert 0.9 * BUSY_CPU_S <= cpu["cpu_seconds"] <= BUSY_CPU_S + 0.4, cpu
+    assert cpu["cores_busy_mean"] == pytest.approx(cpu["cpu_seconds"] / summary["wall_s"])
+    assert cpu["util_percent_mean"] == pytest.approx(
+        100 * cpu["cores_busy_mean"] / cpu["allotted_cores"]
+    )
+    assert cpu["peak_processes"] == 2
+
+
+def test_peak_rss_holds_a_child_process_allocation():
+    before = psutil.Process().memory_info().rss / 2**20
+    summary = sampled(ALLOCATING_CHILD)
+    grown = summary["cpu"]["peak_rss_mb"] - before
+    # the child's interpreter itself takes ~10 MB besides the block
+    assert 0.95 * ALLOCATED_MB <= grown <= ALLOCATED_MB + 60, grown
+
+
+def test_without_nvml_the_gpu_part_says_why_it_is_absent():
+    gpus = Gpus(os.environ.get("CUDA_VISIBLE_DEVICES"))
+    assert gpus.absent is not None and gpus.absent.startswith("NVML init failed: ")
+    assert gpus.devices == []
+    summary = gpus.summary(wall_s=10.0, nodes=1)
+    assert summary == {"absent": gpus.absent, "count": 0, "gpu_hours": 0.0}
+
+
+def test_a_step_writes_its_telemetry_file_and_run_record(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("GPUFLOW_TELEMETRY_INTERVAL_S", str(INTERVAL))
+    out = tmp_path / "record.json"
+    assert gpuflow_main(["probe", "--out", str(out), "--hold", "0.3"]) == 0
+    telemetry = json.loads(telemetry_path(out).read_text())
+    assert telemetry["status"] == "finished"
+    assert telemetry["interval_s"] == INTERVAL
+    assert telemetry["samples"] >= 3
+    assert telemetry["cpu"]["peak_rss_mb"] > 50  # the step imported torch
+    assert telemetry["gpu"]["absent"].startswith("NVML init failed")
+    record = json.loads(out.read_text())
+    assert record["telemetry"]["status"] == "running"  # the record is written mid-step
+    assert record["telemetry"]["cpu"]["util_percent_mean"] >= 0
+
+
+def test_a_failed_step_records_its_telemetry_too(tmp_path, capsys):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("id,text\n1,fine\n2,\n")
+    out = tmp_path / "texts.csv"
+    files = {"texts": {"source": "files", "files": [str(bad)], "id_column": "id"}}
+    argv = ["fluency-texts", "--settings", json.dumps(files), "--out", str(out)]
+    assert gpuflow_main(argv) == 2
+    assert json.loads(telemetry_path(out).read_text())["status"].startswith("failed")
+    assert not out.exists()
+
+
+def test_only_rank_0_of_a_torchrun_job_samples(tmp_path, monkeypatch):
+    monkeypatch.setenv("RANK", "1")
+    with job_telemetry([tmp_path / "out.json"]) as job:
+        assert job is None
+    assert not telemetry_path(tmp_path / "out.json").exists()
+
+
+def recorded_job(tmp_path, name: str, wait_s: float, work_s: float, steps: int) -> dict:
+    """A real job of `steps` steps that waits `wait_s` for each batch and computes `work_s`,
+    noting its measured waiting time and step time as the steps do."""
+    out = tmp_path / name
+    with job_telemetry([out]):
+        waited, started = 0.0, time.perf_counter()
+        for _ in range(steps):
+            if wait_s:
+                mark = time.perf_counter()
+                time.sleep(wait_s)
+                waited += time.perf_counter() - mark
+            end = time.perf_counter() + work_s
+            while time.perf_counter() < end:
+                pass
+        note(data_wait_s=waited, step_s=(time.perf_counter() - started) / steps, batch_size=4)
+    return json.loads(telemetry_path(out).read_text())
+
+
+def test_flags_name_data_loading_or_tiny_batches_from_the_jobs_own_timings(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUFLOW_TELEMETRY_INTERVAL_S", str(INTERVAL))
+    loading = recorded_job(tmp_path, "loading", wait_s=0.05, work_s=0.005, steps=10)
+    tiny = recorded_job(tmp_path, "tiny", wait_s=0.0, work_s=0.0001, steps=2000)
+    assert loading["cpu"]["util_percent_mean"] < 50
+    reason = likely_reason(loading)
+    assert reason.startswith("data loading (") and "% of the time)" in reason
+    assert flag(loading, 50) == f"LOW: {reason}"
+    assert flag(loading, 0) == ""
+    assert likely_reason(tiny).startswith("tiny batches (batches of 4, ")
+    section = jobs_section(tmp_path, 50)
+    assert "| loading | finished |" in section
+    assert "LOW: data loading" in section
+    assert "2 jobs" in section
+
+
+def test_a_job_given_no_gpu_samples_none_though_nvml_may_see_the_nodes():
+    assert job_gpus({"CUDA_VISIBLE_DEVICES": "2,3", "SLURM_JOB_ID": "7"}) == "2,3"
+    assert job_gpus({}) is None  # by hand on a workstation: every GPU
+    assert job_gpus({"SLURM_JOB_ID": "7"}) == ""  # a CPU job on a GPU node
+    assert job_gpus({"SLURM_JOB_ID": "7", "SLURM_STEP_GPUS": "0"}) is None
+    assert job_gpus({"GPUFLOW_GPUS": "0"}) == ""

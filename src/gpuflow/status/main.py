@@ -1,0 +1,73 @@
+"""`gpuflow status`: read the run once (or every `--watch` seconds) and print it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from gpuflow.plan import plan_jobs
+from gpuflow.status.collect import SLURM_QUEUED, SLURM_RUNNING, Seen, collect
+from gpuflow.status.report import as_dict, render
+from gpuflow.status.slurm import run_jobs
+from gpuflow.status.snakemake_files import (
+    failed_jobs,
+    holds_locks,
+    incomplete_markers,
+    latest_run_log,
+    snakemake_alive,
+)
+
+CLEAR = "\x1b[H\x1b[2J"
+
+
+def read_status(args: argparse.Namespace) -> dict[str, Any]:
+    """Every job of the targets with its state, from the DAG, `.snakemake/` and SLURM.
+
+    A run is active while Snakemake's locks are there and a Snakemake process works in the
+    directory on this host, or SLURM still runs or queues a job of it (locks alone may be
+    left by a killed run).
+    """
+    planned = plan_jobs(args, every_job=True)
+    directory = Path(args.directory)
+    slurm = run_jobs(directory)
+    busy = any(job.state in SLURM_RUNNING | SLURM_QUEUED for job in slurm.values())
+    seen = Seen(
+        directory=directory,
+        markers=incomplete_markers(directory),
+        slurm=slurm,
+        failed=failed_jobs(latest_run_log(directory)),
+        run_active=holds_locks(directory) and (busy or snakemake_alive(directory)),
+    )
+    return as_dict(collect(planned, seen), planned.rule_order, seen)
+
+
+def show(args: argparse.Namespace) -> None:
+    """Print the status once: JSON, or the tables (cleared in place on a terminal with --watch)."""
+    started = time.monotonic()
+    status = read_status(args)
+    if args.json:
+        print(json.dumps(status, indent=2), flush=True)
+        return
+    text = render(status, time.monotonic() - started)
+    if args.watch is not None and sys.stdout.isatty():
+        text = CLEAR + text
+    elif args.watch is not None:
+        text += "\n"
+    print(text, flush=True)
+
+
+def main(args: argparse.Namespace) -> None:
+    """`gpuflow status [--json] [--watch [SECONDS]]` (Ctrl-C ends --watch)."""
+    show(args)
+    if args.watch is None:
+        return
+    try:
+        while True:
+            time.sleep(args.watch)
+            show(args)
+    except KeyboardInterrupt:
+        pass

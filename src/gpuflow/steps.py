@@ -76,6 +76,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     probe.add_argument("--seed", type=int, default=0, help="seed of the recorded computation")
     probe.set_defaults(run=lazy("gpuflow.probe:main"))
 
+    tables = subparsers.add_parser(
+        "report-tables", help="a family's summary CSV tables as one HTML page for the report"
+    )
+    tables.add_argument("--csv", nargs="+", required=True, help="CSV tables, in page order")
+    tables.add_argument("--title", required=True, help="heading of the page")
+    tables.add_argument("--out", required=True, help="HTML file to write")
+    tables.set_defaults(run=lazy("gpuflow.report_tables:main"))
+
     config_doc = subparsers.add_parser(
         "config-doc",
         help="write config/README.md from the schema, the config files and the README template",

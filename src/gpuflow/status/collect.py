@@ -140,8 +140,16 @@ def classify(job: Job, seen: Seen) -> JobStatus:
     elif seen.run_active:
         status.state = "queued"
     if status.state == "running":
-        status.started = marker.started if marker is not None else held
+        status.started = slurm_start(slurm) or (marker.started if marker else held)
     return status
+
+
+def slurm_start(job: SlurmJob | None) -> float | None:
+    """When SLURM started the job (squeue's %S, local time), None while it has not."""
+    try:
+        return time.mktime(time.strptime(job.started, "%Y-%m-%dT%H:%M:%S")) if job else None
+    except ValueError:
+        return None
 
 
 def telemetry_gpu_hours(output: Path) -> float | None:

@@ -186,3 +186,23 @@ def test_failed_jobs_are_read_from_snakemakes_run_log(tmp_path):
     assert failed.output == ["results/a.json", "results/b.json"]
     assert failed.log == ["results/logs/a.log", "/x/.snakemake/slurm_logs/rule_ssvae_train/11.log"]
     assert failed.external_jobid == "11" and "TIMEOUT" in failed.message
+
+
+def test_watch_prints_the_tables_again_plainly_when_not_on_a_terminal(tmp_path):
+    config = tmp_path / "config.yaml"
+    config.write_text("steps: 1\nstep_seconds: 1\n", encoding="utf-8")
+    command = [str(BIN / "gpuflow"), "status", "--watch", "0.1", "--snakefile", str(SNAKEFILE)]
+    command += ["--directory", str(tmp_path), "--configfile", str(config)]
+    watch = subprocess.Popen(command, env=workflow_env(), stdout=subprocess.PIPE, text=True)
+    lines = []
+    try:
+        while sum("status read in" in line for line in lines) < 2:
+            line = watch.stdout.readline()
+            assert line, "watch ended by itself"
+            lines.append(line)
+    finally:
+        watch.send_signal(signal.SIGINT)
+        watch.wait(timeout=60)
+    assert watch.returncode == 0, "Ctrl-C ends --watch quietly"
+    text = "".join(lines)
+    assert "\x1b[" not in text and text.count("family    rule") == 2

@@ -2,12 +2,12 @@
 
 A job is
 - running / queued: SLURM runs it or holds it pending (squeue, sacct), or locally its output
-  lock's holder is alive (gpuflow.outputlock), or its incomplete marker is there while a
-  Snakemake run holds the working directory;
+  lock's holder is alive (gpuflow.outputlock), or the Snakemake run active in the working
+  directory marked it incomplete (it started in this run);
 - done: every output exists and no incomplete marker is left;
 - failed: the latest run log reports it ("Error in rule"), or SLURM ended it unsuccessfully;
-- incomplete: Snakemake's marker is left, no run owns it (a killed run or job: the next run
-  redoes it);
+- incomplete: Snakemake's marker is left by a killed run or job (none, or one older than the
+  active run): a run redoes it;
 - queued / todo: not started, while a run is active / while none is.
 """
 
@@ -51,6 +51,7 @@ class Seen:
     slurm: dict[str, SlurmJob]
     failed: list[FailedJob]
     run_active: bool
+    run_started: float | None = None
     now: float = field(default_factory=time.time)
 
 
@@ -135,8 +136,10 @@ def classify(job: Job, seen: Seen) -> JobStatus:
         if report is not None and not status.last_line:
             status.last_line = report.message
     elif marker is not None:
+        # A marker older than the active run was left by a killed one (the run redoes it later).
+        this_run = seen.run_started is not None and marker.started >= seen.run_started - 1
         local_job = marker.external_jobid is None
-        status.state = "running" if seen.run_active and local_job else "incomplete"
+        status.state = "running" if this_run and local_job else "incomplete"
     elif seen.run_active:
         status.state = "queued"
     if status.state == "running":

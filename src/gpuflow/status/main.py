@@ -15,9 +15,9 @@ from gpuflow.status.report import as_dict, render
 from gpuflow.status.slurm import run_jobs
 from gpuflow.status.snakemake_files import (
     failed_jobs,
-    holds_locks,
     incomplete_markers,
     latest_run_log,
+    locked_since,
     snakemake_alive,
 )
 
@@ -35,12 +35,15 @@ def read_status(args: argparse.Namespace) -> dict[str, Any]:
     directory = Path(args.directory)
     slurm = run_jobs(directory)
     busy = any(job.state in SLURM_RUNNING | SLURM_QUEUED for job in slurm.values())
+    since = locked_since(directory)
+    active = since is not None and (busy or snakemake_alive(directory))
     seen = Seen(
         directory=directory,
         markers=incomplete_markers(directory),
         slurm=slurm,
         failed=failed_jobs(latest_run_log(directory)),
-        run_active=holds_locks(directory) and (busy or snakemake_alive(directory)),
+        run_active=active,
+        run_started=since if active else None,
     )
     return as_dict(collect(planned, seen), planned.rule_order, seen)
 

@@ -78,10 +78,15 @@ def metadata_times(directory: str | Path, output: str) -> tuple[float, float] | 
         return None
 
 
-def holds_locks(directory: str | Path) -> bool:
-    """Whether Snakemake's locks of the working directory are there (a run, or a killed one)."""
-    locks = Path(directory) / ".snakemake" / "locks"
-    return locks.is_dir() and any(locks.glob("*.lock"))
+def locked_since(directory: str | Path) -> float | None:
+    """When Snakemake locked the working directory (a run, or a killed one), None if unlocked."""
+    times = []
+    for path in (Path(directory) / ".snakemake" / "locks").glob("*.lock"):
+        try:
+            times.append(path.stat().st_mtime)
+        except OSError:
+            continue
+    return min(times) if times else None
 
 
 def snakemake_alive(directory: str | Path) -> bool:

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from gpuflow.plan import Job
+from gpuflow.status.collect import Seen, classify
 from gpuflow.status.progress import Progress, job_progress
 from gpuflow.status.snakemake_files import failed_jobs, incomplete_markers
 from gpuflow.sweep.progress import ProgressFile, progress_path
@@ -103,6 +104,17 @@ def test_a_job_killed_with_its_run_is_left_incomplete(tmp_path):
     status = status_json(tmp_path, "results/out/slow.txt", "--configfile", str(config))
     assert by_rule(status)["slow"]["incomplete"] == 1
     assert [job["output"] for job in status["incomplete"]] == [["results/out/slow.txt"]]
+    # While a later run is active, the killed run's marker stays a leftover; a marker the
+    # active run wrote (it started the job) is a running job.
+    slow = Job(rule="slow", local=False, output=["results/out/slow.txt"])
+    markers = incomplete_markers(tmp_path)
+    started = markers["results/out/slow.txt"].started
+
+    def state(run_started: float) -> str:
+        seen = Seen(tmp_path, markers, {}, [], run_active=True, run_started=run_started)
+        return classify(slow, seen).state
+
+    assert (state(started + 60), state(started - 60)) == ("incomplete", "running")
 
 
 # --- progress and ETA, read from files written as each step writes them -----------------------

@@ -85,6 +85,10 @@ def test_status_during_and_after_a_local_run(tmp_path):
     assert after["totals"]["running"] == after["totals"]["queued"] == 0
     assert not after["run_active"] and after["running"] == []
     assert after["failed"][0]["last_line"] == "ValueError: made to fail on purpose"
+    # a later `snakemake --unlock` writes a log of its own: the failure is still the latest run's
+    unlock = [*command[:7], "--unlock"]
+    subprocess.run(unlock, env=workflow_env(), check=True, capture_output=True)
+    assert [job["rule"] for job in status_json(tmp_path, *args)["failed"]] == ["broken"]
 
 
 def test_a_job_killed_with_its_run_is_left_incomplete(tmp_path):

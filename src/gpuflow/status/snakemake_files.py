@@ -106,15 +106,19 @@ def snakemake_alive(directory: str | Path) -> bool:
     return False
 
 
+RAN_JOBS = ("Select jobs to execute", "Error in rule", "has been submitted with SLURM jobid")
+
+
 def latest_run_log(directory: str | Path) -> Path | None:
-    """The newest log of a real run (dry runs are skipped)."""
+    """The newest log of a run that ran jobs (dry runs, --unlock, --lint, --report skipped)."""
     folder = Path(directory) / ".snakemake" / "log"
     for path in sorted(folder.glob("*.snakemake.log"), reverse=True):
         try:
             text = path.read_text(encoding="utf-8", errors="replace")
         except OSError:
             continue
-        if "This was a dry-run" not in text:
+        ran = any(mark in text for mark in RAN_JOBS)
+        if ran and "This was a dry-run" not in text:
             return path
     return None
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -64,13 +66,12 @@ def show(args: argparse.Namespace) -> None:
 
 
 def main(args: argparse.Namespace) -> None:
-    """`gpuflow status [--json] [--watch [SECONDS]]` (Ctrl-C ends --watch)."""
-    show(args)
+    """`gpuflow status [--json] [--watch [SECONDS]]`; Ctrl-C ends --watch after the read in hand."""
     if args.watch is None:
+        show(args)
         return
-    try:
-        while True:
-            time.sleep(args.watch)
-            show(args)
-    except KeyboardInterrupt:
-        pass
+    stop = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    while not stop.is_set():
+        show(args)
+        stop.wait(args.watch)

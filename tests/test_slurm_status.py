@@ -71,6 +71,7 @@ def test_status_lists_running_jobs_with_progress_and_slurm_ids_then_all_done(
     rows = by_rule(after)
     assert (rows["quick"]["done"], rows["slow"]["done"], rows["broken"]["failed"]) == (1, 1, 1)
     assert after["totals"]["done"] == 2 and after["running"] == [] and not after["run_active"]
+    assert rows["slow"]["gpu_h_spent"] > 0, "1 GPU x SLURM's start to end of the job"
     [broken] = after["failed"]
     assert broken["last_line"] == "ValueError: made to fail on purpose"
     assert broken["slurm_id"] is not None

@@ -83,6 +83,7 @@ def test_status_during_and_after_a_local_run(tmp_path):
     rows = by_rule(after)
     assert (rows["quick"]["done"], rows["slow"]["done"], rows["broken"]["failed"]) == (1, 1, 1)
     assert after["totals"]["running"] == after["totals"]["queued"] == 0
+    assert rows["slow"]["gpu_h_spent"] > 0, "1 GPU x Snakemake's recorded start to end"
     assert not after["run_active"] and after["running"] == []
     assert after["failed"][0]["last_line"] == "ValueError: made to fail on purpose"
     # a later `snakemake --unlock` writes a log of its own: the failure is still the latest run's

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuflow.outputlock import lock_path
-from gpuflow.plan import Benchmarks, Job, Planned
+from gpuflow.plan import Benchmarks, Job, Planned, benchmark_seconds
 from gpuflow.slurm_site import job_comment
 from gpuflow.status.progress import Progress, job_progress
 from gpuflow.status.slurm import SlurmJob
@@ -143,16 +143,33 @@ def classify(job: Job, seen: Seen) -> JobStatus:
     elif seen.run_active:
         status.state = "queued"
     if status.state == "running":
-        status.started = slurm_start(slurm) or (marker.started if marker else held)
+        status.started = slurm_time(slurm.started if slurm else "") or (
+            marker.started if marker else held
+        )
     return status
 
 
-def slurm_start(job: SlurmJob | None) -> float | None:
-    """When SLURM started the job (squeue's %S, local time), None while it has not."""
+def slurm_time(text: str) -> float | None:
+    """A time as SLURM prints it (2026-11-23T07:28:52, local time), None for N/A, Unknown."""
     try:
-        return time.mktime(time.strptime(job.started, "%Y-%m-%dT%H:%M:%S")) if job else None
+        return time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
     except ValueError:
         return None
+
+
+def job_hours(status: JobStatus, seen: Seen) -> float:
+    """Wall hours a finished job ran: SLURM's start to end, else its benchmark file, else
+    Snakemake's recorded start to end (local runs; remote jobs leave no times there)."""
+    if status.slurm is not None:
+        start, end = slurm_time(status.slurm.started), slurm_time(status.slurm.ended)
+        if start is not None and end is not None:
+            return max(end - start, 0.0) / 3600
+    if status.job.benchmark:
+        seconds = benchmark_seconds(seen.directory / status.job.benchmark)
+        if seconds is not None:
+            return seconds / 3600
+    times = metadata_times(seen.directory, status.job.output[0])
+    return max(times[1] - times[0], 0.0) / 3600 if times else 0.0
 
 
 def telemetry_gpu_hours(output: Path) -> float | None:
@@ -167,6 +184,9 @@ def telemetry_gpu_hours(output: Path) -> float | None:
 def account(status: JobStatus, seen: Seen, planned: Planned, benchmarks: Benchmarks) -> None:
     """Progress of a running job; GPU-hours spent; job-hours and GPU-hours still expected.
 
+    Spent: a finished job's telemetry file, else GPUs x its wall time (job_hours); a running
+    job's GPUs x the time since it started.
+
     Still expected: a running job's ETA, else the plan's expected time per job (earlier
     benchmarks of its rule, or its runtime) less the time it has run.
     """
@@ -178,10 +198,7 @@ def account(status: JobStatus, seen: Seen, planned: Planned, benchmarks: Benchma
         status.gpu_h_spent = gpus * max(seen.now - started, 0.0) / 3600
     elif status.state == "done" and gpus:
         measured = telemetry_gpu_hours(first)
-        if measured is None:
-            times = metadata_times(seen.directory, job.output[0])
-            measured = gpus * (times[1] - times[0]) / 3600 if times else 0.0
-        status.gpu_h_spent = measured
+        status.gpu_h_spent = gpus * job_hours(status, seen) if measured is None else measured
     if status.state != "done":
         eta = status.progress.eta_s(seen.now) if status.progress else None
         if eta is not None:

@@ -17,12 +17,13 @@ from gpuflow.slurm_site import JOB_NAME_PREFIX
 
 @dataclass(frozen=True)
 class SlurmJob:
-    """A SLURM job of this run: id, state (RUNNING, PENDING, FAILED, ...), comment, start."""
+    """A SLURM job of this run: id, state (RUNNING, PENDING, FAILED, ...), comment, start, end."""
 
     job_id: str
     comment: str
     state: str
     started: str = ""
+    ended: str = ""
 
 
 def _run(command: list[str]) -> str | None:
@@ -37,16 +38,16 @@ def squeue_jobs(workdir: str | Path) -> list[SlurmJob]:
     """This user's gpuflow jobs submitted from `workdir` that squeue still lists."""
     if shutil.which("squeue") is None:
         return []
-    out = _run(["squeue", "--me", "--states=all", "--noheader", "--format=%i|%j|%k|%T|%Z|%S"])
+    out = _run(["squeue", "--me", "--states=all", "--noheader", "--format=%i|%j|%k|%T|%Z|%S|%e"])
     here = os.path.realpath(workdir)
     jobs = []
     for line in (out or "").splitlines():
         fields = line.split("|")
-        if len(fields) != 6:
+        if len(fields) != 7:
             continue
-        job_id, name, comment, state, directory, started = fields
+        job_id, name, comment, state, directory, started, ended = fields
         if name.startswith(JOB_NAME_PREFIX) and os.path.realpath(directory) == here:
-            jobs.append(SlurmJob(job_id, comment, state, started))
+            jobs.append(SlurmJob(job_id, comment, state, started, ended))
     return jobs
 
 
@@ -61,18 +62,18 @@ def sacct_jobs(workdir: str | Path) -> list[SlurmJob]:
             "--parsable2",
             "--allocations",
             "--starttime=now-7days",
-            "--format=JobID,JobName,Comment,State,WorkDir,Start",
+            "--format=JobID,JobName,Comment,State,WorkDir,Start,End",
         ]
     )
     here = os.path.realpath(workdir)
     jobs = []
     for line in (out or "").splitlines():
         fields = line.split("|")
-        if len(fields) != 6:
+        if len(fields) != 7:
             continue
-        job_id, name, comment, state, directory, started = fields
+        job_id, name, comment, state, directory, started, ended = fields
         if name.startswith(JOB_NAME_PREFIX) and os.path.realpath(directory) == here:
-            jobs.append(SlurmJob(job_id, comment, state.split()[0], started))
+            jobs.append(SlurmJob(job_id, comment, state.split()[0], started, ended))
     return jobs
 
 

@@ -10,6 +10,7 @@ same command finishes the workflow, and its numbers equal the reference's.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -401,23 +402,31 @@ def test_corrupted_resume_states_are_reported_and_the_jobs_start_over(reference,
 
 # Category -> the figure labels a person sees listed after clicking it (labels in workflow/rules).
 REPORT_FIGURES = {
-    "Fluency-toxicity": ["binned means", "log-perplexity vs toxicity", "per group", "summary"],
+    "Fluency-toxicity": [
+        "binned means", "log-perplexity vs toxicity", "per group", "summary", "summary tables",
+    ],
     "SSVAE grid": [
         "accuracy vs label fraction", "alpha x fraction", "label corruption", "M2 vs baseline",
-        "summary",
+        "summary", "summary tables",
     ],
     "DDP scaling": [
         "epoch time", "speedup and efficiency", "throughput", "validation accuracy",
-        "compute vs communication", "performance report",
+        "compute vs communication", "performance report", "summary tables",
     ],
-    "Seed sweeps": ["test error vs student width", "guesses needed", "summary table"],
+    "Seed sweeps": [
+        "test error vs student width", "guesses needed", "summary table", "summary tables",
+    ],
 }  # fmt: skip
 REPORT_FILES = [
     "logppl_vs_toxicity.png", "binned_means.png", "by_group.png", "accuracy_vs_fraction.png",
     "alpha_fraction_heatmap.png", "corruption_effect.png", "m2_vs_baseline.png",
     "epoch_time.png", "speedup_efficiency.png", "throughput.png", "accuracy.png",
     "compute_comm.png", "performance_report.txt", "test_error.png", "guesses.png", "summary.csv",
-    "summary.md",
+    "summary.md", "tables.html",
+]  # fmt: skip
+# Each family's summary tables, drawn inline in the report (from their CSV files).
+REPORT_TABLES = [
+    "correlations.csv", "binned.csv", "summary.csv", "comprehensive_summary.csv", "cost_table.csv",
 ]  # fmt: skip
 
 # What a person does: wait for the page, then click a category in the menu.
@@ -468,6 +477,36 @@ def rendered_text(dom: str) -> str:
 def report(reference: Path) -> Path:
     snakemake(reference, TINY_ALL, "--report", "results/report.html")
     return reference / "results" / "report.html"
+
+
+def test_status_after_the_run_counts_every_job_of_every_family_done(reference):
+    where = ["--directory", str(reference), "--configfile", str(reference / "test-config.yaml")]
+    result = subprocess.run(
+        [str(BIN / "gpuflow"), "status", "--json", "--snakefile", str(REPO / "Snakefile"), *where],
+        capture_output=True,
+        text=True,
+        env=workflow_env(),
+        check=True,
+    )
+    status = json.loads(result.stdout)
+    assert {row["family"] for row in status["rules"]} == set(TINY_ALL["families"])
+    totals = status["totals"]
+    assert totals["jobs"] > 20 and totals["done"] == totals["jobs"], status["rules"]
+    assert status["running"] == status["failed"] == status["incomplete"] == []
+    assert not status["run_active"] and totals["hours_left"] == 0
+
+
+def test_every_familys_summary_tables_are_html_pages_inside_the_report(report):
+    html = report.read_text(encoding="utf-8")
+    pages = [
+        base64.b64decode(data).decode("utf-8")
+        for data in re.findall(r"data:text/html;[^,\"']*base64,([A-Za-z0-9+/=]+)", html)
+    ]
+    titles = {re.search(r"<h1>(.*?)</h1>", page)[1] for page in pages if "<h1>" in page}
+    assert {title.split(":")[0] for title in titles} == set(REPORT_FIGURES), titles
+    tables = " ".join(pages)
+    for name in REPORT_TABLES:
+        assert re.search(rf"<h2>{re.escape(name)} \(\d+ rows\)</h2>\s*<table", tables), name
 
 
 def test_the_report_file_holds_every_figure_with_its_caption_and_category(report):

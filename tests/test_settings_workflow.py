@@ -119,27 +119,30 @@ def test_a_runtime_key_reaches_the_job_it_configures(finished):
 RESULTS_CHANGES = [
     (
         {"fluency": {"stats": {"seed": 1}}},
-        {"fluency_stats": 1, "fluency_figures": 1, "fluency_report": 1, "all": 1},
+        {
+            "fluency_stats": 1, "fluency_figures": 1, "fluency_report": 1, "fluency_tables": 1,
+            "all": 1,
+        },
     ),
     (
         {"fluency": {"perplexity": {"stride": 20}}},
         {
             "fluency_perplexity": 1, "fluency_merge": 1, "fluency_stats": 1,
-            "fluency_figures": 1, "fluency_report": 1, "all": 1,
+            "fluency_figures": 1, "fluency_report": 1, "fluency_tables": 1, "all": 1,
         },
     ),
     (
         {"ssvae": {"data": {"split_seed": 1}}},
         {
             "ssvae_data": 1, "ssvae_train": 1, "ssvae_baseline": 1, "ssvae_aggregate": 1,
-            "ssvae_figures": 1, "ssvae_report": 1, "all": 1,
+            "ssvae_figures": 1, "ssvae_report": 1, "ssvae_tables": 1, "all": 1,
         },
     ),
     (
         {"scaling": {"configurations": {"short": {"train": {"learning_rate": 0.01}}}}},
         {
             "scaling_train": 2, "scaling_summary": 1, "scaling_figures": 1,
-            "scaling_report": 1, "all": 1,
+            "scaling_report": 1, "scaling_tables": 1, "all": 1,
         },
     ),
     ({"scaling": {"efficiency_target": 0.5}}, {"scaling_report": 1, "all": 1}),
@@ -149,7 +152,10 @@ RESULTS_CHANGES = [
     ),
     (
         {"sweep": {"gd": {"lr": 0.25}}},
-        {"sweep_shard": 1, "sweep_aggregate": 1, "sweep_figures": 1, "all": 1},
+        {
+            "sweep_shard": 1, "sweep_aggregate": 1, "sweep_figures": 1, "sweep_tables": 1,
+            "all": 1,
+        },
     ),
 ]  # fmt: skip
 

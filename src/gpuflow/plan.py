@@ -47,6 +47,7 @@ class Job:
     reason: str = ""
     benchmark: str | None = None
     output: list[str] = field(default_factory=list)
+    log: list[str] = field(default_factory=list)
 
     @property
     def gpus(self) -> int:
@@ -105,18 +106,20 @@ class JobRecords(logging.Handler):
 
 def snakemake_argv(args: argparse.Namespace) -> list[str]:
     """The Snakemake command line whose jobs are planned (profile, config files, targets)."""
-    argv = ["--dry-run", "--rerun-incomplete", "--directory", args.directory]
+    argv = [*args.targets, "--dry-run", "--rerun-incomplete", "--directory", args.directory]
     for profile in args.profile:
         argv += ["--profile", profile]
     if args.snakefile:
         argv += ["--snakefile", args.snakefile]
-    if args.configfile:
+    if args.configfile:  # last: --configfile takes every word that follows
         argv += ["--configfile", *args.configfile]
-    return argv + list(args.targets)
+    return argv
 
 
-def plan_jobs(args: argparse.Namespace) -> Planned:
+def plan_jobs(args: argparse.Namespace, every_job: bool = False) -> Planned:
     """Build the DAG in-process through Snakemake's API, as `snakemake --dry-run` would.
+
+    With `every_job`, the DAG holds every job of the targets, finished or not (--forceall).
 
     The profile is read by Snakemake's own argument parser; jobs come from the structured
     records Snakemake logs for each job of a dry run, local rules and rule order from the
@@ -157,7 +160,9 @@ def plan_jobs(args: argparse.Namespace) -> Planned:
                 snakefile=cli.snakefile,
                 workdir=cli.directory,
             )
-            dag_api = workflow_api.dag(DAGSettings(targets=set(cli.targets), force_incomplete=True))
+            dag_api = workflow_api.dag(
+                DAGSettings(targets=set(cli.targets), force_incomplete=True, forceall=every_job)
+            )
             dag_api.execute_workflow(
                 executor=executor, pseudo_executor="dryrun", executor_settings=executor_settings
             )
@@ -182,6 +187,7 @@ def plan_jobs(args: argparse.Namespace) -> Planned:
             reason=str(record.reason),
             benchmark=record.benchmark,
             output=list(record.output),
+            log=list(record.log or []),
         )
         for record in records.records
     ]

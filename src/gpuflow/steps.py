@@ -7,6 +7,20 @@ import argparse
 from gpuflow.registry import lazy
 
 
+def add_workflow_arguments(parser: argparse.ArgumentParser) -> None:
+    """Targets, profiles, config files, Snakefile and directory, as Snakemake takes them."""
+    parser.add_argument("targets", nargs="*", help="targets (files or rules); default: all")
+    parser.add_argument(
+        "--profile",
+        action="append",
+        default=[],
+        help="Snakemake profile, e.g. profiles/slurm (repeat to layer profiles, as Snakemake)",
+    )
+    parser.add_argument("--configfile", nargs="+", default=[], help="config files, as Snakemake")
+    parser.add_argument("--snakefile", default=None, help="Snakefile (default: the workflow's)")
+    parser.add_argument("--directory", default=".", help="working directory of the workflow")
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the shared steps to the `gpuflow` parser."""
     doctor = subparsers.add_parser(
@@ -24,19 +38,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     plan = subparsers.add_parser(
         "plan", help="jobs, GPU-hours and submissions the workflow would need, before running it"
     )
-    plan.add_argument("targets", nargs="*", help="targets (files or rules); default: all")
-    plan.add_argument(
-        "--profile",
-        action="append",
-        default=[],
-        help="Snakemake profile, e.g. profiles/slurm (repeat to layer profiles, as Snakemake)",
-    )
-    plan.add_argument("--configfile", nargs="+", default=[], help="config files, as Snakemake")
-    plan.add_argument("--snakefile", default=None, help="Snakefile (default: the workflow's)")
-    plan.add_argument("--directory", default=".", help="working directory of the workflow")
+    add_workflow_arguments(plan)
     plan.add_argument("--gpus-per-node", type=int, default=4, help="GPUs packed on one node")
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
     plan.set_defaults(run=lazy("gpuflow.plan:main"))
+
+    status = subparsers.add_parser(
+        "status", help="how far a run is and what went wrong (local or SLURM, during or after)"
+    )
+    add_workflow_arguments(status)
+    status.add_argument("--json", action="store_true", help="print the status as JSON")
+    status.add_argument(
+        "--watch",
+        type=float,
+        nargs="?",
+        const=30.0,
+        default=None,
+        metavar="SECONDS",
+        help="print the status again every SECONDS (default 30), in place on a terminal",
+    )
+    status.set_defaults(run=lazy("gpuflow.status.main:main"))
 
     with_gpus = subparsers.add_parser(
         "with-gpus",
@@ -54,6 +75,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     probe.add_argument("--label", default="", help="free text stored in the record")
     probe.add_argument("--seed", type=int, default=0, help="seed of the recorded computation")
     probe.set_defaults(run=lazy("gpuflow.probe:main"))
+
+    tables = subparsers.add_parser(
+        "report-tables", help="a family's summary CSV tables as one HTML page for the report"
+    )
+    tables.add_argument("--csv", nargs="+", required=True, help="CSV tables, in page order")
+    tables.add_argument("--title", required=True, help="heading of the page")
+    tables.add_argument("--out", required=True, help="HTML file to write")
+    tables.set_defaults(run=lazy("gpuflow.report_tables:main"))
 
     config_doc = subparsers.add_parser(
         "config-doc",

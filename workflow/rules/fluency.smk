@@ -29,11 +29,12 @@ if "fluency" in config["families"]:
         )
 
 FAMILY_TARGETS["fluency"] = lambda: final_outputs(
-    rules.fluency_figures, rules.fluency_report
+    rules.fluency_figures, rules.fluency_report, rules.fluency_tables
 )
 
 
 localrules:
+    fluency_tables,
     fluency_split,
     fluency_merge,
     fluency_report,
@@ -249,3 +250,23 @@ rule fluency_report:
         " --correlations {input.correlations:q} --binned {input.binned:q}"
         " --telemetry {params.telemetry:q} --low-utilisation {params.low_utilisation}"
         " --out {output.report:q} > {log:q} 2>&1"
+
+
+rule fluency_tables:
+    input:
+        correlations=f"{FLUENCY_DIR}/stats/correlations.csv",
+        binned=f"{FLUENCY_DIR}/stats/binned.csv",
+    output:
+        tables=report(
+            f"{FLUENCY_DIR}/tables.html",
+            caption="../report/fluency_tables.rst",
+            category="Fluency-toxicity",
+            labels={"figure": "summary tables"},
+        ),
+    log:
+        f"{FLUENCY_DIR}/logs/tables.log",
+    conda:
+        CONDA_ENV
+    shell:
+        "gpuflow report-tables --csv {input:q} --title 'Fluency-toxicity: summary tables'"
+        " --out {output.tables:q} > {log:q} 2>&1"

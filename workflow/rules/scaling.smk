@@ -9,7 +9,10 @@ if "scaling" in config["families"]:
 
 
 FAMILY_TARGETS["scaling"] = lambda: final_outputs(
-    rules.scaling_summary, rules.scaling_figures, rules.scaling_report
+    rules.scaling_summary,
+    rules.scaling_figures,
+    rules.scaling_report,
+    rules.scaling_tables,
 )
 
 
@@ -19,6 +22,7 @@ wildcard_constraints:
 
 
 localrules:
+    scaling_tables,
     scaling_summary,
     scaling_report,
 
@@ -271,3 +275,23 @@ rule scaling_report:
         "gpuflow scaling-report --summary {input.summary:q} --cost {input.cost:q}"
         " --telemetry {params.telemetry:q} --low-utilisation {params.low_utilisation}"
         " --settings {params.settings} --out {output.report:q} > {log:q} 2>&1"
+
+
+rule scaling_tables:
+    input:
+        summary=f"{SCALING_DIR}/comprehensive_summary.csv",
+        cost=f"{SCALING_DIR}/cost_table.csv",
+    output:
+        tables=report(
+            f"{SCALING_DIR}/tables.html",
+            caption="../report/scaling_tables.rst",
+            category="DDP scaling",
+            labels={"figure": "summary tables"},
+        ),
+    log:
+        f"{SCALING_DIR}/logs/tables.log",
+    conda:
+        CONDA_ENV
+    shell:
+        "gpuflow report-tables --csv {input:q} --title 'DDP scaling: summary tables'"
+        " --out {output.tables:q} > {log:q} 2>&1"

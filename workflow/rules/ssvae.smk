@@ -13,7 +13,9 @@ if "ssvae" in config["families"] and SSVAE["data"]["source"] == "idx":
     STARTUP_CHECKS.append(check_ssvae_data)
 
 
-FAMILY_TARGETS["ssvae"] = lambda: final_outputs(rules.ssvae_figures, rules.ssvae_report)
+FAMILY_TARGETS["ssvae"] = lambda: final_outputs(
+    rules.ssvae_figures, rules.ssvae_report, rules.ssvae_tables
+)
 
 SSVAE_TRAIN_SHELL = (
     "GPUFLOW_GPUS={resources.gpu} gpuflow ssvae-train --model m2 --data {input.data:q} --frac {wildcards.frac}"
@@ -25,6 +27,7 @@ SSVAE_TRAIN_SHELL = (
 
 
 localrules:
+    ssvae_tables,
     ssvae_data,
     ssvae_aggregate,
     ssvae_report,
@@ -213,3 +216,22 @@ rule ssvae_report:
         "gpuflow ssvae-report --runs {input.runs:q} --summary {input.summary:q}"
         " --telemetry {params.telemetry:q} --low-utilisation {params.low_utilisation}"
         " --out {output.report:q} > {log:q} 2>&1"
+
+
+rule ssvae_tables:
+    input:
+        summary=f"{SSVAE_DIR}/summary.csv",
+    output:
+        tables=report(
+            f"{SSVAE_DIR}/tables.html",
+            caption="../report/ssvae_tables.rst",
+            category="SSVAE grid",
+            labels={"figure": "summary tables"},
+        ),
+    log:
+        f"{SSVAE_DIR}/logs/tables.log",
+    conda:
+        CONDA_ENV
+    shell:
+        "gpuflow report-tables --csv {input:q} --title 'SSVAE grid: summary tables'"
+        " --out {output.tables:q} > {log:q} 2>&1"

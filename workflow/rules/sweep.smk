@@ -9,11 +9,12 @@ if "sweep" in config["families"]:
 
 
 FAMILY_TARGETS["sweep"] = lambda: final_outputs(
-    rules.sweep_aggregate, rules.sweep_figures
+    rules.sweep_aggregate, rules.sweep_figures, rules.sweep_tables
 )
 
 
 localrules:
+    sweep_tables,
     sweep_aggregate,
 
 
@@ -95,3 +96,22 @@ rule sweep_figures:
     shell:
         "gpuflow sweep-figures --table {input.table:q} --out-test-error {output.test_error:q}"
         " --out-guesses {output.guesses:q} > {log:q} 2>&1"
+
+
+rule sweep_tables:
+    input:
+        summary=f"{SWEEP_DIR}/summary.csv",
+    output:
+        tables=report(
+            f"{SWEEP_DIR}/tables.html",
+            caption="../report/sweep_tables.rst",
+            category="Seed sweeps",
+            labels={"figure": "summary tables"},
+        ),
+    log:
+        f"{SWEEP_DIR}/logs/tables.log",
+    conda:
+        CONDA_ENV
+    shell:
+        "gpuflow report-tables --csv {input:q} --title 'Seed sweeps: summary tables'"
+        " --out {output.tables:q} > {log:q} 2>&1"

@@ -1,0 +1,88 @@
+"""`gpuflow status --json` during and after a run on the live cluster (profiles/slurm).
+
+The workflow of tests/slurm/status runs through the SLURM profile: `slow` (1 GPU) writes its
+progress file until the test has seen it running, `broken` fails (no retries), `quick` ends at
+once. While the run goes on, status lists `slow` as running with its SLURM job id (as squeue
+gives it) and its progress, and `broken` as failed with its log's last error line; after the
+run, everything else is done, and `snakemake --report` with the same profile (as the SLURM
+README says) makes the report on the submit node.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+
+import pytest
+
+from tests.slurm import harness
+from tests.test_status import SNAKEFILE, by_rule, status_json
+
+pytestmark = [pytest.mark.slurm, pytest.mark.workflow]
+pytest_plugins = ["tests.slurm.fixtures"]
+
+PROFILES = ("--profile", str(harness.REPO / "profiles" / "slurm"))
+PROFILES += ("--profile", str(harness.TEST_PROFILE))
+
+
+def test_status_lists_running_jobs_with_progress_and_slurm_ids_then_all_done(
+    slurm_cluster, tmp_path
+):
+    config = {"steps": 600, "step_seconds": 1}
+    args = (*PROFILES, "--configfile", str(tmp_path / "test-config.yaml"))
+    outcome: dict = {}
+
+    def run() -> None:
+        outcome["result"], _ = harness.run_profile(
+            tmp_path, SNAKEFILE, config, "--retries", "0", timeout=300
+        )
+
+    runner = threading.Thread(target=run, daemon=True)
+    runner.start()
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            time.sleep(2)
+            if not (tmp_path / "test-config.yaml").exists():
+                continue
+            during = status_json(tmp_path, *args, env=harness.cluster_env())
+            running = [job for job in during["running"] if job["rule"] == "slow"]
+            if running and running[0]["progress"] and during["failed"]:
+                break
+            assert runner.is_alive() and time.monotonic() < deadline, (during, outcome)
+        [slow] = running
+        queue = {job["id"]: job for job in harness.squeue("rule_slow")}
+        assert slow["slurm_id"] in queue and slow["slurm_state"] == "RUNNING"
+        assert queue[slow["slurm_id"]]["state"] == "RUNNING"
+        assert slow["progress"]["unit"] == "steps" and slow["progress"]["total"] == 600
+        assert slow["progress"]["done"] >= 1 and slow["progress"]["eta_s"] is not None
+        assert during["run_active"] and during["totals"]["gpu_h_spent"] > 0
+        [broken] = during["failed"]
+        assert broken["rule"] == "broken" and broken["log"] == "results/logs/broken.log"
+        assert broken["last_line"] == "ValueError: made to fail on purpose"
+    finally:
+        (tmp_path / "results").mkdir(exist_ok=True)
+        (tmp_path / "results" / "release").touch()
+        runner.join(timeout=240)
+    result = outcome["result"]
+    assert result.returncode != 0, "broken must fail the run"
+    after = status_json(tmp_path, *args, env=harness.cluster_env())
+    rows = by_rule(after)
+    assert (rows["quick"]["done"], rows["slow"]["done"], rows["broken"]["failed"]) == (1, 1, 1)
+    assert after["totals"]["done"] == 2 and after["running"] == [] and not after["run_active"]
+    assert rows["slow"]["gpu_h_spent"] > 0, "1 GPU x SLURM's start to end of the job"
+    [broken] = after["failed"]
+    assert broken["last_line"] == "ValueError: made to fail on purpose"
+    assert broken["slurm_id"] is not None
+    where = ["--directory", str(tmp_path), "--configfile", str(tmp_path / "test-config.yaml")]
+    where = ["--snakefile", str(SNAKEFILE), *where, "--report", "report.html"]
+    report = subprocess.run(
+        [str(harness.BIN / "snakemake"), *PROFILES, *where],
+        capture_output=True,
+        text=True,
+        env=harness.cluster_env(),
+        check=False,
+    )
+    assert report.returncode == 0, report.stderr[-3000:]
+    assert (tmp_path / "report.html").stat().st_size > 10_000

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from gpuflow.plan import Job
-from gpuflow.status.collect import Seen, classify
+from gpuflow.status.collect import Seen, classify, telemetry_gpu_hours
 from gpuflow.status.progress import Progress, job_progress
 from gpuflow.status.snakemake_files import failed_jobs, incomplete_markers
 from gpuflow.sweep.progress import ProgressFile, progress_path
@@ -185,6 +185,17 @@ def test_a_progress_json_beside_an_output_wins(tmp_path):
     found = job_progress(job("fluency_perplexity", str(out), "-"), tmp_path, {}, started=0.0)
     assert (found.done, found.total, found.unit, found.started) == (300, 1000, "texts", 10)
     assert found.eta_s(now=40) == pytest.approx(70.0)
+
+
+def test_gpu_hours_used_come_from_a_telemetry_file_only_where_nvml_saw_the_gpus(tmp_path):
+    output = tmp_path / "metrics.json"
+    telemetry = tmp_path / "metrics.json.telemetry.json"
+    telemetry.write_text(json.dumps({"gpu": {"count": 2, "gpu_hours": 1.5}}))
+    assert telemetry_gpu_hours(output) == 1.5
+    telemetry.write_text(json.dumps({"gpu": {"absent": "NVML init failed", "count": 0}}))
+    assert telemetry_gpu_hours(output) is None, "no GPU seen: the job's wall time counts"
+    telemetry.unlink()
+    assert telemetry_gpu_hours(output) is None
 
 
 def test_failed_jobs_are_read_from_snakemakes_run_log(tmp_path):

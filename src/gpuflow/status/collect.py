@@ -13,7 +13,6 @@ A job is
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import time
@@ -26,6 +25,8 @@ from gpuflow.slurm_site import job_comment
 from gpuflow.status.progress import Progress, job_progress
 from gpuflow.status.slurm import SlurmJob
 from gpuflow.status.snakemake_files import FailedJob, Marker, last_error_line, metadata_times
+from gpuflow.telemetry.job import telemetry_path
+from gpuflow.telemetry.tables import read_file
 
 STATES = ("done", "running", "queued", "failed", "incomplete", "todo")
 SLURM_RUNNING = {"RUNNING", "COMPLETING", "CONFIGURING", "SIGNALING", "STAGE_OUT"}
@@ -173,12 +174,10 @@ def job_hours(status: JobStatus, seen: Seen) -> float:
 
 
 def telemetry_gpu_hours(output: Path) -> float | None:
-    """GPU-hours a job's telemetry file records (`<first output>.telemetry.json`), if any."""
-    path = output.with_name(output.name + ".telemetry.json")
-    try:
-        return float(json.loads(path.read_text(encoding="utf-8"))["gpu_hours"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+    """GPU-hours a job's telemetry file records, if it saw its GPUs (NVML answered)."""
+    summary = read_file(telemetry_path(output)) or {}
+    gpu = summary.get("gpu") or {}
+    return float(gpu["gpu_hours"]) if gpu.get("count") else None
 
 
 def account(status: JobStatus, seen: Seen, planned: Planned, benchmarks: Benchmarks) -> None:

@@ -30,7 +30,7 @@ run: $(STAMP)
 # One pytest worker per core (tests/conftest.py groups them: the live-SLURM tests share one
 # worker and one cluster, each other module stays on one worker with its fixtures).
 test: $(STAMP)
-	pytest -n $(CORES) --dist loadgroup
+	pytest -n $(CORES)
 
 # Every CUDA path at paper sizes against references (tiny sizes on CPU): results/gpu_check.json.
 gpu-check: $(STAMP)

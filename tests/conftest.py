@@ -109,18 +109,37 @@ def finished_all(tmp_path_factory) -> Path:
     return workdir
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Groups for `pytest -n N --dist loadgroup` (make test): tests that use the live SLURM
-    cluster run on one worker (one cluster per session), tests that use the shared finished
-    run on one worker (one run), and every other module's tests together (module fixtures run
-    once). Without pytest-xdist the marks do nothing.
+def xdist_group_of(nodeid: str) -> str:
+    """The group a test runs in under `make test` (pytest -n N): one worker runs a group whole.
+
+    The live-SLURM tests share one group (one cluster per session, one job at a time on it),
+    the suites over the shared finished run share one (the run is made once), and every other
+    module is a group of its own (its module fixtures run once).
     """
-    for item in items:
-        if "slurm_cluster" in item.fixturenames:
-            group = "slurm"
-        elif "finished_all" in item.fixturenames:
-            group = "finished_all"
-        else:
-            group = item.module.__name__ if item.module else item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group(group), append=False)
+    path = nodeid.split("::")[0]
+    name = Path(path).name
+    if name.startswith("test_slurm_"):
+        return "slurm"
+    if name in FINISHED_ALL_MODULES:
+        return "finished_all"
+    return path
+
+
+FINISHED_ALL_MODULES = ("test_hardening_workflow.py", "test_settings_workflow.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The live-SLURM group first: it is the longest, mostly waiting on SLURM, so it overlaps the
+    rest of the suite on the other worker."""
+    items.sort(key=lambda item: xdist_group_of(item.nodeid) != "slurm")
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """pytest-xdist schedules whole groups (`xdist_group_of`) on one worker each."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_group_of(nodeid)
+
+    return GroupScheduling(config, log)

@@ -190,6 +190,7 @@ class ChunkedScores:
             return
         if self.unsaved:
             self.save()
+        self._show_progress(force=True)
         where = "" if self.state_file is None else f" in {self.state_file}"
         stop_if_requested(
             f"after {self.chunks_done()} of {len(self.chunks)} chunks (state saved{where})"

@@ -135,19 +135,19 @@ class _WorkerPool:
     def __init__(self, jobs: Sequence[WorkerJob]):
         context = get_context("spawn")
         self.workers: list[tuple[WorkerJob, Any, Any, Connection]] = []
-        for job in jobs:
-            tasks = context.Queue()
-            result_recv, result_send = context.Pipe(duplex=False)
-            process = context.Process(
-                target=_worker_main,
-                args=(job, tasks, result_send),
-                name=f"perplexity-worker-{job.index}",
-                daemon=True,
-            )
-            with started_ignoring_stops():
+        with started_ignoring_stops():  # the workers and multiprocessing's resource tracker
+            for job in jobs:
+                tasks = context.Queue()
+                result_recv, result_send = context.Pipe(duplex=False)
+                process = context.Process(
+                    target=_worker_main,
+                    args=(job, tasks, result_send),
+                    name=f"perplexity-worker-{job.index}",
+                    daemon=True,
+                )
                 process.start()
-            result_send.close()
-            self.workers.append((job, process, tasks, result_recv))
+                result_send.close()
+                self.workers.append((job, process, tasks, result_recv))
 
     def run(
         self,

@@ -185,8 +185,11 @@ class ChunkedScores:
         save_torch(self.state_file, state)
 
     def stop_if_requested(self) -> None:
-        """Save what is unsaved and end the step (Stopped) when a stop was requested."""
-        if requested() is None:
+        """Save what is unsaved and end the step (Stopped) when a stop was requested.
+
+        A request after the last batch changes nothing: the step writes its output.
+        """
+        if requested() is None or self.batch_done.all():
             return
         if self.unsaved:
             self.save()

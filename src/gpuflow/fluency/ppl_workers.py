@@ -29,7 +29,7 @@ from gpuflow.stopping import leave_to_parent, started_ignoring_stops
 
 IN_HAND = 2
 POLL_S = 0.2
-Scored = Callable[[int, SegmentScores], None]
+Scored = Callable[[int, SegmentScores, int], None]  # batch, its scores, the worker's index
 
 
 def worker_threads(n_workers: int) -> int:
@@ -121,7 +121,7 @@ def score_batches(
         for batch in todo:
             if should_stop():
                 return
-            on_scored(batch, scorer.score(batches[batch]))
+            on_scored(batch, scorer.score(batches[batch]), 0)
         return
     if wrap_forward is not None:
         raise ValueError("wrap_forward needs exactly one worker")
@@ -191,7 +191,7 @@ class _WorkerPool:
                         f"perplexity worker {job.index} ({job.device}): {message[1]}"
                     )
                 in_hand[worker] -= 1
-                on_scored(message[1], message[2])
+                on_scored(message[1], message[2], worker)
         except (EOFError, OSError):
             pass
         if in_hand[worker] and not process.is_alive():

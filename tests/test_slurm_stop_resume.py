@@ -1,25 +1,33 @@
-"""Training jobs that SLURM ends early, on the live cluster: at their time limit, cancelled, or
-requeued as on preemption.
+"""Jobs that SLURM ends early or that fail, on the live cluster, in one run of the real workflow.
 
-SLURM ends the job with SIGTERM (then SIGKILL after KillWait); the step finishes the epoch in
-progress, saves its state and stops. The profile retries a timed-out or cancelled job with more
-time; a requeued job starts again by itself. Either way the next run resumes from the saved
-state, never redoing a finished epoch, to the numbers of an uninterrupted run.
+One Snakemake run through the SLURM profile shows several things at once:
+- an SSVAE training job is requeued as on preemption (`scontrol requeue`, which sends SIGTERM)
+  once it has saved an epoch, starts again in the same SLURM job and resumes; then its 1-minute
+  limit stops it (SIGTERM), the profile retries it with more time (as often as needed), and it
+  resumes each time. No epoch is lost or done twice, and the metrics equal an uninterrupted
+  run's;
+- a grid of three sweep shards (jobs of their own, arrays off) where shard 1 fails once and
+  shard 0 is slower than the profile's latency-wait: no finished output of another shard is
+  deleted or rewritten (same inode and content), and only the failed shard is submitted again.
+SLURM ends a job with SIGTERM (then SIGKILL after KillWait); the step finishes the epoch in
+progress, saves its state and stops.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
-import subprocess
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 
 from tests.conftest import snakemake, tiny_config
-from tests.slurm import harness
+from tests.slurm import grid_faults, harness
 
 pytestmark = [pytest.mark.slurm, pytest.mark.workflow]
 pytest_plugins = ["tests.slurm.fixtures"]
@@ -27,106 +35,143 @@ pytest_plugins = ["tests.slurm.fixtures"]
 SSVAE = "results/ssvae/frac~0.2/corrupt~0.0/alpha~10/seed~0/metrics.json"
 LOG = "results/ssvae/logs/train/frac~0.2/corrupt~0.0/alpha~10.log"
 STATE = "results/ssvae/frac~0.2/corrupt~0.0/alpha~10/train_state.pt"
-LONG = 150  # epochs of about 1 s here: the first attempt's 1-minute limit cannot hold them
-SHORT = 40  # epochs of a job that is ended from outside once it has saved one
+EPOCHS = 120  # of 1-5 s here: a 1-minute limit cannot hold them
+SHARDS = "results/sweep/shards/method~gd/rank~2/width~4"
+SHARD_FILES = [f"{SHARDS}/shard~{i}.{ext}" for i in range(3) for ext in ("csv", "run.json")]
+FAULTS = {"shard~0.csv": "slow:20", "shard~1.csv": "fail-once"}  # latency-wait is 5 s here
+TARGETS = [SSVAE, *(f"{SHARDS}/shard~{i}.csv" for i in range(3))]
 
 
-def ssvae_only(epochs: int, runtime: int) -> dict[str, Any]:
+def stop_resume_config() -> dict[str, Any]:
+    """SSVAE training of EPOCHS epochs with a 1-minute limit, and three one-seed CPU shards."""
     config = tiny_config("slurm")
-    config["families"] = ["ssvae"]
-    config["ssvae"]["train"]["epochs"] = epochs
-    config["ssvae"]["resources"]["ssvae_train"]["runtime"] = runtime
+    config["families"] = ["ssvae", "sweep"]
+    config["ssvae"]["train"]["epochs"] = EPOCHS
+    config["ssvae"]["resources"]["ssvae_train"]["runtime"] = 1
+    config["sweep"]["n_seeds"] = 3
+    config["sweep"]["resources"]["sweep_shard"].update(gpu=0, runtime=5)
     return config
 
 
+def file_identity(path: Path) -> tuple[int, str]:
+    """inode and content hash: a file deleted and written again (outputs are written to a
+    temporary name and renamed), rewritten or replaced changes it. Not the mtime: Snakemake
+    itself touches a job's outputs once it has registered the job as finished."""
+    return path.stat().st_ino, hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def watch_outputs(workdir: Path, seen: dict[str, tuple[int, str]], stop: threading.Event):
+    """Record each shard output's identity when it first appears (outputs appear by rename)."""
+    while not stop.wait(0.3):
+        for name in SHARD_FILES:
+            if name not in seen and (workdir / name).exists():
+                try:
+                    seen[name] = file_identity(workdir / name)
+                except FileNotFoundError:
+                    continue
+
+
 @pytest.fixture(scope="module")
-def uninterrupted_short(tmp_path_factory) -> Path:
-    """The SHORT training run with Snakemake's local scheduler, never ended early."""
-    local = tmp_path_factory.mktemp("uninterrupted")
-    snakemake(local, ssvae_only(SHORT, runtime=10), SSVAE)
-    return local
+def runs(slurm_cluster, tmp_path_factory) -> dict[str, Any]:
+    """The run on the cluster (requeue, time limit, failing and slow shards), and the same
+    config with Snakemake's local scheduler, uninterrupted, at the same time."""
+    config = stop_resume_config()
+    local, cluster = (tmp_path_factory.mktemp(name) for name in ("local", "cluster"))
+    env = grid_faults.install(tmp_path_factory.mktemp("faulty-bin"), FAULTS)
+    seen: dict[str, tuple[int, str]] = {}
+    attempts: list[str] = []
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        uninterrupted = pool.submit(snakemake, local, config, *TARGETS)
+        result, requeued = harness.run_profile(
+            cluster,
+            harness.REPO / "Snakefile",
+            config,
+            *TARGETS,
+            # a loaded test machine can need more than one retry to finish the epochs
+            "--retries",
+            "4",
+            cancel_rule="ssvae_train",
+            cancel_after=STATE,
+            cancel_command=("scontrol", "requeue"),
+            watchers=[
+                lambda stop: watch_outputs(cluster, seen, stop),
+                lambda stop: harness.follow_log(cluster / LOG, attempts, stop),
+            ],
+            env=env,
+            timeout=1500,  # a loaded test machine: up to five attempts (1 + 2 + ... + 5 minutes)
+        )
+        uninterrupted.result()
+    assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-8000:]}"
+    assert requeued, "the training job was never requeued"
+    jobs = harness.workdir_jobs(cluster)
+    return {"local": local, "cluster": cluster, "result": result, "seen": seen,
+            "attempts": attempts, "jobs": jobs}  # fmt: skip
 
 
-def training_jobs(workdir: Path) -> list[dict[str, str]]:
-    """This run's ssvae_train jobs (squeue keeps ended ones a while): id and state, oldest first."""
-    listed = subprocess.run(
-        ["squeue", "--states=all", "--noheader", "--format=%i|%T|%k|%Z"],
-        capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
-    jobs = []
-    for line in listed.splitlines():
-        job_id, state, comment, directory = line.strip().split("|", 3)
-        if comment.startswith("rule_ssvae_train") and Path(directory) == workdir:
-            jobs.append({"id": job_id, "state": state})
-    return sorted(jobs, key=lambda job: int(job["id"]))
+def jobs_of(runs: dict[str, Any], comment_start: str) -> list[dict[str, str]]:
+    return [job for job in runs["jobs"] if job["comment"].startswith(comment_start)]
 
 
 def comparable(metrics: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in metrics.items() if k not in ("timing", "run_record")}
 
 
-def run_on_the_cluster(workdir: Path, config: dict[str, Any], **ending: Any) -> Path:
-    """The target through the SLURM profile, its job ended early as `ending` says."""
-    result, ended = harness.run_profile(
-        workdir, harness.REPO / "Snakefile", config, SSVAE, **ending
-    )
-    assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-8000:]}"
-    if ending:
-        assert ended, "the job was never ended early"
-    return workdir
+def test_the_training_job_was_requeued_in_place_then_retried_after_its_time_limit(runs):
+    jobs = jobs_of(runs, "rule_ssvae_train")
+    states = [job["state"] for job in jobs]
+    assert states[0] == "TIMEOUT" and states[-1] == "COMPLETED", states
+    assert states.count("COMPLETED") == 1, states
+    assert harness.slurm_job(jobs[0]["id"])["Restarts"] == "1", "requeued once, same job"
 
 
-def assert_resumed_to_the_uninterrupted_numbers(cluster: Path, local: Path, epochs: int) -> None:
-    """The last run's log resumes after a saved epoch and redoes none; the metrics are equal."""
-    log = (cluster / LOG).read_text()
-    resumed = re.findall(r"resumed from \S+ after epoch (\d+)", log)
-    assert resumed, log[-3000:]
-    first = int(resumed[0])
-    assert 1 <= first < epochs
-    epochs_run = [int(e) for e in re.findall(rf"^epoch (\d+)/{epochs}", log, re.M)]
-    assert epochs_run[0] == first + 1, "the run starts after the saved epoch, redoing none"
-    assert epochs_run[-1] == epochs
+def test_each_run_of_the_training_resumes_after_the_epoch_the_last_one_saved(runs):
+    """Requeued run, time-limited run, retry: every epoch runs once, in order, none lost."""
+    attempts = [text for text in runs["attempts"] if text.strip()]
+    assert len(attempts) >= 3, [a[-300:] for a in attempts]
+    epochs_run: list[int] = []
+    saved = 0
+    for number, text in enumerate(attempts):
+        resumed = [int(e) for e in re.findall(r"resumed from \S+ after epoch (\d+)", text)]
+        assert resumed == ([saved] if saved else []), text[-2000:]
+        epochs = [int(e) for e in re.findall(rf"^epoch (\d+)/{EPOCHS}", text, re.M)]
+        assert epochs == list(range(saved + 1, saved + 1 + len(epochs))), text[-2000:]
+        epochs_run += epochs
+        if number < len(attempts) - 1:
+            stopped = re.findall(r"stopped by SIGTERM after epoch (\d+) of", text)
+            assert stopped == ([str(epochs[-1])] if epochs else []), text[-2000:]
+            saved = epochs[-1] if epochs else saved
+    assert epochs_run == list(range(1, EPOCHS + 1))
+
+
+def test_resumed_training_equals_the_uninterrupted_run(runs):
+    cluster, local = runs["cluster"], runs["local"]
     metrics = json.loads((cluster / SSVAE).read_text())
-    assert metrics["timing"]["resumed_from_epoch"] >= first
+    assert metrics["timing"]["resumed_from_epoch"] >= 1
     assert comparable(metrics) == comparable(json.loads((local / SSVAE).read_text()))
     assert not (cluster / STATE).exists(), "the state goes once the metrics are written"
 
 
-def test_a_job_stopped_at_its_time_limit_is_retried_with_more_time_and_resumes(
-    slurm_cluster, tmp_path
-):
-    config = ssvae_only(LONG, runtime=1)
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        uninterrupted = pool.submit(snakemake, tmp_path / "local", config, SSVAE)
-        cluster = run_on_the_cluster(tmp_path / "cluster", config)
-        uninterrupted.result()
-    states = [job["state"] for job in training_jobs(cluster)]
-    assert "TIMEOUT" in states and states.count("COMPLETED") == 1, states
-    assert_resumed_to_the_uninterrupted_numbers(cluster, tmp_path / "local", LONG)
+def test_only_the_failed_grid_job_was_submitted_again(runs):
+    per_shard = {
+        shard: [job["state"] for job in jobs_of(runs, f"rule_sweep_shard_wildcards_gd_2_4_{shard}")]
+        for shard in range(3)
+    }
+    assert per_shard == {0: ["COMPLETED"], 1: ["FAILED", "COMPLETED"], 2: ["COMPLETED"]}
+    removed = re.findall(r"Removing output files of failed job.*", runs["result"].stderr)
+    assert all("shard~1." in line for line in removed), removed
 
 
-def test_a_cancelled_training_job_is_retried_and_resumes(
-    slurm_cluster, uninterrupted_short, tmp_path
-):
-    cluster = run_on_the_cluster(
-        tmp_path, ssvae_only(SHORT, runtime=10), cancel_rule="ssvae_train", cancel_after=STATE
-    )
-    states = [job["state"] for job in training_jobs(cluster)]
-    assert "CANCELLED" in states and states.count("COMPLETED") == 1, states
-    assert_resumed_to_the_uninterrupted_numbers(cluster, uninterrupted_short, SHORT)
+def test_no_finished_output_of_another_grid_job_was_deleted_or_rewritten(runs):
+    """Each output keeps the inode and content it had when it first appeared."""
+    cluster, seen = runs["cluster"], runs["seen"]
+    assert set(seen) == set(SHARD_FILES)
+    for name in SHARD_FILES:
+        assert file_identity(cluster / name) == seen[name], name
 
 
-def test_a_preempted_training_job_is_requeued_and_resumes_in_the_same_job(
-    slurm_cluster, uninterrupted_short, tmp_path
-):
-    cluster = run_on_the_cluster(
-        tmp_path,
-        ssvae_only(SHORT, runtime=10),
-        cancel_rule="ssvae_train",
-        cancel_after=STATE,
-        cancel_command=("scontrol", "requeue"),
-    )
-    jobs = training_jobs(cluster)
-    assert [job["state"] for job in jobs] == ["COMPLETED"], "one job, requeued, no retry"
-    assert harness.slurm_job(jobs[0]["id"])["Restarts"] == "1"
-    assert_resumed_to_the_uninterrupted_numbers(cluster, uninterrupted_short, SHORT)
+def test_grid_tables_equal_the_local_run_except_wall_time(runs):
+    for shard in range(3):
+        table = f"{SHARDS}/shard~{shard}.csv"
+        on_cluster = pd.read_csv(runs["cluster"] / table).drop(columns="wall_s")
+        local = pd.read_csv(runs["local"] / table).drop(columns="wall_s")
+        pd.testing.assert_frame_equal(on_cluster, local)

@@ -19,10 +19,12 @@ from typing import Any
 import pytest
 
 from gpuflow.plan import Job
+from gpuflow.progressfile import progress_path, write_progress
 from gpuflow.status.collect import Seen, classify, telemetry_gpu_hours
 from gpuflow.status.progress import Progress, job_progress
 from gpuflow.status.snakemake_files import failed_jobs, incomplete_markers
-from gpuflow.sweep.progress import ProgressFile, progress_path
+from gpuflow.sweep.progress import ProgressFile
+from gpuflow.sweep.progress import progress_path as sweep_progress_path
 from tests.conftest import BIN, REPO, workflow_env
 
 SNAKEFILE = REPO / "tests" / "slurm" / "status" / "Snakefile"
@@ -144,7 +146,7 @@ def test_sweep_shard_progress_counts_the_seeds_of_its_progress_file(tmp_path):
     out = tmp_path / "shard~0.csv"
     log = tmp_path / "shard.log"
     log.write_text("method~gd: 5 seeds, 1 already done, computing 4: [1, 2, 3, 4]\n")
-    progress_file = ProgressFile(progress_path(out), {"method": "gd"}).open()
+    progress_file = ProgressFile(sweep_progress_path(out), {"method": "gd"}).open()
     progress_file.add_ok(0, {"seed": 0})
     progress_file.add_failed(1, "diverged")
     progress_file.add_ok(2, {"seed": 2})
@@ -180,11 +182,10 @@ def test_scaling_progress_is_the_epochs_its_log_records_of_the_configured_epochs
 def test_a_progress_json_beside_an_output_wins(tmp_path):
     out = tmp_path / "perplexity" / "shard~0.csv"
     out.parent.mkdir()
-    record = {"done": 300, "total": 1000, "unit": "texts", "started": 10, "updated": 40}
-    (out.parent / "shard~0.csv.progress.json").write_text(json.dumps(record))
+    write_progress(progress_path(out), done=300, total=1000, unit="texts", started=10.0)
     found = job_progress(job("fluency_perplexity", str(out), "-"), tmp_path, {}, started=0.0)
     assert (found.done, found.total, found.unit, found.started) == (300, 1000, "texts", 10)
-    assert found.eta_s(now=40) == pytest.approx(70.0)
+    assert found.eta_s(now=found.updated) == pytest.approx((found.updated - 10) * 700 / 300)
 
 
 def test_gpu_hours_used_come_from_a_telemetry_file_only_where_nvml_saw_the_gpus(tmp_path):

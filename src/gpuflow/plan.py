@@ -51,9 +51,10 @@ class Job:
 
     @property
     def gpus(self) -> int:
-        """GPUs of the whole job: `gpu`, or nodes x --gpus-per-node for multi-node rules."""
-        extra = str(self.resources.get("slurm_extra", ""))
-        per_node = re.search(r"--gpus-per-node[= ](\d+)", extra)
+        """GPUs of the whole job: `gpu`, or nodes x the GPUs per node of `gres` (gpu:N or
+        gpu:<model>:N, as sbatch --gres counts them) for multi-node rules."""
+        gres = str(self.resources.get("gres", ""))
+        per_node = re.search(r"\bgpu(?::[^:,]+)?:(\d+)", gres)
         if per_node:
             return int(float(self.resources.get("nodes", 1) or 1)) * int(per_node[1])
         return int(float(self.resources.get("gpu", 0) or 0))

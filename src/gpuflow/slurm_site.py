@@ -51,10 +51,22 @@ def named_partitions(config: Any, key: str = "") -> Iterator[tuple[str, str]]:
                 yield from named_partitions(value, dotted)
 
 
+def read_site(site_file: str | Path) -> dict[str, Any]:
+    """The site file's values (profiles/slurm/site.yaml or GPUFLOW_SLURM_SITE)."""
+    with open(site_file, encoding="utf-8") as handle:
+        return yaml.safe_load(handle) or {}
+
+
+def warning_signal(site: dict[str, Any]) -> str | None:
+    """sbatch's option for the site's stop warning: SIGUSR1 `stop_warning_minutes` before a
+    job's time limit, to every process of its step; None where the site wants none."""
+    minutes = site.get("stop_warning_minutes")
+    return f"--signal=USR1@{int(minutes) * 60}" if minutes else None
+
+
 def check_partitions(config: dict[str, Any], site_file: str | Path) -> None:
     """Raise ConfigError when the config names a partition the site file does not have."""
-    with open(site_file, encoding="utf-8") as handle:
-        site = yaml.safe_load(handle) or {}
+    site = read_site(site_file)
     known = sorted(site.get("partitions") or {})
     for key, partition in named_partitions(config):
         if partition not in known:

@@ -15,7 +15,11 @@ After the loop the step finishes its short remaining work (its final outputs) un
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import signal
+import sys
+from collections.abc import Iterator
 from types import FrameType
 
 from gpuflow.errors import GpuflowError
@@ -51,6 +55,38 @@ def ignore_warning() -> None:
     starts inherits the ignored signal and installs its own handler.
     """
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+
+
+def leave_to_parent() -> None:
+    """In a worker process: the parent decides when to stop, and the worker dies with it.
+
+    SLURM's signals reach every process of the job and Ctrl-C the whole process group: the
+    worker ignores them and finishes the work in hand; the parent stops giving it more. A
+    parent killed outright takes the worker with it (PR_SET_PDEATHSIG on Linux).
+    """
+    for signum in (*STOP_SIGNALS, signal.SIGINT):
+        signal.signal(signum, signal.SIG_IGN)
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+@contextlib.contextmanager
+def started_ignoring_stops() -> Iterator[None]:
+    """Processes started inside inherit ignored stop signals (and Ctrl-C) across exec.
+
+    So a signal that reaches a worker while it starts up (before `leave_to_parent`) cannot end
+    it. This process's own handlers are back once the block ends.
+    """
+    signums = (*STOP_SIGNALS, signal.SIGINT)
+    saved = {signum: signal.getsignal(signum) for signum in signums}
+    for signum in signums:
+        signal.signal(signum, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
 
 
 def requested() -> str | None:

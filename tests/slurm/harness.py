@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -60,46 +60,64 @@ def squeue(run_filter: str = "") -> list[dict[str, str]]:
     return jobs
 
 
+def workdir_jobs(workdir: Path) -> list[dict[str, str]]:
+    """Jobs submitted from `workdir` that SLURM still lists (squeue keeps ended ones for its
+    MinJobAge): id, state, comment, start and end time, oldest first."""
+    listed = subprocess.run(
+        ["squeue", "--states=all", "--noheader", "--format=%i|%T|%k|%S|%e|%Z"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    jobs = []
+    for line in listed.splitlines():
+        job_id, state, comment, start, end, directory = line.strip().split("|", 5)
+        if Path(directory) == workdir:
+            fields = {"id": job_id, "state": state, "comment": comment}
+            jobs.append({**fields, "start": start, "end": end})
+    return sorted(jobs, key=lambda job: int(job["id"]))
+
+
+def follow_log(path: Path, attempts: list[str], stop: threading.Event) -> None:
+    """Collect every run's text of a log that each run truncates (`> {log}`) into `attempts`."""
+    while not stop.wait(0.3):
+        text = path.read_text(errors="replace") if path.exists() else ""
+        if attempts and text.startswith(attempts[-1]):
+            attempts[-1] = text
+        elif text or not attempts:
+            attempts.append(text)
+
+
 def cancel_when_running(
+    workdir: Path,
     rule: str,
     started: Path | None,
     cancelled: list[str],
     stop: threading.Event,
     command: tuple[str, ...] = ("scancel",),
 ) -> None:
-    """End the first job of `rule` with `command` (scancel; or `scontrol requeue`, as when
-    SLURM preempts it) once it runs and (if given) `started` exists.
+    """End the first job of `rule` submitted from `workdir` with `command` (scancel; or
+    `scontrol requeue`, as when SLURM preempts it) once it runs and (if given) `started` exists.
 
     `started` is a file the step writes once it has begun (its log, its saved state): the job
     is ended in the middle of the step, not while Snakemake starts. Its id goes into `cancelled`.
+    Jobs of other folders (other test sessions share the cluster) are never touched.
     """
-    while not stop.is_set():
-        running = [j for j in squeue(f"rule_{rule}") if j["state"] == "RUNNING"]
+    while not stop.wait(0.5):
+        running = [
+            job
+            for job in workdir_jobs(workdir)
+            if job["comment"].startswith(f"rule_{rule}") and job["state"] == "RUNNING"
+        ]
         if running and (started is None or started.exists()):
             time.sleep(1)
             subprocess.run([*command, running[0]["id"]], check=True)
             cancelled.append(running[0]["id"])
             return
-        time.sleep(0.5)
 
 
-def run_profile(
-    workdir: Path,
-    snakefile: Path,
-    config: dict[str, Any],
-    *args: str,
-    cancel_rule: str | None = None,
-    cancel_after: str | None = None,
-    cancel_command: tuple[str, ...] = ("scancel",),
-    timeout: int = 600,
-) -> tuple[subprocess.CompletedProcess[str], list[str]]:
-    """snakemake --profile profiles/slurm (+ the test layer) in `workdir`.
-
-    With `cancel_rule`, the first job of that rule is ended with `cancel_command` (scancel, or
-    `scontrol requeue` as on preemption) once it runs and the file `cancel_after` (relative to
-    `workdir`, e.g. the step's log) exists.
-    Returns the finished process and the ids of the cancelled jobs.
-    """
+def profile_command(
+    workdir: Path, snakefile: Path, config: dict[str, Any], *args: str
+) -> list[str]:
+    """snakemake --profile profiles/slurm (+ the test layer) for `workdir`; writes its config."""
     configfile = write_config(workdir, config)
     command = [
         str(BIN / "snakemake"),
@@ -116,30 +134,57 @@ def run_profile(
         "--configfile",
         str(configfile),
     ]
+    return command
+
+
+def run_profile(
+    workdir: Path,
+    snakefile: Path,
+    config: dict[str, Any],
+    *args: str,
+    cancel_rule: str | None = None,
+    cancel_after: str | None = None,
+    cancel_command: tuple[str, ...] = ("scancel",),
+    watchers: Iterable[Callable[[threading.Event], None]] = (),
+    env: dict[str, str] | None = None,
+    timeout: int = 600,
+) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    """snakemake --profile profiles/slurm (+ the test layer) in `workdir`.
+
+    With `cancel_rule`, the first job of that rule is ended with `cancel_command` (scancel, or
+    `scontrol requeue` as on preemption) once it runs and the file `cancel_after` (relative to
+    `workdir`, e.g. the step's log) exists. Each of `watchers` runs in a thread of its own while
+    Snakemake runs, until the event it is given is set. `env` adds to the environment.
+    Returns the finished process and the ids of the cancelled jobs.
+    """
+    command = profile_command(workdir, snakefile, config, *args)
     cancelled: list[str] = []
     stop = threading.Event()
-    watcher = None
+    threads = [threading.Thread(target=watch, args=(stop,), daemon=True) for watch in watchers]
     if cancel_rule:
-        watcher = threading.Thread(
-            target=cancel_when_running,
-            args=(
-                cancel_rule,
-                workdir / cancel_after if cancel_after else None,
-                cancelled,
-                stop,
-                cancel_command,
-            ),
-            daemon=True,
+        started = workdir / cancel_after if cancel_after else None
+        threads.append(
+            threading.Thread(
+                target=cancel_when_running,
+                args=(workdir, cancel_rule, started, cancelled, stop, cancel_command),
+                daemon=True,
+            )
         )
-        watcher.start()
+    for thread in threads:
+        thread.start()
     try:
         result = subprocess.run(
-            command, capture_output=True, text=True, env=cluster_env(), timeout=timeout, cwd=REPO
+            command,
+            capture_output=True,
+            text=True,
+            env={**cluster_env(), **(env or {})},
+            timeout=timeout,
+            cwd=REPO,
         )
     finally:
         stop.set()
-        if watcher is not None:
-            watcher.join(timeout=5)
+        for thread in threads:
+            thread.join(timeout=5)
     return result, cancelled
 
 

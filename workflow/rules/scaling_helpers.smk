@@ -144,7 +144,13 @@ def scaling_train_threads(wildcards):
 
 
 def scaling_multinode_resources():
-    """Several nodes: one srun task per node, each with its node's GPUs, CPUs and memory."""
+    """Several nodes: one srun task per node, each with its node's GPUs, CPUs and memory.
+
+    The GPUs per node go as `gres` (sbatch --gres=gpu:N counts per node), not as slurm_extra:
+    a rule's slurm_extra would replace the profile's, which carries the site's stop warning
+    (--signal), and the plugin reads gres to pick a GPU partition. gpu_model "" keeps the
+    site's model default from adding --gpus=<model>:1.
+    """
     block, per_node = SCALING_TRAIN_RES, SCALING_MULTI["gpus_per_node"]
     mem_mb, runtime = block["mem_mb"], block["runtime"]
     return {
@@ -153,7 +159,8 @@ def scaling_multinode_resources():
         "mpi": "srun",
         "tasks_per_gpu": 0,
         "cpus_per_task": block["cpus_per_task"] * per_node,
-        "slurm_extra": f"--gpus-per-node={per_node}",
+        "gres": f"gpu:{per_node}",
+        "gpu_model": "",
         "mem_mb": lambda wildcards, attempt: mem_mb * per_node * attempt,
         "runtime": lambda wildcards, attempt: runtime * attempt,
         "runtime_settings": runtime_json("scaling"),

@@ -3,9 +3,10 @@
 Per text the reference is `ids = [BOS] + tokens`, `ppl = exp(mean CE(logits[:-1], ids[1:]))`.
 The scorer computes exactly that, fast: texts are tokenized once without padding, cut into
 context-sized windows when too long (each window scores only its new tokens), sorted longest
-first, dealt round-robin to one worker per device, batched by a token budget with right padding
-to each batch's own maximum, scored with fp32 loss, summed per text in float64 and mapped back
-to input order.
+first, batched by a token budget with right padding to each batch's own maximum, dealt to one
+worker per device as workers free up, scored with fp32 loss, summed per text in float64 and
+mapped back to input order. Scores are saved after each chunk of batches (gpuflow.fluency.
+chunked), so a step stopped by SLURM resumes where it stopped, with the same numbers.
 """
 
 from __future__ import annotations
@@ -22,10 +23,18 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
+from tqdm import tqdm
 
 from gpuflow.atomic import write_csv, write_json
 from gpuflow.devices import run_record, worker_devices
 from gpuflow.errors import ConfigError, DataError
+from gpuflow.fluency.chunked import (
+    ChunkedScores,
+    fingerprint,
+    finish,
+    model_identity,
+    texts_digest,
+)
 from gpuflow.fluency.merge import corpus_perplexity
 from gpuflow.fluency.placement import choose_placement
 from gpuflow.fluency.ppl_model import (
@@ -35,11 +44,13 @@ from gpuflow.fluency.ppl_model import (
     model_context,
     start_token_id,
 )
-from gpuflow.fluency.ppl_scoring import Forward
-from gpuflow.fluency.ppl_segments import deal, make_segments, sort_longest_first
-from gpuflow.fluency.ppl_workers import WorkerJob, run_worker, run_workers, worker_threads
+from gpuflow.fluency.ppl_scoring import Forward, SegmentScores
+from gpuflow.fluency.ppl_segments import make_segments, plan_batches, sort_longest_first
+from gpuflow.fluency.ppl_workers import WorkerJob, score_batches, worker_threads
 from gpuflow.fluency.texts import read_texts
 from gpuflow.settings import family_settings
+from gpuflow.stopping import defer as defer_stop
+from gpuflow.stopping import requested as stop_requested
 
 OUTPUT_COLUMNS = ["text_id", "nll_sum", "n_tokens", "ppl"]
 
@@ -51,6 +62,7 @@ class PerplexitySettings:
     dtype: str
     stride: int | None
     token_budget: int
+    chunk_tokens: int
     device: str
     cpu_workers: int
     trust_remote_code: bool
@@ -65,6 +77,7 @@ class PerplexitySettings:
             dtype=perplexity["dtype"],
             stride=perplexity["stride"],
             token_budget=perplexity["token_budget"],
+            chunk_tokens=perplexity["chunk_tokens"],
             device=fluency["device"],
             cpu_workers=fluency["cpu_workers"],
             trust_remote_code=fluency["lm"]["trust_remote_code"],
@@ -104,54 +117,89 @@ def score_token_ids(
     trust_remote_code: bool,
     wrap_forward: Callable[[Forward], Forward] | None = None,
     placement: str = "replicate",
+    chunk_tokens: int = 1 << 18,
+    out: str | Path | None = None,
+    state_fingerprint: str = "",
 ) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
     """Per-text NLL sums (float64) and token counts, in input order, plus batching stats.
 
     `placement` replicate runs one worker per device; shard one worker whose model is spread
     over all `devices` (see gpuflow.fluency.placement). `wrap_forward` (one worker only) wraps
-    the model's forward call, e.g. to inject errors.
+    the model's forward call, e.g. to inject errors. With `out`, the scores are saved after
+    every chunk of about `chunk_tokens` scored tokens in a resume state beside `out` (resumed
+    when its fingerprint is `state_fingerprint`), and a stop request ends the step (Stopped)
+    once the batches in hand are scored and saved.
     """
     if token_budget < 1:
         raise ConfigError("fluency.perplexity.token_budget", f"got {token_budget}", ">= 1")
     ordered = sort_longest_first(make_segments(token_ids, bos_id, context, stride))
+    batches = plan_batches(ordered, token_budget)
     sharded = placement == "shard"
     workers = devices[:1] if sharded else devices
-    shares = deal(ordered, len(workers))
     jobs = [
         WorkerJob(
             model=model,
             trust_remote_code=trust_remote_code,
             dtype=dtype,
             device=str(device),
-            segments=share,
             token_budget=token_budget,
             threads=worker_threads(len(workers)),
             index=index,
             shard_over=tuple(str(d) for d in devices) if sharded else (),
         )
-        for index, (device, share) in enumerate(zip(workers, shares, strict=True))
+        for index, device in enumerate(workers)
     ]
-    if wrap_forward is not None:
-        if len(jobs) != 1:
-            raise ValueError("wrap_forward needs exactly one worker")
-        results = [run_worker(jobs[0], wrap_forward)]
-    else:
-        results = run_workers(jobs)
-    segment_nll = np.zeros(len(ordered), dtype=np.float64)
-    segment_tokens = np.zeros(len(ordered), dtype=np.int64)
-    for index, result in enumerate(results):
-        segment_nll[index :: len(workers)] = result.nll
-        segment_tokens[index :: len(workers)] = result.n_tokens
+    scores = ChunkedScores(
+        out,
+        state_fingerprint,
+        [np.arange(b.start, b.stop) for b in batches],
+        [sum(s.n_targets for s in ordered[b.start : b.stop]) for b in batches],
+        chunk_tokens,
+        {"nll": np.float64, "n_tokens": np.int64},
+        "tokens",
+    )
+    todo = scores.resume()
+    outcome = {"oom_splits": 0, "final_token_budget": token_budget}
+    bar = tqdm(
+        total=int(scores.weights.sum()),
+        initial=scores.weight_done(),
+        desc=f"perplexity ({len(jobs)} worker(s))",
+        unit="tok",
+        unit_scale=True,
+        mininterval=2.0,
+        file=sys.stderr,
+    )
+
+    seconds = [0.0] * len(jobs)  # each worker's scoring time, model loading excluded
+
+    def on_scored(batch: int, result: SegmentScores, worker: int) -> None:
+        scores.record(batch, {"nll": result.nll, "n_tokens": result.n_tokens})
+        outcome["oom_splits"] += result.oom_splits
+        outcome["final_token_budget"] = min(outcome["final_token_budget"], result.token_budget)
+        seconds[worker] += result.seconds
+        bar.update(int(result.n_tokens.sum()))
+
+    defer_stop()
+    with bar:
+        score_batches(
+            jobs,
+            [ordered[b.start : b.stop] for b in batches],
+            todo,
+            on_scored,
+            lambda: stop_requested() is not None,
+            wrap_forward,
+        )
+    scores.stop_if_requested()
     text_index = np.array([s.text for s in ordered], dtype=np.int64)
     nll = np.zeros(len(token_ids), dtype=np.float64)
     n_tokens = np.zeros(len(token_ids), dtype=np.int64)
-    np.add.at(nll, text_index, segment_nll)
-    np.add.at(n_tokens, text_index, segment_tokens)
+    np.add.at(nll, text_index, scores.values["nll"])
+    np.add.at(n_tokens, text_index, scores.values["n_tokens"])
     stats = {
         "segments": len(ordered),
-        "oom_splits": sum(r.oom_splits for r in results),
-        "final_token_budget": min((r.token_budget for r in results), default=token_budget),
-        "scoring_seconds": round(max((r.seconds for r in results), default=0.0), 3),
+        **outcome,
+        "scoring_seconds": round(max(seconds), 3),
+        **scores.record_fields("tokens"),
     }
     return nll, n_tokens, stats
 
@@ -205,6 +253,18 @@ def main(args: argparse.Namespace) -> int:
     stats: dict[str, Any] = {"segments": 0, "oom_splits": 0, "final_token_budget": 0}
     nll, n_tokens = np.zeros(0), np.zeros(0, dtype=np.int64)
     if token_ids:
+        state_fingerprint = fingerprint(
+            {
+                "texts": texts_digest(frame["text_id"], frame["text"]),
+                "model": model_identity(args.model),
+                "trust_remote_code": settings.trust_remote_code,
+                "dtype": settings.dtype,
+                "context": context,
+                "stride": stride,
+                "bos": bos_id,
+                "device_type": devices[0].type,
+            }
+        )
         nll, n_tokens, stats = score_token_ids(
             token_ids,
             model=args.model,
@@ -216,6 +276,9 @@ def main(args: argparse.Namespace) -> int:
             token_budget=settings.token_budget,
             trust_remote_code=settings.trust_remote_code,
             placement=placement.mode,
+            chunk_tokens=settings.chunk_tokens,
+            out=args.out,
+            state_fingerprint=state_fingerprint,
         )
     write_csv(args.out, perplexity_frame(frame["text_id"], nll, n_tokens))
     seconds = time.perf_counter() - started
@@ -234,5 +297,6 @@ def main(args: argparse.Namespace) -> int:
         **stats,
     }
     write_json(Path(args.out).with_suffix(".run.json"), record)
+    finish(args.out)
     print(json.dumps(record), file=sys.stderr)
     return 0

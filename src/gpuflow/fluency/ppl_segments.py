@@ -69,9 +69,16 @@ def sort_longest_first(segments: Sequence[Segment]) -> list[Segment]:
     return sorted(segments, key=lambda s: -len(s.ids))
 
 
-def deal(segments: Sequence[Segment], n_workers: int) -> list[list[Segment]]:
-    """Deal segments round-robin to `n_workers` workers (each gets a similar length mix)."""
-    return [list(segments[w::n_workers]) for w in range(n_workers)]
+def plan_batches(ordered: Sequence[Segment], token_budget: int) -> list[range]:
+    """Consecutive batches of the sorted segments: each holds as many rows as its longest (its
+    first) allows within `token_budget` (see batch_size_for), so the split depends only on the
+    segments and the budget, never on how many workers score them."""
+    batches, start = [], 0
+    while start < len(ordered):
+        stop = min(len(ordered), start + batch_size_for(len(ordered[start].ids), token_budget))
+        batches.append(range(start, stop))
+        start = stop
+    return batches
 
 
 def batch_size_for(longest: int, token_budget: int) -> int:

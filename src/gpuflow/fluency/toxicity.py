@@ -4,13 +4,18 @@
   linear SVM), shipped on PyPI. It detects offensive words, so it is a proxy for toxicity.
 - `huggingface`: any local sequence-classification model; the score is the probability of the
   configured toxic label, batched on the job's first device.
+
+Scores are saved after each chunk of batches (gpuflow.fluency.chunked), so a shard stopped by
+SLURM resumes where it stopped.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.metadata
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -19,19 +24,37 @@ import torch
 from gpuflow.atomic import write_csv, write_json
 from gpuflow.devices import run_record, worker_devices
 from gpuflow.errors import ConfigError, GpuflowError
+from gpuflow.fluency.chunked import (
+    ChunkedScores,
+    fingerprint,
+    finish,
+    model_identity,
+    texts_digest,
+)
 from gpuflow.fluency.texts import read_texts
 from gpuflow.settings import family_settings
+from gpuflow.stopping import defer as defer_stop
+from gpuflow.stopping import requested as stop_requested
 
 PROXY_NAME = "alt-profanity-check {version} (offensive-language proxy)"
 
 
-def profanity_scores(texts: list[str]) -> tuple[np.ndarray, str]:
-    """Probabilities of offensive language, and the scorer's name."""
+def profanity_scorer() -> tuple[Callable[[list[str]], np.ndarray], str]:
+    """The offensive-language probability of each text, and the scorer's name."""
     from profanity_check import predict_prob
 
     version = importlib.metadata.version("alt-profanity-check")
-    scores = predict_prob(texts) if texts else np.zeros(0)
-    return np.asarray(scores, dtype=np.float64), PROXY_NAME.format(version=version)
+
+    def score(texts: list[str]) -> np.ndarray:
+        return np.asarray(predict_prob(texts) if texts else np.zeros(0), dtype=np.float64)
+
+    return score, PROXY_NAME.format(version=version)
+
+
+def profanity_scores(texts: list[str]) -> tuple[np.ndarray, str]:
+    """Probabilities of offensive language, and the scorer's name."""
+    score, name = profanity_scorer()
+    return score(texts), name
 
 
 def toxic_label_index(label2id: dict[str, int], toxic_label: str) -> int:
@@ -46,11 +69,11 @@ def toxic_label_index(label2id: dict[str, int], toxic_label: str) -> int:
     return lowered[toxic_label.lower()]
 
 
-@torch.inference_mode()
-def huggingface_scores(
-    texts: list[str], model_ref: str, toxic_label: str, batch_size: int, device: torch.device
-) -> tuple[np.ndarray, str]:
-    """Probability of the toxic label under a local sequence-classification model."""
+def huggingface_scorer(
+    model_ref: str, toxic_label: str, device: torch.device
+) -> tuple[Callable[[list[str]], np.ndarray], str]:
+    """Probability of the toxic label for a batch of texts (padded to its longest), and the
+    scorer's name, under a local sequence-classification model."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     try:
@@ -67,42 +90,98 @@ def huggingface_scores(
     index = toxic_label_index(model.config.label2id, toxic_label)
     model.to(device).eval()
     multi_label = model.config.problem_type == "multi_label_classification"
-    order = np.argsort([-len(t) for t in texts], kind="stable")
-    scores = np.zeros(len(texts), dtype=np.float64)
-    for start in range(0, len(texts), batch_size):
-        chosen = order[start : start + batch_size]
-        batch = tokenizer(
-            [texts[i] for i in chosen], padding=True, truncation=True, return_tensors="pt"
-        ).to(device)
+
+    @torch.inference_mode()
+    def score(texts: list[str]) -> np.ndarray:
+        batch = tokenizer(texts, padding=True, truncation=True, return_tensors="pt").to(device)
         logits = model(**batch).logits.float()
         probs = torch.sigmoid(logits) if multi_label else torch.softmax(logits, dim=-1)
-        scores[chosen] = probs[:, index].double().cpu().numpy()
-    return scores, f"{model_ref} (label {toxic_label!r})"
+        return probs[:, index].double().cpu().numpy()
+
+    return score, f"{model_ref} (label {toxic_label!r})"
+
+
+def length_batches(texts: list[str], batch_size: int) -> list[np.ndarray]:
+    """Text indices in batches of `batch_size`, longest texts first (little padding)."""
+    order = np.argsort([-len(t) for t in texts], kind="stable")
+    return [order[start : start + batch_size] for start in range(0, len(texts), batch_size)]
+
+
+def huggingface_scores(
+    texts: list[str], model_ref: str, toxic_label: str, batch_size: int, device: torch.device
+) -> tuple[np.ndarray, str]:
+    """Probability of the toxic label under a local sequence-classification model."""
+    score, name = huggingface_scorer(model_ref, toxic_label, device)
+    scores = np.zeros(len(texts), dtype=np.float64)
+    for chosen in length_batches(texts, batch_size):
+        scores[chosen] = score([texts[i] for i in chosen])
+    return scores, name
 
 
 def main(args: argparse.Namespace) -> int:
-    """`gpuflow toxicity`: score every text of a shard."""
+    """`gpuflow toxicity`: score every text of a shard, saving the scores after each chunk."""
     fluency = family_settings("fluency", args.settings, args.runtime)
     toxicity = fluency["toxicity"]
     texts = read_texts(args.texts)
     items = texts["text"].tolist()
     device = torch.device("cpu")
+    model: list[Any] = []
     if toxicity["scorer"] == "profanity-check":
-        scores, name = profanity_scores(items)
+        score, name = profanity_scorer()
+        batches = [
+            np.arange(start, min(start + toxicity["batch_size"], len(items)))
+            for start in range(0, len(items), toxicity["batch_size"])
+        ]
     else:
         if not toxicity["model_path"]:
             raise ConfigError("fluency.toxicity.model_path", "required for the huggingface scorer")
         device = worker_devices(fluency["device"], cpu_workers=1)[0]
-        scores, name = huggingface_scores(
-            items, toxicity["model_path"], toxicity["toxic_label"], toxicity["batch_size"], device
-        )
+        model = model_identity(toxicity["model_path"])
+        score, name = huggingface_scorer(toxicity["model_path"], toxicity["toxic_label"], device)
+        batches = length_batches(items, toxicity["batch_size"])
+    state = fingerprint(
+        {
+            "texts": texts_digest(texts["text_id"], items),
+            "scorer": name,
+            "model": model,
+            "device_type": device.type,
+        }
+    )
+    scores = ChunkedScores(
+        args.out,
+        state,
+        batches,
+        [len(b) for b in batches],
+        toxicity["chunk_texts"],
+        {"toxicity": np.float64},
+        "texts",
+    )
+    todo = scores.resume()
+    defer_stop()
+    for batch in todo:
+        if stop_requested() is not None:
+            break
+        scores.record(batch, {"toxicity": score([items[i] for i in batches[batch]])})
+    scores.stop_if_requested()
     write_csv(
         args.out,
-        pd.DataFrame({"text_id": texts["text_id"], "toxicity": scores, "toxicity_scorer": name}),
+        pd.DataFrame(
+            {
+                "text_id": texts["text_id"],
+                "toxicity": scores.values["toxicity"],
+                "toxicity_scorer": name,
+            }
+        ),
     )
     write_json(
         Path(args.out).with_suffix(".run.json"),
-        {**run_record([device]), "scorer": name, "texts": len(items)},
+        {
+            **run_record([device]),
+            "scorer": name,
+            "texts": len(items),
+            **scores.record_fields("texts"),
+        },
     )
+    finish(args.out)
     print(f"scored {len(items)} texts with {name}")
     return 0

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from gpuflow.plan import Job
-from gpuflow.sweep.progress import progress_path
+from gpuflow.progressfile import progress_path, read_progress
+from gpuflow.sweep.progress import progress_path as sweep_progress_path
 
 
 @dataclass
@@ -69,19 +70,21 @@ def _text(path: Path) -> str:
 
 
 def from_progress_json(output: Path) -> Progress | None:
-    """The `<output>.progress.json` file of a resumable shard."""
-    path = output.with_name(output.name + ".progress.json")
+    """The progress file of a resumable shard (`gpuflow.progressfile`)."""
+    path = progress_path(output)
+    record = read_progress(path)
+    if record is None:
+        return None
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
         return Progress(
             done=float(record["done"]),
             total=float(record["total"]),
-            unit=str(record.get("unit", "items")),
+            unit=str(record["unit"]),
             started=float(record["started"]),
             updated=float(record["updated"]),
             source=str(path),
         )
-    except (OSError, ValueError, KeyError, TypeError):
+    except (ValueError, TypeError):
         return None
 
 
@@ -90,7 +93,7 @@ SWEEP_SEEDS = re.compile(r": (\d+) seeds, (\d+) already done")
 
 def from_sweep(output: Path, log: Path, started: float) -> Progress | None:
     """Seeds a sweep shard has finished (ok or failed), of those its log announces."""
-    path = progress_path(output)
+    path = sweep_progress_path(output)
     announced = SWEEP_SEEDS.findall(_text(log))
     updated = _mtime(path)
     if updated is None or not announced:

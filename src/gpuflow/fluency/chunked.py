@@ -1,0 +1,224 @@
+"""Scores that survive a stop: saved after every chunk of batches, resumed where they stopped.
+
+A scoring step (perplexity segments, toxicity texts) cuts its items into batches fixed by the
+input and its settings, and groups consecutive batches into chunks of at least `chunk_weight`
+(tokens or texts). After each chunk, the per-item scores so far go atomically into a resume
+state beside the output: hidden, and no Snakemake output (Snakemake deletes the outputs of a
+failed job). When SLURM (or a user) asks the step to stop (gpuflow.stopping), it finishes the
+batches in hand, saves, and ends with one line; the next run skips every batch already scored,
+so it scores each remaining batch exactly as an uninterrupted run would. A state from other
+texts, model, results settings or gpuflow version (its fingerprint differs) is ignored with one
+line. `<output>.progress.json` (gpuflow.progressfile) tells how far the step is. Both files go
+once the output is written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+import gpuflow
+from gpuflow.atomic import save_torch
+from gpuflow.progressfile import ProgressWriter, progress_path
+from gpuflow.resume import read_state
+from gpuflow.stopping import requested, stop_if_requested
+
+
+def state_path(out: str | Path) -> Path:
+    """The resume state of output `out`: `.<name>.resume.pt` in the same folder."""
+    out = Path(out)
+    return out.with_name(f".{out.name}.resume.pt")
+
+
+def finish(out: str | Path) -> None:
+    """Output `out` is written: remove its resume state and progress file."""
+    state_path(out).unlink(missing_ok=True)
+    progress_path(out).unlink(missing_ok=True)
+
+
+def texts_digest(text_ids: Sequence[Any], texts: Sequence[str]) -> str:
+    """A hash of the texts and their ids, in order."""
+    text = json.dumps([[str(i) for i in text_ids], list(texts)], ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def model_identity(reference: str) -> list[Any]:
+    """A model folder's files (name, size, modification time), or the model id as given."""
+    folder = Path(reference)
+    if not folder.is_dir():
+        return [reference]
+    files = sorted(p for p in folder.iterdir() if p.is_file())
+    return [reference, *[[p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in files]]
+
+
+def fingerprint(parts: dict[str, Any]) -> str:
+    """What a state must match to be resumed: `parts` (texts, model, results settings) and
+    the gpuflow version."""
+    text = json.dumps({**parts, "gpuflow": gpuflow.__version__}, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def plan_chunks(batch_weights: Sequence[int], chunk_weight: int) -> list[range]:
+    """Consecutive batches grouped into chunks weighing at least `chunk_weight` (the last less)."""
+    chunks, start, weight = [], 0, 0
+    for index, batch_weight in enumerate(batch_weights):
+        weight += batch_weight
+        if weight >= chunk_weight:
+            chunks.append(range(start, index + 1))
+            start, weight = index + 1, 0
+    if start < len(batch_weights):
+        chunks.append(range(start, len(batch_weights)))
+    return chunks
+
+
+class ChunkedScores:
+    """Per-item score columns of one output, filled batch by batch, saved after each chunk.
+
+    `batches` are the item indices of each batch, `weights` each batch's size in `unit`.
+    Without `out` nothing is saved (scoring outside a step, e.g. in a benchmark).
+    """
+
+    def __init__(
+        self,
+        out: str | Path | None,
+        fingerprint: str,
+        batches: Sequence[np.ndarray],
+        weights: Sequence[int],
+        chunk_weight: int,
+        columns: dict[str, type],
+        unit: str,
+    ):
+        n_items = sum(len(b) for b in batches)
+        self.state_file = None if out is None else state_path(out)
+        self.fingerprint = fingerprint
+        self.batches, self.weights = list(batches), np.asarray(weights, dtype=np.int64)
+        self.chunks = plan_chunks(weights, chunk_weight)
+        self.chunk_of = np.zeros(len(self.batches), dtype=np.int64)
+        for number, chunk in enumerate(self.chunks):
+            self.chunk_of[chunk.start : chunk.stop] = number
+        self.values = {name: np.zeros(n_items, dtype=dtype) for name, dtype in columns.items()}
+        self.done = np.zeros(n_items, dtype=bool)
+        self.batch_done = np.zeros(len(self.batches), dtype=bool)
+        self.resumed_chunks, self.resumed_weight = 0, 0
+        self.unsaved = False
+        self.progress = (
+            None
+            if out is None
+            else ProgressWriter(progress_path(out), int(self.weights.sum()), unit)
+        )
+
+    def _load(self) -> tuple[np.ndarray, dict[str, np.ndarray]] | None:
+        """The done flags and score columns saved for this output, or None (and why)."""
+        if self.state_file is None:
+            return None
+        state = read_state(self.state_file, "cpu")
+        if state is None:
+            return None
+        if state.get("fingerprint") != self.fingerprint:
+            print(
+                f"ignoring {self.state_file}: it belongs to other texts, model or settings;"
+                " starting over",
+                flush=True,
+            )
+            return None
+        try:
+            done = state["done"].numpy().copy()
+            values = {name: state["values"][name].numpy().copy() for name in self.values}
+        except (KeyError, TypeError, AttributeError):
+            done, values = np.zeros(0, dtype=bool), {}
+        if (
+            done.shape != self.done.shape
+            or values.keys() != self.values.keys()
+            or any(
+                v.shape != done.shape or v.dtype != self.values[n].dtype for n, v in values.items()
+            )
+        ):
+            print(f"ignoring {self.state_file}: not a scores state; starting over", flush=True)
+            return None
+        return done, values
+
+    def resume(self) -> list[int]:
+        """Load the saved scores when there are any; return the batches still to score."""
+        saved = self._load()
+        if saved is not None:
+            self.done, self.values = saved
+        self.batch_done = np.array([bool(self.done[b].all()) for b in self.batches], dtype=bool)
+        self.resumed_chunks = self.chunks_done()
+        self.resumed_weight = int(self.weights[self.batch_done].sum())
+        if saved is not None:
+            print(
+                f"resumed from {self.state_file} with {self.resumed_chunks} of"
+                f" {len(self.chunks)} chunks scored",
+                flush=True,
+            )
+        self._show_progress(force=True)
+        return [int(b) for b in np.flatnonzero(~self.batch_done)]
+
+    def chunks_done(self) -> int:
+        """Chunks whose batches are all scored."""
+        return sum(bool(self.batch_done[c.start : c.stop].all()) for c in self.chunks)
+
+    def weight_done(self) -> int:
+        """Tokens (or texts) scored so far, resumed ones included."""
+        return int(self.weights[self.batch_done].sum())
+
+    def record(self, batch: int, values: dict[str, np.ndarray]) -> None:
+        """Store one batch's scores; save the state when this completes its chunk."""
+        items = self.batches[batch]
+        for name, column in values.items():
+            self.values[name][items] = column
+        self.done[items] = True
+        self.batch_done[batch] = True
+        self.unsaved = True
+        chunk = self.chunks[self.chunk_of[batch]]
+        if self.batch_done[chunk.start : chunk.stop].all():
+            self.save()
+        self._show_progress()
+
+    def _show_progress(self, force: bool = False) -> None:
+        if self.progress is not None:
+            self.progress.update(self.weight_done(), force)
+
+    def save(self) -> None:
+        """Write the scores so far atomically (a kill mid-write keeps the previous state)."""
+        self.unsaved = False
+        if self.state_file is None:
+            return
+        state = {
+            "fingerprint": self.fingerprint,
+            "done": torch.from_numpy(self.done),
+            "values": {name: torch.from_numpy(v) for name, v in self.values.items()},
+        }
+        save_torch(self.state_file, state)
+
+    def stop_if_requested(self) -> None:
+        """Save what is unsaved and end the step (Stopped) when a stop was requested.
+
+        A request after the last batch changes nothing: the step writes its output.
+        """
+        if requested() is None or self.batch_done.all():
+            return
+        if self.unsaved:
+            self.save()
+        self._show_progress(force=True)
+        where = "" if self.state_file is None else f" in {self.state_file}"
+        stop_if_requested(
+            f"after {self.chunks_done()} of {len(self.chunks)} chunks (state saved{where})"
+        )
+
+    def record_fields(self, unit: str) -> dict[str, Any]:
+        """For the run record: chunks and `unit` resumed from a state vs scored in this run."""
+        total = int(self.weights.sum())
+        return {
+            "chunks": len(self.chunks),
+            "chunks_resumed": self.resumed_chunks,
+            "chunks_scored": len(self.chunks) - self.resumed_chunks,
+            f"{unit}_resumed": self.resumed_weight,
+            f"{unit}_scored": total - self.resumed_weight,
+        }

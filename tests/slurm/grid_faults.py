@@ -1,0 +1,66 @@
+"""A `gpuflow` for the live grid test: named sweep shards fail once or run slow, all else as usual.
+
+`install(folder, faults)` writes `folder/gpuflow`, a script that runs this module; with that
+folder first on PATH (SLURM jobs inherit the submitter's environment) every rule's `gpuflow
+<step>` comes here. `faults` maps a shard's table name (`shard~1.csv`) to
+- "fail-once": its first run goes through tests/sweep_faults.py with every seed raising, a real
+  failed shard (the seeds are recorded as failed, the step fails); later runs go as usual;
+- "slow:<seconds>": it waits that long, then runs as usual.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from tests.slurm.harness import REPO
+
+FAULTS_ENV = "GPUFLOW_TEST_GRID_FAULTS"
+MARKS_ENV = "GPUFLOW_TEST_GRID_MARKS"
+
+
+def install(folder: Path, faults: dict[str, str]) -> dict[str, str]:
+    """Write folder/gpuflow; return the environment entries that put it to work."""
+    folder.mkdir(parents=True, exist_ok=True)
+    script = folder / "gpuflow"
+    script.write_text(f'#!/bin/sh\nexec {sys.executable} -m tests.slurm.grid_faults "$@"\n')
+    script.chmod(0o755)
+    marks = folder / "marks"
+    marks.mkdir(exist_ok=True)
+    path = os.pathsep.join((str(folder), str(Path(sys.executable).parent), os.environ["PATH"]))
+    return {
+        "PATH": path,
+        "PYTHONPATH": str(REPO),
+        FAULTS_ENV: json.dumps(faults),
+        MARKS_ENV: str(marks),
+    }
+
+
+def failing_seeds(args: list[str]) -> str:
+    """tests/sweep_faults.py faults that make every seed of the shard raise."""
+    start, stop = (int(s) for s in args[args.index("--seeds") + 1].split(":"))
+    return ",".join(f"raise:*:{seed}" for seed in range(start, stop))
+
+
+def main(argv: list[str]) -> int:
+    """Run `gpuflow` with argv, after the fault this shard is given (if any)."""
+    from gpuflow import cli
+    from tests import sweep_faults
+
+    if argv[:1] == ["sweep-shard"]:
+        name = Path(argv[argv.index("--out") + 1]).name
+        fault = json.loads(os.environ.get(FAULTS_ENV, "{}")).get(name, "")
+        mark = Path(os.environ.get(MARKS_ENV, ".")) / f"{name}.failed"
+        if fault == "fail-once" and not mark.exists():
+            mark.touch()
+            return sweep_faults.main([failing_seeds(argv), "--", *argv[1:]])
+        if fault.startswith("slow:"):
+            time.sleep(float(fault.split(":", 1)[1]))
+    return cli.main(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

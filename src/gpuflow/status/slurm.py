@@ -34,11 +34,8 @@ def _run(command: list[str]) -> str | None:
     return result.stdout if result.returncode == 0 else None
 
 
-def squeue_jobs(workdir: str | Path) -> list[SlurmJob]:
-    """This user's gpuflow jobs submitted from `workdir` that squeue still lists."""
-    if shutil.which("squeue") is None:
-        return []
-    out = _run(["squeue", "--me", "--states=all", "--noheader", "--format=%i|%j|%k|%T|%Z|%S|%e"])
+def _jobs_of(out: str | None, workdir: str | Path) -> list[SlurmJob]:
+    """gpuflow jobs of `workdir` in `out`: lines of id|name|comment|state|workdir|start|end."""
     here = os.path.realpath(workdir)
     jobs = []
     for line in (out or "").splitlines():
@@ -47,8 +44,16 @@ def squeue_jobs(workdir: str | Path) -> list[SlurmJob]:
             continue
         job_id, name, comment, state, directory, started, ended = fields
         if name.startswith(JOB_NAME_PREFIX) and os.path.realpath(directory) == here:
-            jobs.append(SlurmJob(job_id, comment, state, started, ended))
+            jobs.append(SlurmJob(job_id, comment, state.split()[0], started, ended))
     return jobs
+
+
+def squeue_jobs(workdir: str | Path) -> list[SlurmJob]:
+    """This user's gpuflow jobs submitted from `workdir` that squeue still lists."""
+    if shutil.which("squeue") is None:
+        return []
+    out = _run(["squeue", "--me", "--states=all", "--noheader", "--format=%i|%j|%k|%T|%Z|%S|%e"])
+    return _jobs_of(out, workdir)
 
 
 def sacct_jobs(workdir: str | Path) -> list[SlurmJob]:
@@ -65,16 +70,7 @@ def sacct_jobs(workdir: str | Path) -> list[SlurmJob]:
             "--format=JobID,JobName,Comment,State,WorkDir,Start,End",
         ]
     )
-    here = os.path.realpath(workdir)
-    jobs = []
-    for line in (out or "").splitlines():
-        fields = line.split("|")
-        if len(fields) != 7:
-            continue
-        job_id, name, comment, state, directory, started, ended = fields
-        if name.startswith(JOB_NAME_PREFIX) and os.path.realpath(directory) == here:
-            jobs.append(SlurmJob(job_id, comment, state.split()[0], started, ended))
-    return jobs
+    return _jobs_of(out, workdir)
 
 
 def run_jobs(workdir: str | Path) -> dict[str, SlurmJob]:

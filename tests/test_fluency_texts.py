@@ -10,6 +10,7 @@ import pytest
 
 from gpuflow.errors import DataError
 from gpuflow.fluency.texts import deal_into_shards, embedded_texts, file_texts
+from tests.conftest import files_left
 
 
 def test_embedded_texts_pair_every_review_with_a_word_shuffled_twin():
@@ -104,7 +105,7 @@ def test_the_cli_reports_bad_input_in_one_line_and_leaves_no_output(tmp_path: Pa
     expected = f"gpuflow fluency-texts: error: {bad}, row 2: empty text (expected non-empty text)"
     assert result.stderr.strip() == expected
     assert not out.exists()
-    assert not out.parent.exists() or not any(out.parent.iterdir())
+    assert files_left(out.parent) == []
 
 
 def test_group_labels_are_read_as_written_and_a_json_null_is_empty(tmp_path: Path):

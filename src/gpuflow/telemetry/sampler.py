@@ -43,6 +43,12 @@ class Sampler:
             self.gpus.sample(self.interval_s)
             self.samples += 1
 
+    def sample_processes(self) -> None:
+        """Read the process tree now (CPU time is cumulative, so an extra look biases nothing;
+        GPU readings stay on the interval, whose means they are)."""
+        with self._lock:
+            self.tree.sample()
+
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
             self.sample()

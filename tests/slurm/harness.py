@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -63,7 +64,7 @@ def squeue(run_filter: str = "") -> list[dict[str, str]]:
 def workdir_jobs(workdir: Path) -> list[dict[str, str]]:
     """Jobs submitted from `workdir` that SLURM still lists (squeue keeps ended ones for its
     MinJobAge): id, state, comment, start and end time, oldest first (an array task's id is
-    <job>_<task>)."""
+    <job>_<task>, a pending array's <job>_[<tasks>])."""
     listed = subprocess.run(
         ["squeue", "--states=all", "--noheader", "--format=%i|%T|%k|%S|%e|%Z"],
         capture_output=True, text=True, check=True,
@@ -74,7 +75,7 @@ def workdir_jobs(workdir: Path) -> list[dict[str, str]]:
         if Path(directory) == workdir:
             fields = {"id": job_id, "state": state, "comment": comment}
             jobs.append({**fields, "start": start, "end": end})
-    return sorted(jobs, key=lambda job: [int(part) for part in job["id"].split("_")])
+    return sorted(jobs, key=lambda job: [int(n) for n in re.findall(r"\d+", job["id"])])
 
 
 def follow_log(path: Path, attempts: list[str], stop: threading.Event) -> None:

@@ -66,6 +66,12 @@ def leave_to_parent() -> None:
     """
     for signum in (*STOP_SIGNALS, signal.SIGINT):
         signal.signal(signum, signal.SIG_IGN)
+    die_with_parent()
+
+
+def die_with_parent() -> None:
+    """This process gets SIGKILL when its parent dies (PR_SET_PDEATHSIG on Linux; elsewhere
+    nothing)."""
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG

@@ -12,17 +12,17 @@ parent's pid between seeds), so a killed job leaves no orphans.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import importlib
 import multiprocessing as mp
 import os
 import signal
-import sys
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any
+
+from gpuflow.stopping import die_with_parent
 
 DEATHS_PER_SEED = 2
 POLL_S = 0.2
@@ -62,12 +62,6 @@ class _Worker:
             self.sent += 1
 
 
-def _die_with_parent() -> None:
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
 def _worker_main(
     wid: int,
     device_name: str,
@@ -82,7 +76,7 @@ def _worker_main(
     SLURM's stop warning (SIGUSR1) reaches every process of the job: the parent decides when
     to stop (after the seeds in hand), so a worker ignores it.
     """
-    _die_with_parent()
+    die_with_parent()
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     import torch
 

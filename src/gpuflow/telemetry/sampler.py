@@ -7,10 +7,8 @@ import threading
 import time
 from typing import Any
 
-from gpuflow.telemetry.nvml import Gpus
+from gpuflow.telemetry.nvml import MB, Gpus
 from gpuflow.telemetry.processes import ProcessTree, allotted_cores
-
-MB = 1024 * 1024
 
 
 class Sampler:

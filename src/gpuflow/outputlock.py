@@ -48,11 +48,25 @@ def lock_path(output: str | Path) -> Path:
     return output.with_name(f".{output.name}.writer.lock")
 
 
+SINCE_FORMAT = "%Y-%m-%d %H:%M:%S"
+
+
 def writer_identity() -> str:
     """This process as a holder: host, pid, SLURM job (or '-') and when it took the lock."""
     job = os.environ.get("SLURM_JOB_ID", "-")
-    since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime())
+    since = time.strftime(SINCE_FORMAT, time.localtime())
     return f"host {socket.gethostname()}, pid {os.getpid()}, SLURM job {job}, since {since}"
+
+
+def read_holder(output: str | Path) -> dict[str, str] | None:
+    """The holder `writer_identity` recorded in `output`'s lock file, each field by its first
+    word (host, pid, SLURM, since); None without a lock file. Read, never locked."""
+    try:
+        text = lock_path(output).read_text(encoding="utf-8")
+    except OSError:
+        return None
+    parts = (part.strip() for part in text.strip().split(","))
+    return dict(part.split(" ", 1) for part in parts if " " in part)
 
 
 def _key(output: Path) -> Path:

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpuflow.outputlock import lock_path
+from gpuflow.outputlock import SINCE_FORMAT, lock_path, read_holder
 from gpuflow.plan import Benchmarks, Job, Planned, benchmark_seconds
 from gpuflow.slurm_site import job_comment
 from gpuflow.status.progress import Progress, job_progress
@@ -84,13 +84,9 @@ def local_holder_alive(output: Path) -> float | None:
     The lock file is read, never locked: taking it, even briefly, could fail a writer starting
     at that moment. A holder on another host is left to SLURM's view.
     """
-    try:
-        holder = lock_path(output).read_text(encoding="utf-8")
-    except OSError:
+    fields = read_holder(output)
+    if fields is None:
         return None
-    fields = dict(
-        part.strip().split(" ", 1) for part in holder.strip().split(",") if " " in part.strip()
-    )
     if fields.get("host") != socket.gethostname() or not fields.get("pid", "").isdigit():
         return None
     try:
@@ -100,7 +96,7 @@ def local_holder_alive(output: Path) -> float | None:
     except PermissionError:
         pass
     try:
-        return time.mktime(time.strptime(fields.get("since", ""), "%Y-%m-%d %H:%M:%S"))
+        return time.mktime(time.strptime(fields.get("since", ""), SINCE_FORMAT))
     except ValueError:
         return lock_path(output).stat().st_mtime
 

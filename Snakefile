@@ -35,6 +35,14 @@ onstart:
     run_startup_checks()
 
 
+onsuccess:
+    clean_finished_states()
+
+
+onerror:
+    clean_finished_states()
+
+
 rule all:
     default_target: True
     input:

@@ -59,6 +59,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     status.set_defaults(run=lazy("gpuflow.status.main:main"))
 
+    clean_states = subparsers.add_parser(
+        "clean-states",
+        help="remove the resume states the workflow kept for jobs whose outputs now exist",
+    )
+    clean_states.add_argument("--directory", default=".", help="working directory of the workflow")
+    clean_states.set_defaults(run=lazy("gpuflow.finished_states:clean_main"))
+
     with_gpus = subparsers.add_parser(
         "with-gpus",
         help="run a command (e.g. torchrun) holding the GPUs GPUFLOW_GPUS asks for",

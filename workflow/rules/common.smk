@@ -8,7 +8,10 @@ import json
 import os
 import shlex
 
+from snakemake.logging import logger
+
 from gpuflow.config import check_files_exist
+from gpuflow.finished_states import RECORDS_ENV, clean, records_folder
 from gpuflow.modelref import check_model_reference
 from gpuflow.settings import schema_families, split_json
 from gpuflow.stopping import ignore_warning
@@ -43,6 +46,19 @@ TELEMETRY = telemetry_settings(config.get("telemetry"))
 os.environ.update(interval_environment(TELEMETRY))
 # The flag threshold changes only what reports say: a param of the report rules and no other.
 LOW_UTILISATION = TELEMETRY["low_utilisation_percent"]
+
+# Steps keep their resume states past their outputs until the run has accepted those (a SLURM
+# job can still time out after writing them, and its retry then resumes); see
+# gpuflow.finished_states. Jobs re-parse this file in the same folder and record there.
+os.environ[RECORDS_ENV] = str(records_folder("."))
+
+
+def clean_finished_states():
+    """At the end of a run (`onsuccess`, `onerror`): drop the kept states of finished jobs."""
+    removed = clean(os.environ[RECORDS_ENV])
+    if removed:
+        logger.info(f"removed {len(removed)} resume state(s) of finished jobs")
+
 
 # Inside a SLURM job, Snakemake ignores SLURM's stop warning (SIGUSR1, the profile's --signal),
 # which would end it: the gpuflow step it runs inherits that and installs its own handler.

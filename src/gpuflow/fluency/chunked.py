@@ -25,6 +25,7 @@ import torch
 
 import gpuflow
 from gpuflow.atomic import save_torch
+from gpuflow.finished_states import release
 from gpuflow.progressfile import ProgressWriter, progress_path
 from gpuflow.resume import read_state
 from gpuflow.stopping import requested, stop_if_requested
@@ -37,9 +38,9 @@ def state_path(out: str | Path) -> Path:
 
 
 def finish(out: str | Path) -> None:
-    """Output `out` is written: remove its resume state and progress file."""
-    state_path(out).unlink(missing_ok=True)
-    progress_path(out).unlink(missing_ok=True)
+    """Output `out` and its run record are written: release its resume state and progress file."""
+    run_record = Path(out).with_suffix(".run.json")
+    release([state_path(out), progress_path(out)], outputs=[out, run_record])
 
 
 def texts_digest(text_ids: Sequence[Any], texts: Sequence[str]) -> str:

@@ -29,6 +29,7 @@ from gpuflow.atomic import save_torch, write_json
 from gpuflow.devices import describe_device, run_record, threads_per_worker
 from gpuflow.divergence import check_finite
 from gpuflow.errors import ConfigError
+from gpuflow.finished_states import release
 from gpuflow.scaling import checkpoint, comm, distributed
 from gpuflow.scaling.distributed import Context
 from gpuflow.scaling.model import build_model, parameter_counts
@@ -488,7 +489,7 @@ def results_part(scaling: dict[str, Any], name: str) -> dict[str, Any]:
 
 
 def main(args: argparse.Namespace) -> None:
-    """Train one run; rank 0 writes the run JSON and the weights, then drops the resume state."""
+    """Train one run; rank 0 writes the run JSON and the weights, then releases the resume state."""
     scaling = family_settings("scaling", args.settings, args.runtime)
     settings = run_settings(scaling, args.name)
     ctx = distributed.init(settings["device"])
@@ -499,7 +500,7 @@ def main(args: argparse.Namespace) -> None:
         if ctx.rank == 0:
             save_torch(args.out_model, trainer.model.state_dict())
             write_json(args.out_json, result)
-            trainer.state_file.unlink(missing_ok=True)
+            release([trainer.state_file], outputs=[args.out_model, args.out_json])
         distributed.barrier(ctx)
     finally:
         dist.destroy_process_group()

@@ -25,6 +25,7 @@ from gpuflow.atomic import save_torch, write_json
 from gpuflow.devices import run_record, worker_devices
 from gpuflow.divergence import check_finite
 from gpuflow.errors import ConfigError
+from gpuflow.finished_states import release
 from gpuflow.resume import read_state
 from gpuflow.settings import family_schema, family_settings, keys_of_kind
 from gpuflow.ssvae.batches import Batches, Plan, RunIndex, epoch_indices, make_plan
@@ -389,7 +390,7 @@ def train(
     metrics = write_metrics(
         trainer, runs, settings, outs, last_eval, resumed_from, started, devices
     )
-    state_path.unlink(missing_ok=True)
+    release([state_path], outputs=outs)
     return metrics
 
 

@@ -134,8 +134,3 @@ class ProgressFile:
             self._handle.close()
             self._handle = None
         self._lock.close()
-
-    def remove(self) -> None:
-        """Delete the file (under its lock): the shard's outputs now hold every seed."""
-        self.path.unlink(missing_ok=True)
-        self.close()

@@ -20,6 +20,7 @@ from tqdm import tqdm
 
 from gpuflow.atomic import write_json, write_text
 from gpuflow.errors import ConfigError, GpuflowError
+from gpuflow.finished_states import release
 from gpuflow.settings import family_settings
 from gpuflow.stopping import defer as defer_stop
 from gpuflow.stopping import stop_if_requested
@@ -148,6 +149,6 @@ def main(args: argparse.Namespace) -> int:
             "wall_s": time.perf_counter() - started,
         },
     )
-    progress.remove()
+    release([progress.path], outputs=[args.out, args.run_out])
     log(f"{name}: wrote {args.out} ({len(seeds)} rows)")
     return 0

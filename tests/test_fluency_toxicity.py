@@ -13,13 +13,30 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import BertConfig, BertForSequenceClassification, PreTrainedTokenizerFast
 
 from gpuflow.errors import ConfigError, GpuflowError
-from gpuflow.fluency.toxicity import huggingface_scores, profanity_scores, toxic_label_index
+from gpuflow.fluency.toxicity import (
+    huggingface_scorer,
+    length_batches,
+    profanity_scorer,
+    toxic_label_index,
+)
 
 TEXTS = ["what a lovely film", "you are a stupid idiot and I hate you", "fine acting"]
 
 
+def huggingface_scores(
+    texts: list[str], model_ref: str, toxic_label: str, batch_size: int
+) -> tuple[np.ndarray, str]:
+    """Scores of `texts` in the step's batches (longest first), back in input order."""
+    score, name = huggingface_scorer(model_ref, toxic_label, torch.device("cpu"))
+    scores = np.zeros(len(texts), dtype=np.float64)
+    for chosen in length_batches(texts, batch_size):
+        scores[chosen] = score([texts[i] for i in chosen])
+    return scores, name
+
+
 def test_the_proxy_scores_insults_higher_and_names_itself_a_proxy():
-    scores, name = profanity_scores(TEXTS)
+    score, name = profanity_scorer()
+    scores = score(TEXTS)
     assert scores.shape == (3,)
     assert scores[1] > 0.5 > max(scores[0], scores[2])
     assert "proxy" in name
@@ -51,11 +68,8 @@ def classifier_dir(tmp_path_factory) -> Path:
 
 
 def test_a_local_classifier_gives_the_toxic_label_probability_in_input_order(classifier_dir):
-    batched, name = huggingface_scores(TEXTS, str(classifier_dir), "TOXIC", 2, torch.device("cpu"))
-    one_by_one = [
-        huggingface_scores([t], str(classifier_dir), "toxic", 1, torch.device("cpu"))[0][0]
-        for t in TEXTS
-    ]
+    batched, name = huggingface_scores(TEXTS, str(classifier_dir), "TOXIC", 2)
+    one_by_one = [huggingface_scores([t], str(classifier_dir), "toxic", 1)[0][0] for t in TEXTS]
     np.testing.assert_allclose(batched, one_by_one, rtol=1e-5)
     assert ((batched > 0) & (batched < 1)).all()
     assert str(classifier_dir) in name
@@ -68,7 +82,7 @@ def test_an_unknown_toxic_label_lists_the_model_labels():
 
 def test_a_folder_without_a_classifier_is_a_clear_error(tmp_path: Path):
     with pytest.raises(GpuflowError, match="cannot load a sequence-classification model"):
-        huggingface_scores(TEXTS, str(tmp_path), "toxic", 2, torch.device("cpu"))
+        huggingface_scorer(str(tmp_path), "toxic", torch.device("cpu"))
 
 
 def test_the_cli_writes_one_score_per_text_with_the_scorer_name(tmp_path: Path, run_gpuflow):

@@ -6,9 +6,12 @@ One Snakemake run through the SLURM profile shows several things at once:
   limit stops it (SIGTERM), the profile retries it with more time (as often as needed), and it
   resumes each time. No epoch is lost or done twice, and the metrics equal an uninterrupted
   run's;
-- a grid of three sweep shards (jobs of their own, arrays off) where shard 1 fails once and
-  shard 0 is slower than the profile's latency-wait: no finished output of another shard is
-  deleted or rewritten (same inode and content), and only the failed shard is submitted again.
+- a grid of sweep shards (jobs of their own, arrays off) where shard 1 fails once and shard 0 is
+  slower than the profile's latency-wait: no finished output of another shard is deleted or
+  rewritten (same inode and content), and only the failed shard is submitted again;
+- shard 3's job is cancelled after its step wrote its outputs (as a time limit or preemption
+  can end a job in its last seconds): Snakemake removes the outputs of the failed job, and the
+  retry takes every seed from the progress the step kept instead of computing them again.
 SLURM ends a job with SIGTERM (then SIGKILL after KillWait); the step finishes the epoch in
 progress, saves its state and stops.
 """
@@ -38,17 +41,22 @@ STATE = "results/ssvae/frac~0.2/corrupt~0.0/alpha~10/train_state.pt"
 EPOCHS = 120  # of 1-5 s here: a 1-minute limit cannot hold them
 SHARDS = "results/sweep/shards/method~gd/rank~2/width~4"
 SHARD_FILES = [f"{SHARDS}/shard~{i}.{ext}" for i in range(3) for ext in ("csv", "run.json")]
-FAULTS = {"shard~0.csv": "slow:20", "shard~1.csv": "fail-once"}  # latency-wait is 5 s here
-TARGETS = [SSVAE, *(f"{SHARDS}/shard~{i}.csv" for i in range(3))]
+LINGERING = f"{SHARDS}/shard~3.csv"
+FAULTS = {  # latency-wait is 5 s here
+    "shard~0.csv": "slow:20",
+    "shard~1.csv": "fail-once",
+    "shard~3.csv": "linger-once:60",
+}
+TARGETS = [SSVAE, *(f"{SHARDS}/shard~{i}.csv" for i in range(4))]
 
 
 def stop_resume_config() -> dict[str, Any]:
-    """SSVAE training of EPOCHS epochs with a 1-minute limit, and three one-seed CPU shards."""
+    """SSVAE training of EPOCHS epochs with a 1-minute limit, and four one-seed CPU shards."""
     config = tiny_config("slurm")
     config["families"] = ["ssvae", "sweep"]
     config["ssvae"]["train"]["epochs"] = EPOCHS
     config["ssvae"]["resources"]["ssvae_train"]["runtime"] = 1
-    config["sweep"]["n_seeds"] = 3
+    config["sweep"]["n_seeds"] = 4
     config["sweep"]["resources"]["sweep_shard"].update(gpu=0, runtime=5)
     return config
 
@@ -80,6 +88,7 @@ def runs(slurm_cluster, tmp_path_factory) -> dict[str, Any]:
     env = grid_faults.install(tmp_path_factory.mktemp("faulty-bin"), FAULTS)
     seen: dict[str, tuple[int, str]] = {}
     attempts: list[str] = []
+    lingering: list[str] = []
     with ThreadPoolExecutor(max_workers=1) as pool:
         uninterrupted = pool.submit(snakemake, local, config, *TARGETS)
         result, requeued = harness.run_profile(
@@ -96,6 +105,9 @@ def runs(slurm_cluster, tmp_path_factory) -> dict[str, Any]:
             watchers=[
                 lambda stop: watch_outputs(cluster, seen, stop),
                 lambda stop: harness.follow_log(cluster / LOG, attempts, stop),
+                lambda stop: harness.cancel_when_running(
+                    cluster, "sweep_shard_wildcards_gd_2_4_3", cluster / LINGERING, lingering, stop
+                ),
             ],
             env=env,
             timeout=1500,  # a loaded test machine: up to five attempts (1 + 2 + ... + 5 minutes)
@@ -103,6 +115,7 @@ def runs(slurm_cluster, tmp_path_factory) -> dict[str, Any]:
         uninterrupted.result()
     assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-8000:]}"
     assert requeued, "the training job was never requeued"
+    assert lingering, "shard 3's job was never cancelled after writing its outputs"
     jobs = harness.workdir_jobs(cluster)
     return {"local": local, "cluster": cluster, "result": result, "seen": seen,
             "attempts": attempts, "jobs": jobs}  # fmt: skip
@@ -166,7 +179,7 @@ def test_only_the_failed_grid_job_was_submitted_again(runs):
     removed_shards = [
         name for rule, files in removed if rule == "sweep_shard" for name in files.split(", ")
     ]
-    assert all("shard~1." in name for name in removed_shards), removed
+    assert all("shard~1." in name or "shard~3." in name for name in removed_shards), removed
     removed_metrics = [
         name for rule, files in removed if rule == "ssvae_train" for name in files.split(", ")
     ]
@@ -181,8 +194,17 @@ def test_no_finished_output_of_another_grid_job_was_deleted_or_rewritten(runs):
         assert file_identity(cluster / name) == seen[name], name
 
 
+def test_a_job_ended_after_writing_its_outputs_is_retried_without_computing_again(runs):
+    jobs = jobs_of(runs, "rule_sweep_shard_wildcards_gd_2_4_3")
+    assert [job["state"] for job in jobs] == ["CANCELLED", "COMPLETED"]
+    record = json.loads((runs["cluster"] / LINGERING).with_suffix(".run.json").read_text())
+    assert record["computed"] == [] and record["resumed"] == 1, record
+    kept = runs["cluster"] / f"{SHARDS}/shard~3.progress.jsonl"
+    assert not kept.exists(), "the run drops the kept progress once the outputs are accepted"
+
+
 def test_grid_tables_equal_the_local_run_except_wall_time(runs):
-    for shard in range(3):
+    for shard in range(4):
         table = f"{SHARDS}/shard~{shard}.csv"
         on_cluster = pd.read_csv(runs["cluster"] / table).drop(columns="wall_s")
         local = pd.read_csv(runs["local"] / table).drop(columns="wall_s")

@@ -5,7 +5,9 @@ folder first on PATH (SLURM jobs inherit the submitter's environment) every rule
 <step>` comes here. `faults` maps a shard's table name (`shard~1.csv`) to
 - "fail-once": its first run goes through tests/sweep_faults.py with every seed raising, a real
   failed shard (the seeds are recorded as failed, the step fails); later runs go as usual;
-- "slow:<seconds>": it waits that long, then runs as usual.
+- "slow:<seconds>": it waits that long, then runs as usual;
+- "linger-once:<seconds>": its first run writes its outputs as usual, then waits that long before
+  it ends (a job ended meanwhile, by its time limit or `scancel`, fails with its outputs written).
 """
 
 from __future__ import annotations
@@ -53,10 +55,15 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["sweep-shard"]:
         name = Path(argv[argv.index("--out") + 1]).name
         fault = json.loads(os.environ.get(FAULTS_ENV, "{}")).get(name, "")
-        mark = Path(os.environ.get(MARKS_ENV, ".")) / f"{name}.failed"
+        mark = Path(os.environ.get(MARKS_ENV, ".")) / f"{name}.faulted"
         if fault == "fail-once" and not mark.exists():
             mark.touch()
             return sweep_faults.main([failing_seeds(argv), "--", *argv[1:]])
+        if fault.startswith("linger-once:") and not mark.exists():
+            mark.touch()
+            code = cli.main(argv)
+            time.sleep(float(fault.split(":", 1)[1]))
+            return code
         if fault.startswith("slow:"):
             time.sleep(float(fault.split(":", 1)[1]))
     return cli.main(argv)

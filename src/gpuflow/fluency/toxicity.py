@@ -51,12 +51,6 @@ def profanity_scorer() -> tuple[Callable[[list[str]], np.ndarray], str]:
     return score, PROXY_NAME.format(version=version)
 
 
-def profanity_scores(texts: list[str]) -> tuple[np.ndarray, str]:
-    """Probabilities of offensive language, and the scorer's name."""
-    score, name = profanity_scorer()
-    return score(texts), name
-
-
 def toxic_label_index(label2id: dict[str, int], toxic_label: str) -> int:
     """The class index of `toxic_label` (case-insensitive) in a model's label2id."""
     lowered = {name.lower(): index for name, index in label2id.items()}
@@ -105,17 +99,6 @@ def length_batches(texts: list[str], batch_size: int) -> list[np.ndarray]:
     """Text indices in batches of `batch_size`, longest texts first (little padding)."""
     order = np.argsort([-len(t) for t in texts], kind="stable")
     return [order[start : start + batch_size] for start in range(0, len(texts), batch_size)]
-
-
-def huggingface_scores(
-    texts: list[str], model_ref: str, toxic_label: str, batch_size: int, device: torch.device
-) -> tuple[np.ndarray, str]:
-    """Probability of the toxic label under a local sequence-classification model."""
-    score, name = huggingface_scorer(model_ref, toxic_label, device)
-    scores = np.zeros(len(texts), dtype=np.float64)
-    for chosen in length_batches(texts, batch_size):
-        scores[chosen] = score([texts[i] for i in chosen])
-    return scores, name
 
 
 def main(args: argparse.Namespace) -> int:

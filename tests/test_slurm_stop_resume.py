@@ -2,10 +2,10 @@
 
 One Snakemake run through the SLURM profile shows several things at once:
 - an SSVAE training job is requeued as on preemption (`scontrol requeue`, which sends SIGTERM)
-  once it has saved an epoch, starts again in the same SLURM job and resumes; then its 1-minute
-  limit stops it (SIGTERM), the profile retries it with more time (as often as needed), and it
-  resumes each time. No epoch is lost or done twice, and the metrics equal an uninterrupted
-  run's;
+  once it has saved an epoch with time to spare, starts again in the same SLURM job and
+  resumes; its limit (1 minute, more on each retry) stops the attempts before and after
+  (SIGTERM), the profile retries them with more time (as often as needed), and each resumes.
+  No epoch is lost or done twice, and the metrics equal an uninterrupted run's;
 - a grid of sweep shards (jobs of their own, arrays off) where shard 1 fails once and shard 0 is
   slower than the profile's latency-wait: no finished output of another shard is deleted or
   rewritten (same inode and content), and only the failed shard is submitted again;
@@ -102,6 +102,10 @@ def runs(slurm_cluster, tmp_path_factory) -> dict[str, Any]:
             cancel_rule="ssvae_train",
             cancel_after=STATE,
             cancel_command=("scontrol", "requeue"),
+            # a requeue in the job's last seconds races SLURM's own timeout and is lost: on a
+            # loaded machine the first attempt may save its first epoch too late, then a
+            # later attempt (2, 3 ... minutes) is requeued
+            cancel_min_left_s=20,
             watchers=[
                 lambda stop: watch_outputs(cluster, seen, stop),
                 lambda stop: harness.follow_log(cluster / LOG, attempts, stop),
@@ -118,7 +122,7 @@ def runs(slurm_cluster, tmp_path_factory) -> dict[str, Any]:
     assert lingering, "shard 3's job was never cancelled after writing its outputs"
     jobs = harness.workdir_jobs(cluster)
     return {"local": local, "cluster": cluster, "result": result, "seen": seen,
-            "attempts": attempts, "jobs": jobs}  # fmt: skip
+            "attempts": attempts, "jobs": jobs, "requeued": requeued[0]}  # fmt: skip
 
 
 def jobs_of(runs: dict[str, Any], comment_start: str) -> list[dict[str, str]]:
@@ -129,12 +133,15 @@ def comparable(metrics: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in metrics.items() if k not in ("timing", "run_record")}
 
 
-def test_the_training_job_was_requeued_in_place_then_retried_after_its_time_limit(runs):
+def test_a_training_job_was_requeued_in_place_and_the_attempts_were_retried_after_their_limit(
+    runs,
+):
     jobs = jobs_of(runs, "rule_ssvae_train")
     states = [job["state"] for job in jobs]
-    assert states[0] == "TIMEOUT" and states[-1] == "COMPLETED", states
-    assert states.count("COMPLETED") == 1, states
-    assert harness.slurm_job(jobs[0]["id"])["Restarts"] == "1", "requeued once, same job"
+    assert len(states) >= 2 and set(states[:-1]) == {"TIMEOUT"}, states
+    assert states[-1] == "COMPLETED", states
+    assert runs["requeued"] in [job["id"] for job in jobs]
+    assert harness.slurm_job(runs["requeued"])["Restarts"] == "1", "requeued once, same job"
 
 
 def test_each_run_of_the_training_resumes_after_the_epoch_the_last_one_saved(runs):

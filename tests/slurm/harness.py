@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -63,19 +64,41 @@ def squeue(run_filter: str = "") -> list[dict[str, str]]:
 
 def workdir_jobs(workdir: Path) -> list[dict[str, str]]:
     """Jobs submitted from `workdir` that SLURM still lists (squeue keeps ended ones for its
-    MinJobAge): id, state, comment, start and end time, oldest first (an array task's id is
-    <job>_<task>, a pending array's <job>_[<tasks>])."""
+    MinJobAge): id, state, comment, start and end time, time left, oldest first (an array
+    task's id is <job>_<task>, a pending array's <job>_[<tasks>])."""
     listed = subprocess.run(
-        ["squeue", "--states=all", "--noheader", "--format=%i|%T|%k|%S|%e|%Z"],
+        ["squeue", "--states=all", "--noheader", "--format=%i|%T|%k|%S|%e|%L|%Z"],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     jobs = []
     for line in listed.splitlines():
-        job_id, state, comment, start, end, directory = line.strip().split("|", 5)
+        job_id, state, comment, start, end, left, directory = line.strip().split("|", 6)
         if Path(directory) == workdir:
             fields = {"id": job_id, "state": state, "comment": comment}
-            jobs.append({**fields, "start": start, "end": end})
+            jobs.append({**fields, "start": start, "end": end, "left": left})
     return sorted(jobs, key=lambda job: [int(n) for n in re.findall(r"\d+", job["id"])])
+
+
+def seconds_left(left: str) -> float:
+    """squeue's time left (`[days-][hours:]minutes:seconds`) in seconds; infinite when the
+    job has no limit."""
+    days, _, clock = left.rpartition("-")
+    if not re.fullmatch(r"[\d:]+", clock):
+        return float("inf")
+    seconds = 0
+    for part in clock.split(":"):
+        seconds = seconds * 60 + int(part)
+    return seconds + int(days or 0) * 86400
+
+
+def written_since_start(path: Path, job: dict[str, str]) -> bool:
+    """Whether `path` exists and was last written after `job` (last) started."""
+    try:
+        written = path.stat().st_mtime
+        started = datetime.fromisoformat(job["start"]).timestamp()
+    except (FileNotFoundError, ValueError):
+        return False
+    return written >= started
 
 
 def follow_log(path: Path, attempts: list[str], stop: threading.Event) -> None:
@@ -95,12 +118,16 @@ def cancel_when_running(
     cancelled: list[str],
     stop: threading.Event,
     command: tuple[str, ...] = ("scancel",),
+    min_left_s: float = 0,
 ) -> None:
     """End the first job of `rule` submitted from `workdir` with `command` (scancel; or
-    `scontrol requeue`, as when SLURM preempts it) once it runs and (if given) `started` exists.
+    `scontrol requeue`, as when SLURM preempts it) once it runs, (if given) `started` was
+    written since the job started, and at least `min_left_s` of its time limit remain.
 
     `started` is a file the step writes once it has begun (its log, its saved state): the job
-    is ended in the middle of the step, not while Snakemake starts. Its id goes into `cancelled`.
+    is ended in the middle of the step, not while Snakemake starts. `min_left_s` keeps the end
+    clear of the job's own limit (a requeue that races SLURM's timeout is lost): a job that
+    saved too late is let go and a later attempt is ended. Its id goes into `cancelled`.
     Jobs of other folders (other test sessions share the cluster) are never touched.
     """
     while not stop.wait(0.5):
@@ -109,10 +136,16 @@ def cancel_when_running(
             for job in workdir_jobs(workdir)
             if job["comment"].startswith(f"rule_{rule}") and job["state"] == "RUNNING"
         ]
-        if running and (started is None or started.exists()):
+        ready = [
+            job
+            for job in running
+            if (started is None or written_since_start(started, job))
+            and seconds_left(job["left"]) >= min_left_s + 1
+        ]
+        if ready:
             time.sleep(1)
-            subprocess.run([*command, running[0]["id"]], check=True)
-            cancelled.append(running[0]["id"])
+            subprocess.run([*command, ready[0]["id"]], check=True)
+            cancelled.append(ready[0]["id"])
             return
 
 
@@ -147,15 +180,17 @@ def run_profile(
     cancel_rule: str | None = None,
     cancel_after: str | None = None,
     cancel_command: tuple[str, ...] = ("scancel",),
+    cancel_min_left_s: float = 0,
     watchers: Iterable[Callable[[threading.Event], None]] = (),
     env: dict[str, str] | None = None,
     timeout: int = 600,
 ) -> tuple[subprocess.CompletedProcess[str], list[str]]:
     """snakemake --profile profiles/slurm (+ the test layer) in `workdir`.
 
-    With `cancel_rule`, the first job of that rule is ended with `cancel_command` (scancel, or
-    `scontrol requeue` as on preemption) once it runs and the file `cancel_after` (relative to
-    `workdir`, e.g. the step's log) exists. Each of `watchers` runs in a thread of its own while
+    With `cancel_rule`, the first job of that rule that runs, has written the file
+    `cancel_after` (relative to `workdir`, e.g. the step's log) and has at least
+    `cancel_min_left_s` of its time limit left is ended with `cancel_command` (scancel, or
+    `scontrol requeue` as on preemption). Each of `watchers` runs in a thread of its own while
     Snakemake runs, until the event it is given is set. `env` adds to the environment.
     Returns the finished process and the ids of the cancelled jobs.
     """
@@ -168,7 +203,8 @@ def run_profile(
         threads.append(
             threading.Thread(
                 target=cancel_when_running,
-                args=(workdir, cancel_rule, started, cancelled, stop, cancel_command),
+                args=(workdir, cancel_rule, started, cancelled, stop),
+                kwargs={"command": cancel_command, "min_left_s": cancel_min_left_s},
                 daemon=True,
             )
         )

@@ -8,7 +8,7 @@ import pandas as pd
 
 from gpuflow.atomic import write_csv
 from gpuflow.errors import DataError
-from gpuflow.sweep.shard import COLUMNS
+from gpuflow.sweep.columns import COLUMNS
 
 KEYS = ["method", "teacher_rank", "student_width"]
 

@@ -24,27 +24,11 @@ from gpuflow.finished_states import release
 from gpuflow.settings import family_settings
 from gpuflow.stopping import defer as defer_stop
 from gpuflow.stopping import stop_if_requested
+from gpuflow.sweep.columns import COLUMNS
 from gpuflow.sweep.experiment import METHODS
 from gpuflow.sweep.pool import Outcome, SeedPool
 from gpuflow.sweep.progress import ProgressFile, progress_path
 
-COLUMNS = [
-    "method",
-    "teacher_rank",
-    "student_width",
-    "seed",
-    "reached_threshold",
-    "train_error",
-    "test_error",
-    "steps",
-    "guesses",
-    "loss_threshold",
-    "n_train",
-    "input_dim",
-    "output_dim",
-    "label_noise",
-    "wall_s",
-]
 TARGET = "gpuflow.sweep.experiment:run_seed"
 
 

@@ -35,11 +35,11 @@ pytestmark = pytest.mark.workflow
 TINY_ALL = tiny_config("all")
 
 # Outputs of the jobs that keep state, and everything after them: the faulted copy deletes
-# them, so those jobs run again.
+# them, so those jobs run again (of the DDP runs, the 2-process one the faults need).
 RERUN_OUTPUTS = [
     "results/fluency/perplexity/shard~0.csv",
     "results/ssvae/frac~0.1/corrupt~0.0/alpha~1/seed~0/metrics.json",
-    "results/scaling/runs/short/nodes~1/world~*/*",
+    "results/scaling/runs/short/nodes~1/world~2/*",
     "results/sweep/shards/method~*/rank~2/width~4/shard~0.*",
     "results/fluency/[!lt]*.*",
     "results/ssvae/*.*",

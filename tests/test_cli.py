@@ -38,6 +38,25 @@ def test_every_registered_step_imports_its_entry_point():
         assert callable(entry_point.load()), f"{name}: {entry_point.target}"
 
 
+# Steps that only read tables and write tables, figures or reports: each job of theirs is a
+# process of its own, and importing torch would cost it seconds of CPU for nothing.
+TABLE_STEPS = (
+    "fluency-texts", "fluency-merge", "fluency-stats", "fluency-figures", "fluency-report",
+    "ssvae-aggregate", "ssvae-figures", "ssvae-report", "scaling-data", "scaling-summary",
+    "scaling-figures", "scaling-report", "sweep-aggregate", "sweep-figures", "report-tables",
+)  # fmt: skip
+
+
+def test_steps_that_only_read_tables_do_not_import_torch():
+    probe = (
+        "import sys; from tests.test_cli import registered_steps, TABLE_STEPS; "
+        "steps = registered_steps(); [steps[name].load() for name in TABLE_STEPS]; "
+        "print('torch' in sys.modules)"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO)
+    assert result.stdout.strip() == "False", result.stderr[-2000:]
+
+
 def test_the_step_modules_do_not_import_the_cli():
     probe = (
         "import sys, gpuflow.steps, gpuflow.fluency.steps, gpuflow.ssvae.steps, "

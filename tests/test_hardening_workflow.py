@@ -29,6 +29,7 @@ import pytest
 import torch
 
 from tests.conftest import BIN, REPO, snakemake, tiny_config, workflow_env
+from tests.slurm import grid_faults
 
 pytestmark = pytest.mark.workflow
 
@@ -165,14 +166,19 @@ def kill_tree(root: int) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-def start(workdir: Path, *args: str) -> subprocess.Popen:
+def start(workdir: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """Snakemake on the workdir's config in a session of its own; `env` adds to the environment."""
     command = [
         str(BIN / "snakemake"), "--snakefile", str(REPO / "Snakefile"), "--directory",
         str(workdir), "--configfile", str(workdir / "test-config.yaml"), "--cores", "2", *args,
     ]  # fmt: skip
     log = open(workdir / f"driver-{time.monotonic_ns()}.log", "w")  # noqa: SIM115
     return subprocess.Popen(
-        command, stdout=log, stderr=subprocess.STDOUT, env=workflow_env(), start_new_session=True
+        command,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**workflow_env(), **(env or {})},
+        start_new_session=True,
     )
 
 
@@ -342,23 +348,26 @@ def test_results_after_faults_equal_the_undisturbed_run(reference, faulted):
 
 
 def test_a_second_instance_in_the_same_folder_gets_the_lock_message(reference, tmp_path):
+    """The first run's sweep shards take 20 s more (a `slow` fault), so it surely holds the lock
+    while the second starts: a run of fast jobs could end before the second looks."""
     workdir = tmp_path / "work"
     shutil.copytree(reference, workdir, symlinks=True)
-    first = start(workdir, "--forcerun", "sweep_aggregate")
+    slow = grid_faults.install(tmp_path / "faulty-bin", {"shard~0.csv": "slow:20"})
+    first = start(workdir, "--forcerun", "sweep_shard", env=slow)
     try:
         deadline = time.monotonic() + 120
         while not list((workdir / ".snakemake" / "locks").glob("*.lock")):
             assert first.poll() is None and time.monotonic() < deadline, "no lock taken"
             time.sleep(0.02)
-        second = snakemake(workdir, TINY_ALL, "--forcerun", "sweep_aggregate", check=False)
+        second = snakemake(workdir, TINY_ALL, "--forcerun", "sweep_shard", check=False)
     finally:
         status = first.wait(timeout=600)
     assert second.returncode != 0
     assert "Directory cannot be locked" in second.stdout + second.stderr
     assert status == 0
     assert not incomplete_outputs(workdir, reference)
-    table = pd.read_csv(workdir / "results/sweep/table.csv")
-    pd.testing.assert_frame_equal(table, pd.read_csv(reference / "results/sweep/table.csv"))
+    table, expected = (pd.read_csv(w / "results/sweep/table.csv") for w in (workdir, reference))
+    pd.testing.assert_frame_equal(table.drop(columns="wall_s"), expected.drop(columns="wall_s"))
 
 
 def test_corrupted_resume_states_are_reported_and_the_jobs_start_over(reference, tmp_path):

@@ -1,4 +1,5 @@
-"""A `gpuflow` for the live grid test: named sweep shards fail once or run slow, all else as usual.
+"""A `gpuflow` whose named sweep shards fail once, run slow or linger, all else as usual (used by
+the live grid test, and by the local lock test to keep a run going).
 
 `install(folder, faults)` writes `folder/gpuflow`, a script that runs this module; with that
 folder first on PATH (SLURM jobs inherit the submitter's environment) every rule's `gpuflow

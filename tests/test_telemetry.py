@@ -11,13 +11,13 @@ import subprocess
 import sys
 import time
 
-import psutil
 import pytest
 
 from gpuflow.cli import main as gpuflow_main
 from gpuflow.telemetry.flags import flag, likely_reason
 from gpuflow.telemetry.job import job_gpus, job_telemetry, note, telemetry_path
 from gpuflow.telemetry.nvml import Gpus
+from gpuflow.telemetry.processes import ProcessTree
 from gpuflow.telemetry.sampler import Sampler
 from gpuflow.telemetry.tables import jobs_section
 
@@ -61,10 +61,11 @@ def test_the_cpu_time_of_a_busy_child_process_is_counted():
 
 
 def tree_rss_mb() -> float:
-    """RSS of this process and its children: a worker process may still hold children of an
-    earlier test (a pool's helper), and the sampler counts them too."""
-    me = psutil.Process()
-    return sum(p.memory_info().rss for p in [me, *me.children(recursive=True)]) / 2**20
+    """RSS of this process and its children, as the sampler sums them: a worker process may
+    still hold children of an earlier test (a pool's helper), and the sampler counts them too."""
+    tree = ProcessTree(os.getpid())
+    tree.sample()
+    return tree.peak_rss_bytes / 2**20
 
 
 def test_peak_rss_holds_a_child_process_allocation():

@@ -131,15 +131,12 @@ def cancel_when_running(
     Jobs of other folders (other test sessions share the cluster) are never touched.
     """
     while not stop.wait(0.5):
-        running = [
-            job
-            for job in workdir_jobs(workdir)
-            if job["comment"].startswith(f"rule_{rule}") and job["state"] == "RUNNING"
-        ]
         ready = [
             job
-            for job in running
-            if (started is None or written_since_start(started, job))
+            for job in workdir_jobs(workdir)
+            if job["comment"].startswith(f"rule_{rule}")
+            and job["state"] == "RUNNING"
+            and (started is None or written_since_start(started, job))
             and seconds_left(job["left"]) >= min_left_s + 1
         ]
         if ready:

@@ -465,14 +465,36 @@ def chromium() -> str:
 
 
 def browse(html: Path, profile: Path, *args: str) -> str:
-    """Open `html` in headless Chromium with no network services; return its stdout."""
+    """Open `html` in headless Chromium with no network services; return its stdout.
+
+    Headless Chromium now and then hangs after the page has loaded (once in eleven fresh-clone
+    runs, killed at 180 s): a browser still running after 90 s is killed with all its
+    processes and started once more, with a fresh profile.
+    """
+    try:
+        return run_browser(html, profile / "1", args)
+    except subprocess.TimeoutExpired:
+        return run_browser(html, profile / "2", args)
+
+
+def run_browser(html: Path, profile: Path, args: tuple[str, ...]) -> str:
+    """One headless Chromium run on `html`; killed with its processes after 90 s."""
     command = [
         chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
         "--no-first-run", "--disable-background-networking", "--disable-component-update",
         "--disable-sync", "--disable-dev-shm-usage", f"--user-data-dir={profile}",
         "--virtual-time-budget=10000", *args, html.as_uri(),
     ]  # fmt: skip
-    return subprocess.run(command, capture_output=True, text=True, timeout=180, check=True).stdout
+    browser = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = browser.communicate(timeout=90)
+    except subprocess.TimeoutExpired:
+        kill_tree(browser.pid)
+        browser.communicate()
+        raise
+    if browser.returncode != 0:
+        raise subprocess.CalledProcessError(browser.returncode, command, out, err)
+    return out
 
 
 def rendered_text(dom: str) -> str:

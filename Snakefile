@@ -5,8 +5,8 @@ Rules are thin: each calls `gpuflow <step>`, which runs the same by hand. See RE
 
 from snakemake.utils import min_version
 
-from gpuflow.config import validate_config
-from gpuflow.configfiles import check_config_files
+from gpuflow.settings.validate import validate_config
+from gpuflow.settings.files import check_config_files
 
 min_version("9.0")
 
@@ -18,7 +18,7 @@ check_config_files([f"{workflow.basedir}/config/config.yaml", *workflow.configfi
 configfile: "config/config.yaml"
 
 
-validate_config(config, f"{workflow.basedir}/workflow/schemas/config.schema.yaml")
+validate_config(config)
 
 
 report: "workflow/report/workflow.rst"

@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-from gpuflow.settings import family_settings, split_json
+from gpuflow.settings.blocks import family_settings, split_json
 
 BIN = Path(sys.executable).parent
 MODEL = {
@@ -131,7 +131,7 @@ def waiting_allreduce_hook(
 
 def hook_worker(argv: list[str]) -> None:
     """One torchrun worker of the hook-timed run: gpuflow's Trainer with the waiting hook."""
-    from gpuflow.atomic import write_json
+    from gpuflow.job.atomic import write_json
     from gpuflow.scaling import distributed
     from gpuflow.scaling.train import Trainer, results_part, run_settings
 

@@ -147,7 +147,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 def files_left(folder: Path) -> list[str]:
     """Names of the files in `folder` (none when it is missing) but a failed job's telemetry
-    file, the one file gpuflow.telemetry writes beside the output of a job that failed."""
+    file, the one file gpuflow.job.telemetry writes beside the output of a job that failed."""
     if not folder.exists():
         return []
     return sorted(p.name for p in folder.iterdir() if not p.name.endswith(".telemetry.json"))

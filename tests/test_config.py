@@ -7,8 +7,8 @@ import copy
 import pytest
 import yaml
 
-from gpuflow.config import load_config, validate_config
 from gpuflow.errors import ConfigError
+from gpuflow.settings.validate import load_config, validate_config
 from tests.conftest import REPO
 
 
@@ -66,7 +66,7 @@ def test_step_settings_name_the_key_of_bad_json_or_an_unknown_setting():
 
 
 def test_every_schema_key_is_marked_results_or_runtime():
-    from gpuflow.settings import family_schema, keys_of_kind
+    from gpuflow.settings.blocks import family_schema, keys_of_kind
 
     for family in ("fluency", "ssvae", "scaling", "sweep"):
         schema = family_schema(family)

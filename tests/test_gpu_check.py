@@ -10,7 +10,7 @@ import json
 import pytest
 
 from gpuflow.cli import main as gpuflow_main
-from gpuflow.gpu_check.rows import CheckRow
+from gpuflow.ops.gpu_check.rows import CheckRow
 
 FAMILIES = (
     "perplexity",
@@ -50,7 +50,7 @@ def test_every_cuda_path_has_a_row_with_its_tolerance_and_rate(smoke):
 
 
 def test_a_row_beyond_its_tolerance_is_not_ok_and_fails_the_command(tmp_path, monkeypatch):
-    from gpuflow.gpu_check import main as check_main
+    from gpuflow.ops.gpu_check import main as check_main
 
     def one_bad_row(sizes, devices, peaks, folder):
         return [CheckRow("made up", ok=False, tolerance="<= 1", deviation="2")]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gpuflow.errors import GpuflowError
-from gpuflow.gpulock import acquire, device_pool, requested_gpus
+from gpuflow.job.gpulock import acquire, device_pool, requested_gpus
 
 BIN = Path(sys.executable).parent
 

@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 
 from gpuflow.cli import main as gpuflow_main
-from gpuflow.config import load_config, validate_config
 from gpuflow.errors import ConfigError
+from gpuflow.settings.validate import load_config, validate_config
 from gpuflow.ssvae.data import write_idx
 from tests.conftest import REPO, snakemake
 
@@ -336,7 +336,7 @@ def test_a_bad_data_file_is_one_line_naming_file_row_and_problem_and_nothing_is_
     assert len(err.splitlines()) == 1, err
     for part in parts:
         assert part in err, (part, err)
-    # no output; only the failed job's telemetry (gpuflow.telemetry) may lie in its folder
+    # no output; only the failed job's telemetry (gpuflow.job.telemetry) may lie in its folder
     written = [p for p in out.glob("*") if not p.name.endswith(".telemetry.json")]
     assert not written, written
 

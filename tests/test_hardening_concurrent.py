@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from gpuflow.outputlock import OutputTakenError, exclusive_output, lock_path
+from gpuflow.job.outputlock import OutputTakenError, exclusive_output, lock_path
 from gpuflow.sweep.progress import ProgressFile
 from tests.conftest import BIN, REPO, snakemake, workflow_env
 
@@ -113,7 +113,7 @@ def test_an_output_lock_names_its_holder_and_frees_with_the_holder(tmp_path):
     holder = subprocess.Popen(
         [
             str(BIN / "python"), "-c",
-            "import sys, time; from gpuflow.outputlock import exclusive_output\n"
+            "import sys, time; from gpuflow.job.outputlock import exclusive_output\n"
             "with exclusive_output(sys.argv[1]):\n    print('held', flush=True); time.sleep(60)",
             str(out),
         ],

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 import torch
 
-from gpuflow.config import load_config
 from gpuflow.divergence import TrainingDivergedError
+from gpuflow.settings.validate import load_config
 from gpuflow.ssvae.data import split_embedded
 from gpuflow.ssvae.train import Run, train, train_settings
 from tests.conftest import BIN, REPO, gpuflow, workflow_env

@@ -72,7 +72,7 @@ def test_a_full_disk_is_one_line_naming_the_output_and_leaves_nothing(mounted, c
         " (expected a writable output folder with free space)"
     )
     written = [p for p in folder.rglob("*") if p.is_file()]
-    # no output; only the failed job's telemetry (gpuflow.telemetry), where it still fits
+    # no output; only the failed job's telemetry (gpuflow.job.telemetry), where it still fits
     assert all(p.name.endswith(".telemetry.json") for p in written), written
 
 

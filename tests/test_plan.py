@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpuflow.plan import Job, plan_jobs, size_of
+from gpuflow.ops.plan import Job, plan_jobs, size_of
 
 REPO = Path(__file__).resolve().parents[1]
 SNAKEFILE = REPO / "tests" / "slurm" / "Snakefile"

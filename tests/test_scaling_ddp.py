@@ -15,7 +15,7 @@ import psutil
 import pytest
 import torch
 
-from gpuflow.settings import family_schema, select
+from gpuflow.settings.blocks import family_schema, select
 from tests.conftest import BIN, gpuflow, workflow_env
 
 TINY_MODEL = {

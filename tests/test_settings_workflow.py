@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from gpuflow.config import load_config, merge_config
-from gpuflow.settings import family_schema, keys_of_kind
+from gpuflow.settings.blocks import family_schema, keys_of_kind
+from gpuflow.settings.validate import load_config, merge_config
 from tests.conftest import REPO, job_counts, snakemake, tiny_config
 
 pytestmark = pytest.mark.workflow

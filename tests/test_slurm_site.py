@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import pytest
 from snakemake_executor_plugin_slurm.utils import get_job_wildcards
 
-from gpuflow.config import load_config
 from gpuflow.errors import ConfigError, GpuflowError
+from gpuflow.settings.validate import load_config
 from gpuflow.slurm_site import (
     check_no_earlier_jobs,
     check_partitions,

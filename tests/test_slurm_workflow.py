@@ -88,7 +88,7 @@ def local_run(runs) -> Path:
 
 
 def run_records(workdir: Path) -> dict[str, dict[str, Any]]:
-    """Each GPU rule's record of where it ran (gpuflow.devices.run_record), as it wrote it."""
+    """Each GPU rule's record of where it ran (gpuflow.job.devices.run_record), as it wrote it."""
 
     def read(path: str) -> dict[str, Any]:
         return json.loads((workdir / path).read_text())

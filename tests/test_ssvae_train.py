@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from gpuflow.settings import family_schema, select
+from gpuflow.settings.blocks import family_schema, select
 from gpuflow.ssvae.batches import epoch_indices
 from gpuflow.ssvae.data import split_embedded
 from gpuflow.ssvae.model import StackedM2

@@ -18,11 +18,11 @@ from typing import Any
 
 import pytest
 
-from gpuflow.plan import Job
+from gpuflow.ops.plan import Job
+from gpuflow.ops.status.collect import Seen, classify, telemetry_gpu_hours
+from gpuflow.ops.status.progress import Progress, job_progress
+from gpuflow.ops.status.snakemake_files import failed_jobs, incomplete_markers
 from gpuflow.progressfile import progress_path, write_progress
-from gpuflow.status.collect import Seen, classify, telemetry_gpu_hours
-from gpuflow.status.progress import Progress, job_progress
-from gpuflow.status.snakemake_files import failed_jobs, incomplete_markers
 from gpuflow.sweep.progress import ProgressFile
 from gpuflow.sweep.progress import progress_path as sweep_progress_path
 from tests.conftest import BIN, REPO, workflow_env

@@ -14,12 +14,12 @@ import time
 import pytest
 
 from gpuflow.cli import main as gpuflow_main
-from gpuflow.telemetry.flags import flag, likely_reason
-from gpuflow.telemetry.job import job_gpus, job_telemetry, note, telemetry_path
-from gpuflow.telemetry.nvml import Gpus
-from gpuflow.telemetry.processes import ProcessTree
-from gpuflow.telemetry.sampler import Sampler
-from gpuflow.telemetry.tables import jobs_section
+from gpuflow.job.telemetry.flags import flag, likely_reason
+from gpuflow.job.telemetry.job import job_gpus, job_telemetry, note, telemetry_path
+from gpuflow.job.telemetry.nvml import Gpus
+from gpuflow.job.telemetry.processes import ProcessTree
+from gpuflow.job.telemetry.sampler import Sampler
+from gpuflow.job.telemetry.tables import jobs_section
 
 INTERVAL = 0.05
 BUSY_CPU_S = 0.6

@@ -1,7 +1,8 @@
 """`gpuflow <step> ...`: every workflow step, callable by hand inside or outside Snakemake.
 
-Steps are registered by `register(subparsers)` functions in the `steps` module of each family
-package (and `gpuflow.steps` for the shared ones), with `gpuflow.registry.lazy` entry points.
+Steps are registered by `register(subparsers)` functions in the `steps` module of each package
+(families, `ops`, ...; `gpuflow.steps` for the shared ones), with `gpuflow.registry.lazy` entry
+points.
 Registration imports only argparse-level code, so `gpuflow --help` stays fast; each step imports
 torch and friends when it runs.
 """
@@ -17,18 +18,17 @@ from types import ModuleType
 
 import gpuflow
 from gpuflow.errors import WRITE_ERRNOS, GpuflowError
-from gpuflow.gpulock import gpus_for_this_process
-from gpuflow.outputlock import exclusive_outputs, locks_this_process, step_outputs
-from gpuflow.stopping import install as install_stop_handlers
-from gpuflow.telemetry.job import job_telemetry
+from gpuflow.job.gpulock import gpus_for_this_process
+from gpuflow.job.outputlock import exclusive_outputs, locks_this_process, step_outputs
+from gpuflow.job.stopping import install as install_stop_handlers
+from gpuflow.job.telemetry.job import job_telemetry
 
 
 def step_modules() -> Iterator[ModuleType]:
-    """`gpuflow.steps` and every `gpuflow.<family>.steps` module, in name order."""
-    yield importlib.import_module("gpuflow.steps")
-    for info in sorted(pkgutil.iter_modules(gpuflow.__path__), key=lambda i: i.name):
-        if info.ispkg and importlib.util.find_spec(f"gpuflow.{info.name}.steps") is not None:
-            yield importlib.import_module(f"gpuflow.{info.name}.steps")
+    """`gpuflow.steps` and every `steps` module of gpuflow's packages, in name order."""
+    packages = pkgutil.walk_packages(gpuflow.__path__, prefix="gpuflow.")
+    for name in sorted(info.name for info in packages if info.name.endswith(".steps")):
+        yield importlib.import_module(name)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,11 +45,11 @@ def main(argv: list[str] | None = None) -> int:
     """Run one step; a GpuflowError becomes one clear line on stderr and exit status 2.
 
     SIGTERM and SIGUSR1 (SLURM's end of time, preemption, or its warning) stop the step
-    cleanly (gpuflow.stopping). The step holds the lock of each of its outputs
-    (gpuflow.outputlock) while it runs, so a second run of the same job fails at once. When the
-    step needs device locks (whole-node mode, see gpuflow.gpulock) they are taken here, before
+    cleanly (gpuflow.job.stopping). The step holds the lock of each of its outputs
+    (gpuflow.job.outputlock) while it runs, so a second run of the same job fails at once. When the
+    step needs device locks (whole-node mode, see gpuflow.job.gpulock) they are taken here, before
     the step imports torch. A sampler thread records the job's GPU and CPU use while it runs
-    (gpuflow.telemetry.job), started after the device locks set CUDA_VISIBLE_DEVICES.
+    (gpuflow.job.telemetry.job), started after the device locks set CUDA_VISIBLE_DEVICES.
     """
     args = build_parser().parse_args(argv)
     install_stop_handlers()

@@ -19,7 +19,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from gpuflow.atomic import write_json
+from gpuflow.job.atomic import write_json
 
 RECORDS_ENV = "GPUFLOW_FINISHED_STATES"
 RECORDS_FOLDER = ".snakemake/gpuflow/finished-states"

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpuflow.atomic import write_json
+from gpuflow.job.atomic import write_json
 
 EVERY_S = 2.0
 

@@ -37,7 +37,8 @@ def lazy(target: str) -> LazyStep:
 def add_settings_arguments(parser: argparse.ArgumentParser, family: str) -> None:
     """`--settings` (results keys) and `--runtime` (runtime keys) of config[family], as JSON.
 
-    Keys left out take the schema's defaults (workflow/schemas/), the only place defaults live.
+    Keys left out take the schema's defaults (gpuflow/settings/schemas/), the only place defaults
+    live.
     """
     parser.add_argument(
         "--settings",

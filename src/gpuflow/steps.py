@@ -33,7 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="config files to explain, later ones merged over earlier (as Snakemake does)",
     )
     doctor.add_argument("--json", action="store_true", help="print the report as JSON")
-    doctor.set_defaults(run=lazy("gpuflow.doctor:main"))
+    doctor.set_defaults(run=lazy("gpuflow.ops.doctor:main"))
 
     plan = subparsers.add_parser(
         "plan", help="jobs, GPU-hours and submissions the workflow would need, before running it"
@@ -41,7 +41,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_workflow_arguments(plan)
     plan.add_argument("--gpus-per-node", type=int, default=4, help="GPUs packed on one node")
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
-    plan.set_defaults(run=lazy("gpuflow.plan:main"))
+    plan.set_defaults(run=lazy("gpuflow.ops.plan:main"))
 
     status = subparsers.add_parser(
         "status", help="how far a run is and what went wrong (local or SLURM, during or after)"
@@ -57,7 +57,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="SECONDS",
         help="print the status again every SECONDS (default 30), in place on a terminal",
     )
-    status.set_defaults(run=lazy("gpuflow.status.main:main"))
+    status.set_defaults(run=lazy("gpuflow.ops.status.main:main"))
 
     clean_states = subparsers.add_parser(
         "clean-states",
@@ -72,7 +72,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Whole-node mode: `GPUFLOW_GPUS={resources.gpu} gpuflow with-gpus -- CMD`.",
     )
     with_gpus.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS ...")
-    with_gpus.set_defaults(run=lazy("gpuflow.gpulock:with_gpus_main"))
+    with_gpus.set_defaults(run=lazy("gpuflow.job.gpulock:with_gpus_main"))
 
     probe = subparsers.add_parser(
         "probe", help="record where this job runs (host, SLURM job, GPUs) as JSON"
@@ -81,7 +81,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     probe.add_argument("--hold", type=float, default=0.0, help="seconds to stay running")
     probe.add_argument("--label", default="", help="free text stored in the record")
     probe.add_argument("--seed", type=int, default=0, help="seed of the recorded computation")
-    probe.set_defaults(run=lazy("gpuflow.probe:main"))
+    probe.set_defaults(run=lazy("gpuflow.ops.probe:main"))
 
     tables = subparsers.add_parser(
         "report-tables", help="a family's summary CSV tables as one HTML page for the report"
@@ -89,11 +89,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     tables.add_argument("--csv", nargs="+", required=True, help="CSV tables, in page order")
     tables.add_argument("--title", required=True, help="heading of the page")
     tables.add_argument("--out", required=True, help="HTML file to write")
-    tables.set_defaults(run=lazy("gpuflow.report_tables:main"))
+    tables.set_defaults(run=lazy("gpuflow.ops.report_tables:main"))
 
     config_doc = subparsers.add_parser(
         "config-doc",
         help="write config/README.md from the schema, the config files and the README template",
     )
     config_doc.add_argument("--out", default=None, help="file to write (default: config/README.md)")
-    config_doc.set_defaults(run=lazy("gpuflow.config_doc:main"))
+    config_doc.set_defaults(run=lazy("gpuflow.settings.config_doc:main"))

@@ -3,7 +3,7 @@
 Reusable for any Snakefile and config: `run_profile` (snakemake --profile profiles/slurm with
 the test cluster's site values, optionally cancelling a job mid-run), `run_whole_node` (the
 whole-node batch script), `slurm_job` (scontrol's record of a job), and helpers over the run
-records that gpuflow steps write (gpuflow.devices.run_record plus start/end times).
+records that gpuflow steps write (gpuflow.job.devices.run_record plus start/end times).
 """
 
 from __future__ import annotations

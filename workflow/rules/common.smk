@@ -10,12 +10,12 @@ import shlex
 
 from snakemake.logging import logger
 
-from gpuflow.config import check_files_exist
+from gpuflow.settings.validate import check_files_exist
 from gpuflow.finished_states import RECORDS_ENV, clean, records_folder
 from gpuflow.modelref import check_model_reference
-from gpuflow.settings import schema_families, split_json
-from gpuflow.stopping import ignore_warning
-from gpuflow.telemetry.settings import interval_environment, telemetry_settings
+from gpuflow.settings.blocks import schema_families, split_json
+from gpuflow.job.stopping import ignore_warning
+from gpuflow.job.telemetry.settings import interval_environment, telemetry_settings
 
 CONDA_ENV = "../../envs/gpuflow.yaml"
 

@@ -4,7 +4,7 @@ A scoring step (perplexity segments, toxicity texts) cuts its items into batches
 input and its settings, and groups consecutive batches into chunks of at least `chunk_weight`
 (tokens or texts). After each chunk, the per-item scores so far go atomically into a resume
 state beside the output: hidden, and no Snakemake output (Snakemake deletes the outputs of a
-failed job). When SLURM (or a user) asks the step to stop (gpuflow.stopping), it finishes the
+failed job). When SLURM (or a user) asks the step to stop (gpuflow.job.stopping), it finishes the
 batches in hand, saves, and ends with one line; the next run skips every batch already scored,
 so it scores each remaining batch exactly as an uninterrupted run would. A state from other
 texts, model, results settings or gpuflow version (its fingerprint differs) is ignored with one
@@ -24,11 +24,11 @@ import numpy as np
 import torch
 
 import gpuflow
-from gpuflow.atomic import save_torch
 from gpuflow.finished_states import release
+from gpuflow.job.atomic import save_torch
+from gpuflow.job.stopping import requested, stop_if_requested
 from gpuflow.progressfile import ProgressWriter, progress_path
 from gpuflow.resume import read_state
-from gpuflow.stopping import requested, stop_if_requested
 
 
 def state_path(out: str | Path) -> Path:

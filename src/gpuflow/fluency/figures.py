@@ -20,10 +20,10 @@ import seaborn as sns
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from gpuflow.atomic import save_figure
 from gpuflow.errors import DataError
 from gpuflow.fluency.report import is_proxy
 from gpuflow.fluency.stats import BINNED_COLUMNS, load_scores, point_estimates
+from gpuflow.job.atomic import save_figure
 
 X_LABEL = "log perplexity (nats/token)"
 # Above this many texts the scatter becomes a hexbin of counts.

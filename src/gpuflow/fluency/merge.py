@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpuflow.atomic import write_csv, write_json
 from gpuflow.errors import DataError
 from gpuflow.fluency.texts import read_texts
+from gpuflow.job.atomic import write_csv, write_json
 
 
 def read_shards(paths: list[str], what: str) -> pd.DataFrame:

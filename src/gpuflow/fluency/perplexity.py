@@ -25,8 +25,6 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
-from gpuflow.atomic import write_csv, write_json
-from gpuflow.devices import run_record, worker_devices
 from gpuflow.errors import ConfigError, DataError
 from gpuflow.fluency.chunked import (
     ChunkedScores,
@@ -48,9 +46,11 @@ from gpuflow.fluency.ppl_scoring import Forward, SegmentScores
 from gpuflow.fluency.ppl_segments import make_segments, plan_batches, sort_longest_first
 from gpuflow.fluency.ppl_workers import WorkerJob, score_batches, worker_threads
 from gpuflow.fluency.texts import read_texts
-from gpuflow.settings import family_settings
-from gpuflow.stopping import defer as defer_stop
-from gpuflow.stopping import requested as stop_requested
+from gpuflow.job.atomic import write_csv, write_json
+from gpuflow.job.devices import run_record, worker_devices
+from gpuflow.job.stopping import defer as defer_stop
+from gpuflow.job.stopping import requested as stop_requested
+from gpuflow.settings.blocks import family_settings
 
 OUTPUT_COLUMNS = ["text_id", "nll_sum", "n_tokens", "ppl"]
 

@@ -19,13 +19,13 @@ from typing import Any
 
 import torch
 
-from gpuflow.devices import threads_per_worker
 from gpuflow.errors import GpuflowError
 from gpuflow.fluency.placement import input_device, load_sharded
 from gpuflow.fluency.ppl_model import load_causal_lm
 from gpuflow.fluency.ppl_scoring import Forward, SegmentScores, model_forward, score_segments
 from gpuflow.fluency.ppl_segments import Segment
-from gpuflow.stopping import leave_to_parent, started_ignoring_stops
+from gpuflow.job.devices import threads_per_worker
+from gpuflow.job.stopping import leave_to_parent, started_ignoring_stops
 
 IN_HAND = 2
 POLL_S = 0.2

@@ -14,10 +14,10 @@ from typing import Any
 
 import pandas as pd
 
-from gpuflow.atomic import write_text
 from gpuflow.errors import DataError
 from gpuflow.fluency.stats import BINNED_COLUMNS, CORRELATION_COLUMNS, OVERALL
-from gpuflow.telemetry.report import section as telemetry_section
+from gpuflow.job.atomic import write_text
+from gpuflow.job.telemetry.report import section as telemetry_section
 
 SUMMARY_KEYS = (
     "model",

@@ -33,9 +33,9 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from gpuflow.atomic import write_csv, write_json
 from gpuflow.errors import DataError
-from gpuflow.settings import block_settings
+from gpuflow.job.atomic import write_csv, write_json
+from gpuflow.settings.blocks import block_settings
 
 REQUIRED_COLUMNS = ("text_id", "ppl", "n_tokens", "toxicity", "toxicity_scorer")
 METHODS = ("pearson", "spearman", "kendall", "partial_pearson", "partial_spearman")

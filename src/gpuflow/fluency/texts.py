@@ -13,11 +13,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from gpuflow.atomic import write_csv
 from gpuflow.data.embedded import load_movie_reviews
 from gpuflow.data.textfiles import read_text_file
 from gpuflow.errors import ConfigError, DataError
-from gpuflow.settings import family_settings
+from gpuflow.job.atomic import write_csv
+from gpuflow.settings.blocks import family_settings
 
 _HTML_BREAK = re.compile(r"<br\s*/?>", re.IGNORECASE)
 

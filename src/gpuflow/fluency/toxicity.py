@@ -21,8 +21,6 @@ import numpy as np
 import pandas as pd
 import torch
 
-from gpuflow.atomic import write_csv, write_json
-from gpuflow.devices import run_record, worker_devices
 from gpuflow.errors import ConfigError, GpuflowError
 from gpuflow.fluency.chunked import (
     ChunkedScores,
@@ -32,9 +30,11 @@ from gpuflow.fluency.chunked import (
     texts_digest,
 )
 from gpuflow.fluency.texts import read_texts
-from gpuflow.settings import family_settings
-from gpuflow.stopping import defer as defer_stop
-from gpuflow.stopping import requested as stop_requested
+from gpuflow.job.atomic import write_csv, write_json
+from gpuflow.job.devices import run_record, worker_devices
+from gpuflow.job.stopping import defer as defer_stop
+from gpuflow.job.stopping import requested as stop_requested
+from gpuflow.settings.blocks import family_settings
 
 PROXY_NAME = "alt-profanity-check {version} (offensive-language proxy)"
 

@@ -19,11 +19,11 @@ import torch
 from tokenizers import ByteLevelBPETokenizer
 from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
-from gpuflow.atomic import atomic_path
 from gpuflow.data.embedded import load_movie_reviews
 from gpuflow.errors import ConfigError
 from gpuflow.fluency.texts import clean_review, read_texts
-from gpuflow.settings import block_settings
+from gpuflow.job.atomic import atomic_path
+from gpuflow.settings.blocks import block_settings
 
 END_OF_TEXT = "<|endoftext|>"
 PREFIX_WORDS = 20

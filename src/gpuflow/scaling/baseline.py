@@ -17,10 +17,10 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import Pipeline, make_pipeline
 from threadpoolctl import threadpool_limits
 
-from gpuflow.atomic import write_json
-from gpuflow.devices import run_record
+from gpuflow.job.atomic import write_json
+from gpuflow.job.devices import run_record
 from gpuflow.scaling.tokens import read_split
-from gpuflow.settings import family_settings
+from gpuflow.settings.blocks import family_settings
 
 
 def build_pipeline(settings: dict[str, Any]) -> Pipeline:

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from gpuflow.atomic import save_torch
+from gpuflow.job.atomic import save_torch
 from gpuflow.resume import read_state
 
 

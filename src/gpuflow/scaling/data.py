@@ -13,10 +13,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpuflow.atomic import write_csv, write_json
 from gpuflow.data.embedded import load_movie_reviews
 from gpuflow.errors import ConfigError, DataError
-from gpuflow.settings import configuration, family_settings
+from gpuflow.job.atomic import write_csv, write_json
+from gpuflow.settings.blocks import configuration, family_settings
 
 IMDB_TEXT_COLUMNS = ("text", "review")
 IMDB_LABEL_COLUMNS = ("label", "sentiment")

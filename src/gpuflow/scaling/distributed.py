@@ -15,8 +15,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-from gpuflow.devices import worker_devices
 from gpuflow.errors import ConfigError
+from gpuflow.job.devices import worker_devices
 
 COMPRESSION_HOOKS: dict[str, Callable[..., Any]] = {
     "fp16": default_hooks.fp16_compress_hook,

@@ -13,9 +13,9 @@ import argparse
 
 import pandas as pd
 
-from gpuflow.atomic import write_text
-from gpuflow.settings import family_settings
-from gpuflow.telemetry.report import section as telemetry_section
+from gpuflow.job.atomic import write_text
+from gpuflow.job.telemetry.report import section as telemetry_section
+from gpuflow.settings.blocks import family_settings
 
 DDP = "transformer-ddp"
 COMM_MINOR = 0.10  # below this share of epoch time, communication is not worth optimising

@@ -15,9 +15,9 @@ import numpy as np
 import pandas as pd
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
 
-from gpuflow.atomic import atomic_path, write_json
 from gpuflow.errors import DataError
-from gpuflow.settings import configuration, family_settings
+from gpuflow.job.atomic import atomic_path, write_json
+from gpuflow.settings.blocks import configuration, family_settings
 
 PAD, UNK = "[PAD]", "[UNK]"
 PAD_ID, UNK_ID = 0, 1

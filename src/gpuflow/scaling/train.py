@@ -25,19 +25,19 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
 
 import gpuflow
-from gpuflow.atomic import save_torch, write_json
-from gpuflow.devices import describe_device, run_record, threads_per_worker
 from gpuflow.divergence import check_finite
 from gpuflow.errors import ConfigError
 from gpuflow.finished_states import release
+from gpuflow.job.atomic import save_torch, write_json
+from gpuflow.job.devices import describe_device, run_record, threads_per_worker
+from gpuflow.job.stopping import defer as defer_stop
+from gpuflow.job.stopping import requested as stop_requested
+from gpuflow.job.stopping import stop_if_requested
+from gpuflow.job.telemetry.job import note
 from gpuflow.scaling import checkpoint, comm, distributed
 from gpuflow.scaling.distributed import Context
 from gpuflow.scaling.model import build_model, parameter_counts
-from gpuflow.settings import family_schema, family_settings, select
-from gpuflow.stopping import defer as defer_stop
-from gpuflow.stopping import requested as stop_requested
-from gpuflow.stopping import stop_if_requested
-from gpuflow.telemetry.job import note
+from gpuflow.settings.blocks import family_schema, family_settings, select
 
 
 @dataclass(frozen=True)
@@ -413,7 +413,7 @@ class Trainer:
         return self.history
 
     def note_timings(self) -> None:
-        """The job's own timings for its telemetry flags (gpuflow.telemetry.flags): seconds rank
+        """The job's own timings for its telemetry flags (gpuflow.job.telemetry.flags): seconds rank
         0 waited for batches, the exposed communication share of a step, the step time."""
         epochs = [e for e in self.history if e["measured"]] or self.history
         steps = sum(e["optimizer_steps"] for e in epochs)

@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from gpuflow.atomic import write_csv
 from gpuflow.errors import DataError
+from gpuflow.job.atomic import write_csv
 
 GRID = ["model", "frac", "n_labelled", "corrupt", "alpha"]
 PAIR = ["frac", "corrupt", "seed"]

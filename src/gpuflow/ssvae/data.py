@@ -13,10 +13,10 @@ from pathlib import Path
 
 import numpy as np
 
-from gpuflow.atomic import atomic_path
 from gpuflow.data.embedded import load_mnist5k
 from gpuflow.errors import DataError
-from gpuflow.settings import family_settings
+from gpuflow.job.atomic import atomic_path
+from gpuflow.settings.blocks import family_settings
 
 N_CLASSES = 10
 IMAGE_SHAPE = (28, 28)

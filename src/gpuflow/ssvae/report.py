@@ -6,8 +6,8 @@ import argparse
 
 import pandas as pd
 
-from gpuflow.atomic import write_text
-from gpuflow.telemetry.report import section as telemetry_section
+from gpuflow.job.atomic import write_text
+from gpuflow.job.telemetry.report import section as telemetry_section
 
 # Kingma, Rezende, Mohamed, Welling (2014), Table 1: M2 test error (%) on MNIST, 60,000 training.
 KINGMA_M2_ERROR = {100: (11.97, 1.71), 600: (4.94, 0.13), 1000: (3.60, 0.56), 3000: (3.92, 0.63)}

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from gpuflow.job.telemetry.report import add_arguments as add_telemetry_arguments
 from gpuflow.registry import add_settings_arguments, lazy
-from gpuflow.telemetry.report import add_arguments as add_telemetry_arguments
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

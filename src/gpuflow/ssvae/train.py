@@ -21,20 +21,20 @@ import torch
 from torch import nn
 
 import gpuflow
-from gpuflow.atomic import save_torch, write_json
-from gpuflow.devices import run_record, worker_devices
 from gpuflow.divergence import check_finite
 from gpuflow.errors import ConfigError
 from gpuflow.finished_states import release
+from gpuflow.job.atomic import save_torch, write_json
+from gpuflow.job.devices import run_record, worker_devices
+from gpuflow.job.stopping import defer as defer_stop
+from gpuflow.job.stopping import stop_if_requested
+from gpuflow.job.telemetry.job import note as note_timings
 from gpuflow.resume import read_state
-from gpuflow.settings import family_schema, family_settings, keys_of_kind
+from gpuflow.settings.blocks import family_schema, family_settings, keys_of_kind
 from gpuflow.ssvae.batches import Batches, Plan, RunIndex, epoch_indices, make_plan
 from gpuflow.ssvae.data import load_prepared
 from gpuflow.ssvae.labels import LabelSplit, split_labels
 from gpuflow.ssvae.model import StackedClassifier, StackedM2
-from gpuflow.stopping import defer as defer_stop
-from gpuflow.stopping import stop_if_requested
-from gpuflow.telemetry.job import note as note_timings
 
 INIT_STREAM, ORDER_STREAM, NOISE_STREAM, EVAL_STREAM = 3, 4, 5, 6
 

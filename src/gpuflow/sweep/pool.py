@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from gpuflow.stopping import die_with_parent
+from gpuflow.job.stopping import die_with_parent
 
 DEATHS_PER_SEED = 2
 POLL_S = 0.2

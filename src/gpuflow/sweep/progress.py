@@ -6,7 +6,7 @@ seed is reported, so a job killed at any moment loses at most the seeds still ru
 last line (killed mid-write) is cut off. The file goes once the shard's table is written, so a
 forced re-run (`--forcerun sweep_shard`) computes every seed again.
 The file has one writer at a time: it is read, cut and appended only under its output lock
-(gpuflow.outputlock), so a second job on the same shard fails instead of overwriting it.
+(gpuflow.job.outputlock), so a second job on the same shard fails instead of overwriting it.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import gpuflow
-from gpuflow.outputlock import exclusive_output
+from gpuflow.job.outputlock import exclusive_output
 
 
 def progress_path(out: str | Path) -> Path:

@@ -18,12 +18,12 @@ from typing import Any
 
 from tqdm import tqdm
 
-from gpuflow.atomic import write_json, write_text
 from gpuflow.errors import ConfigError, GpuflowError
 from gpuflow.finished_states import release
-from gpuflow.settings import family_settings
-from gpuflow.stopping import defer as defer_stop
-from gpuflow.stopping import stop_if_requested
+from gpuflow.job.atomic import write_json, write_text
+from gpuflow.job.stopping import defer as defer_stop
+from gpuflow.job.stopping import stop_if_requested
+from gpuflow.settings.blocks import family_settings
 from gpuflow.sweep.columns import COLUMNS
 from gpuflow.sweep.experiment import METHODS
 from gpuflow.sweep.pool import Outcome, SeedPool
@@ -77,7 +77,7 @@ def log(message: str) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run the shard's missing seeds, then write its table and run record."""
-    from gpuflow.devices import run_record, worker_devices
+    from gpuflow.job.devices import run_record, worker_devices
 
     if args.method not in METHODS:
         raise ConfigError("--method", f"unknown method {args.method!r}", f"one of {METHODS}")

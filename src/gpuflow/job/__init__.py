@@ -1,0 +1,1 @@
+"""The step lifecycle of every family: outputs, locks, state, progress, stops, record."""

@@ -1,0 +1,144 @@
+"""One sampler per job, started by `gpuflow.cli` around the step, and its telemetry file.
+
+Which process samples: the one that holds the step's output locks (RANK unset or 0, see
+`gpuflow.job.outputlock.locks_this_process`) and has outputs. Under torchrun (LOCAL_RANK set) that
+is global rank 0, and it samples the tree of its parent, the torchrun agent, so every local
+rank is counted; on a multi-node job its node stands for the others (GPU-hours count every
+node's devices, utilisation is node 0's). `gpuflow with-gpus` has no outputs and samples
+nothing: the step it starts does.
+
+The sampling interval comes from GPUFLOW_TELEMETRY_INTERVAL_S (the workflow sets it from
+config `telemetry.interval_s`), else the schema's default.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from gpuflow.errors import GpuflowError
+from gpuflow.job.atomic import write_json
+from gpuflow.job.stopping import Stopped
+from gpuflow.job.telemetry.sampler import Sampler
+from gpuflow.job.telemetry.settings import INTERVAL_ENV, telemetry_settings
+
+SUFFIX = ".telemetry.json"
+
+
+class Job:
+    """The running job's sampler, its status and the timings its step noted."""
+
+    active: Job | None = None
+
+    def __init__(self, sampler: Sampler) -> None:
+        self.sampler = sampler
+        self.status = "running"
+        self.timings: dict[str, float] = {}
+
+    def finish(self, code: int) -> int:
+        """Mark the step's exit status; returns it."""
+        self.status = "finished" if code == 0 else f"failed (exit status {code})"
+        return code
+
+    def summary(self) -> dict[str, Any]:
+        return {"status": self.status, **self.sampler.summary(), "timings": dict(self.timings)}
+
+
+def telemetry_path(output: str | Path) -> Path:
+    """The telemetry file of a job whose first output is `output`."""
+    output = Path(output)
+    return output.with_name(output.name + SUFFIX)
+
+
+def interval_s() -> float:
+    """Seconds between samples: the environment's setting, else the schema default."""
+    value = os.environ.get(INTERVAL_ENV)
+    if value:
+        return float(value)
+    return float(telemetry_settings()["interval_s"])
+
+
+def job_gpus(environ: dict[str, str] | None = None) -> str | None:
+    """The job's GPUs for NVML: CUDA_VISIBLE_DEVICES; None (every GPU) only outside a SLURM job
+    and a GPU rule, as by hand on a workstation. A SLURM job without GPUs, or a rule asking for
+    none (GPUFLOW_GPUS=0), has none (''), though NVML may see the node's GPUs."""
+    env = os.environ if environ is None else environ
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return visible
+    if env.get("GPUFLOW_GPUS") == "0":
+        return ""
+    if "SLURM_JOB_ID" in env and not (env.get("SLURM_JOB_GPUS") or env.get("SLURM_STEP_GPUS")):
+        return ""
+    return None
+
+
+def _tree_root() -> int:
+    return os.getppid() if "LOCAL_RANK" in os.environ else os.getpid()
+
+
+def _nodes() -> int:
+    nodes = os.environ.get("SLURM_JOB_NUM_NODES") or os.environ.get("SLURM_NNODES") or "1"
+    return int(nodes) if nodes.isdigit() else 1
+
+
+@contextmanager
+def job_telemetry(outputs: list[Path]) -> Iterator[Job | None]:
+    """Sample this job while the block runs; write `<first output>.telemetry.json` at its end.
+
+    The file is written when the step finishes, fails or stops on a signal (see `_write`).
+    Yields None in a process that does not sample (see the module doc).
+    """
+    if not outputs or os.environ.get("RANK", "0") != "0":
+        yield None
+        return
+    job = Job(Sampler(_tree_root(), interval_s(), job_gpus(), _nodes()).start())
+    Job.active = job
+    try:
+        yield job
+        if job.status == "running":
+            job.status = "finished"
+    except Stopped:
+        job.status = "stopped"
+        raise
+    except BaseException as error:
+        job.status = f"failed ({type(error).__name__})"
+        raise
+    finally:
+        Job.active = None
+        job.sampler.stop()
+        _write(telemetry_path(outputs[0]), job, quiet=job.status != "finished")
+
+
+def _write(path: Path, job: Job, quiet: bool) -> None:
+    """Write the final summary. After a failed step it goes only into an existing folder (no
+    folder is made for a job that wrote nothing), and a failed write stays silent: the step's
+    own error is the one line to read."""
+    if quiet and not path.parent.is_dir():
+        return
+    try:
+        write_json(path, job.summary())
+    except (OSError, GpuflowError):
+        if not quiet:
+            raise
+
+
+def current() -> dict[str, Any] | None:
+    """The running job's telemetry so far (for its run record), or None where none samples.
+
+    The process tree is read first, so a record written between two samples counts the CPU
+    time up to now (a job shorter than one interval would record none).
+    """
+    if Job.active is None:
+        return None
+    Job.active.sampler.sample_processes()
+    return Job.active.summary()
+
+
+def note(**timings: float) -> None:
+    """Record the step's own timings (data_wait_s, comm_exposed_s, step_s, batch_size...)."""
+    if Job.active is not None:
+        Job.active.timings.update({k: float(v) for k, v in timings.items()})

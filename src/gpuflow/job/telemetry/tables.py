@@ -1,0 +1,110 @@
+"""Telemetry files as tables: one row per job for the family reports, per rule for the plan."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from gpuflow.job.telemetry.flags import flag, utilisation
+from gpuflow.job.telemetry.job import SUFFIX
+
+
+def read_folder(folder: str | Path) -> dict[str, dict[str, Any]]:
+    """Every telemetry file under `folder`, by job (its first output, relative to `folder`)."""
+    folder = Path(folder)
+    found = {}
+    for path in sorted(folder.rglob(f"*{SUFFIX}")):
+        summary = read_file(path)
+        if summary is not None:
+            found[str(path.relative_to(folder))[: -len(SUFFIX)]] = summary
+    return found
+
+
+def read_file(path: str | Path) -> dict[str, Any] | None:
+    """One telemetry file, or None when it is unreadable (a job of an older gpuflow)."""
+    try:
+        summary = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return summary if isinstance(summary, dict) else None
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}%"
+
+
+def _mb(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f} MB"
+
+
+def job_row(job: str, summary: dict[str, Any], threshold: float) -> list[str]:
+    """job, status, wall, GPU-hours, utilisation, peak memory, CPU util, peak RSS, flag."""
+    kind, util = utilisation(summary)
+    gpu, cpu = summary.get("gpu") or {}, summary.get("cpu") or {}
+    return [
+        job,
+        str(summary.get("status", "?")),
+        f"{summary.get('wall_s', 0.0):.1f} s",
+        f"{gpu.get('gpu_hours', 0.0):.4f}",
+        f"{_pct(util)} {kind}",
+        _mb(gpu.get("memory_used_peak_mb")) if gpu.get("count") else "-",
+        f"{_pct(cpu.get('util_percent_mean'))} of {cpu.get('allotted_cores', '?')}",
+        _mb(cpu.get("peak_rss_mb")),
+        flag(summary, threshold) or "ok",
+    ]
+
+
+JOB_HEADER = [
+    "job",
+    "status",
+    "wall",
+    "GPU-h",
+    "utilisation",
+    "GPU mem peak",
+    "CPU util (cores)",
+    "peak RSS",
+    "flag",
+]
+
+
+def markdown(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell.replace("|", "/") for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def jobs_section(folder: str | Path, threshold: float) -> str:
+    """The report section: GPU-hours and utilisation of every job under `folder`, flagged."""
+    jobs = read_folder(folder)
+    if not jobs:
+        return f"## Jobs: devices used\n\nNo telemetry files under {folder}.\n"
+    rows = [job_row(name, summary, threshold) for name, summary in jobs.items()]
+    total = sum((s.get("gpu") or {}).get("gpu_hours", 0.0) for s in jobs.values())
+    absent = {(s.get("gpu") or {}).get("absent") for s in jobs.values()} - {None}
+    flagged = sum(1 for row in rows if row[-1] != "ok")
+    lines = [
+        "## Jobs: devices used",
+        "",
+        f"{len(rows)} jobs, {total:.4f} GPU-hours; {flagged} below {threshold:g}% utilisation"
+        " (GPU SM utilisation; on CPU, share of the allotted cores busy).",
+    ]
+    if absent:
+        lines.append(f"No GPU telemetry: {'; '.join(sorted(absent))}.")
+    return "\n".join([*lines, "", markdown(JOB_HEADER, rows), ""])
+
+
+def rule_summary(summaries: list[dict[str, Any]], threshold: float) -> dict[str, Any]:
+    """Earlier jobs of one rule: count, GPU-hours used, mean utilisation and the flag."""
+    utils = [(kind, u) for kind, u in map(utilisation, summaries) if u is not None]
+    kinds = {kind for kind, _ in utils}
+    mean = sum(u for _, u in utils) / len(utils) if utils else None
+    flags = [flag(s, threshold) for s in summaries]
+    low = [f for f in flags if f] or ["LOW"]
+    return {
+        "jobs_measured": len(summaries),
+        "gpu_h_used": sum((s.get("gpu") or {}).get("gpu_hours", 0.0) for s in summaries),
+        "util_mean": mean,
+        "util_kind": "/".join(sorted(kinds)) or "-",
+        "flag": max(set(low), key=low.count) if mean is not None and mean < threshold else "",
+    }

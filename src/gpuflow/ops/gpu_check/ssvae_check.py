@@ -1,0 +1,145 @@
+"""SSVAE rows: one M2 run, R runs one after another, R runs stacked (the workflow's trainer).
+
+The stacked runs must reproduce the runs trained one after another (same seeds, same labelled
+subsets, same noise streams); the stacked rate projects the GPU-hours of the paper grid.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import torch
+
+from gpuflow.job.devices import describe_device
+from gpuflow.ops.gpu_check.peak import synchronize
+from gpuflow.ops.gpu_check.rows import CheckRow, max_relative_difference
+from gpuflow.ssvae.batches import epoch_indices
+from gpuflow.ssvae.flops import train_flops_per_example
+from gpuflow.ssvae.train import Run, StackTrainer, train_settings
+
+TOLERANCE = 1e-3
+ALPHA = 1.0
+
+
+def synthetic_mnist(n_train: int, n_test: int, seed: int) -> dict[str, np.ndarray]:
+    """MNIST-shaped uint8 digits: a seeded prototype per class plus noise, labels 0-9."""
+    rng = np.random.default_rng(seed)
+    prototypes = rng.integers(0, 256, size=(10, 28, 28))
+    arrays = {}
+    for split, n in (("train", n_train), ("test", n_test)):
+        labels = np.arange(n) % 10
+        noise = rng.integers(-64, 65, size=(n, 28, 28))
+        arrays[f"x_{split}"] = np.clip(prototypes[labels] + noise, 0, 255).astype(np.uint8)
+        arrays[f"y_{split}"] = labels.astype(np.int64)
+    return arrays
+
+
+def _batches(trainer: StackTrainer) -> Iterator[dict[str, torch.Tensor]]:
+    while True:
+        indices = epoch_indices(trainer.index, trainer.plan, trainer.order_rng, True)
+        yield from trainer.batches.epoch(indices, trainer.plan)
+
+
+def train_steps(
+    seeds: list[int],
+    data: dict[str, np.ndarray],
+    settings: dict[str, Any],
+    steps: int,
+    device: torch.device,
+    fraction: float,
+) -> tuple[np.ndarray, float, StackTrainer]:
+    """Each step's loss of the runs `seeds` trained stacked ([steps, R]), seconds after step 1."""
+    runs = [Run("m2", fraction, 0.0, ALPHA, seed) for seed in seeds]
+    trainer = StackTrainer(runs, data, settings, [device])
+    stream = _batches(trainer)
+    losses = [trainer.train_step(next(stream))[0]]
+    synchronize(device)
+    start = time.perf_counter()
+    for _ in range(steps - 1):
+        losses.append(trainer.train_step(next(stream))[0])
+    synchronize(device)
+    seconds = time.perf_counter() - start
+    return torch.stack(losses).cpu().numpy(), seconds, trainer
+
+
+def ssvae_rows(sizes_ssvae: dict[str, Any], device: torch.device, peak: float) -> list[CheckRow]:
+    """One run, R one after another and R stacked, each with its examples/s and FLOP share."""
+    s = sizes_ssvae
+    data = synthetic_mnist(s["n_train"], s["n_test"], seed=0)
+    settings = {
+        **train_settings(),
+        "hidden": s["hidden"],
+        "latent": s["latent"],
+        "batch_size": s["batch_size"],
+        "labelled_batch_size": s["labelled_batch_size"],
+        "device": device.type,
+    }
+    seeds = list(range(s["stack"]))
+    flops = train_flops_per_example(
+        s["hidden"], s["latent"], s["batch_size"], s["labelled_batch_size"]
+    )
+    one_by_one, one_seconds = [], []
+    for seed in seeds:
+        losses, seconds, trainer = train_steps(
+            [seed], data, settings, s["steps"], device, s["fraction"]
+        )
+        one_by_one.append(losses[:, 0])
+        one_seconds.append(seconds)
+    sequential = np.stack(one_by_one, axis=1)
+    stacked, stacked_seconds, trainer = train_steps(
+        seeds, data, settings, s["steps"], device, s["fraction"]
+    )
+    per_step = trainer.plan.labelled_batch + trainer.plan.unlabelled_batch
+    timed_steps = s["steps"] - 1
+    examples_per_run = trainer.plan.steps * per_step * s["epochs"]
+    rates = {
+        "one": per_step * timed_steps / one_seconds[0],
+        "sequential": per_step * timed_steps * len(seeds) / sum(one_seconds),
+        "stacked": per_step * timed_steps * len(seeds) / stacked_seconds,
+    }
+    deviation_one = max_relative_difference(sequential[:, 0], stacked[:, 0])
+    deviation_all = max_relative_difference(sequential.ravel(), stacked.ravel())
+    tolerance = f"max relative loss difference <= {TOLERANCE:g} over {s['steps']} steps"
+    names = {
+        "one": "ssvae M2 one run",
+        "sequential": f"ssvae M2 {len(seeds)} runs one after another",
+        "stacked": f"ssvae M2 {len(seeds)} runs stacked",
+    }
+    rows = []
+    for key, deviation, against in (
+        ("one", deviation_one, "run 0 of the stack"),
+        ("sequential", deviation_all, "the stacked runs"),
+        ("stacked", deviation_all, "the runs one after another"),
+    ):
+        hours = s["grid_runs"] * examples_per_run / rates[key] / 3600
+        rows.append(
+            CheckRow(
+                path=names[key],
+                ok=bool(deviation <= TOLERANCE and np.isfinite(stacked).all()),
+                tolerance=f"{tolerance} vs {against}",
+                deviation=f"{deviation:.2e}",
+                throughput=rates[key],
+                unit="examples/s",
+                tflops=rates[key] * flops / 1e12,
+                peak_tflops=peak,
+                seconds=one_seconds[0]
+                if key == "one"
+                else sum(one_seconds)
+                if key == "sequential"
+                else stacked_seconds,
+                devices=[describe_device(device)],
+                extra={
+                    "hidden": s["hidden"],
+                    "latent": s["latent"],
+                    "steps_per_epoch": trainer.plan.steps,
+                    f"projected_gpu_hours_{s['grid_runs']}_run_grid_{s['epochs']}_epochs": round(
+                        hours, 2
+                    ),
+                    "projection_excludes": "evaluation passes and job start-up",
+                },
+            )
+        )
+    return rows

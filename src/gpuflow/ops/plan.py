@@ -1,0 +1,473 @@
+"""`gpuflow plan`: what a run would cost before it is submitted.
+
+Builds the DAG Snakemake would run (in-process, with the same profile, config files and
+targets) and prints per rule: jobs, GPUs per job, expected time per job, GPU-hours requested
+(`runtime` of the first attempt) and expected, sbatch submissions (job arrays counted as one
+per chunk) and node-hours if jobs are packed `--gpus-per-node` GPUs to a node; then totals, and
+why each job would run: its outputs are missing, left incomplete by a killed or failed job (the
+part a re-run after a partial failure redoes), changed, or downstream of those.
+
+Beside it, per rule, what earlier jobs of the rule used (their telemetry files,
+`<output>.telemetry.json`, any wildcard values): GPU-hours, mean utilisation, and the flag of
+rules below config `telemetry.low_utilisation_percent` with the most likely reason.
+
+Expected time per job comes from earlier `benchmark:` files of the same rule (any wildcard
+values), scaled by size-like numeric wildcards (SIZE_WILDCARDS) when the job's value differs;
+without benchmarks, the rule's `runtime`. Benchmarks measure the machine they ran on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import glob
+import json
+import logging
+import math
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpuflow.errors import GpuflowError
+
+SIZE_WILDCARDS = ("frac", "fraction", "n", "size", "samples", "steps", "epochs", "tokens", "texts")
+
+
+@dataclass
+class Job:
+    """One job Snakemake would run, from its structured job record."""
+
+    rule: str
+    local: bool
+    resources: dict[str, Any] = field(default_factory=dict)
+    wildcards: dict[str, str] = field(default_factory=dict)
+    reason: str = ""
+    benchmark: str | None = None
+    output: list[str] = field(default_factory=list)
+    log: list[str] = field(default_factory=list)
+
+    @property
+    def gpus(self) -> int:
+        """GPUs of the whole job: `gpu`, or nodes x the GPUs per node of `gres` (gpu:N or
+        gpu:<model>:N, as sbatch --gres counts them) for multi-node rules."""
+        gres = str(self.resources.get("gres", ""))
+        per_node = re.search(r"\bgpu(?::[^:,]+)?:(\d+)", gres)
+        if per_node:
+            return int(float(self.resources.get("nodes", 1) or 1)) * int(per_node[1])
+        return int(float(self.resources.get("gpu", 0) or 0))
+
+    @property
+    def runtime_h(self) -> float:
+        return float(self.resources.get("runtime", 0) or 0) / 60
+
+    @property
+    def why(self) -> str:
+        """missing / incomplete / changed / downstream.
+
+        The plan is made with --rerun-incomplete, under which Snakemake reports outputs left
+        behind by a killed job as "Forced execution": those count as incomplete.
+        """
+        reason = self.reason.lower()
+        if "incomplete" in reason or "forced execution" in reason:
+            return "incomplete"
+        if "missing output" in reason:
+            return "missing"
+        if reason.startswith("input files updated by another job"):
+            return "downstream"
+        return "changed"
+
+
+@dataclass
+class Planned:
+    """What Snakemake would do: its jobs, rule order, and how the executor submits them."""
+
+    jobs: list[Job]
+    rule_order: list[str]
+    config: dict[str, Any]
+    array_rules: set[str]
+    array_limit: int
+
+
+class JobRecords(logging.Handler):
+    """Collects Snakemake's structured job records (LogEvent.JOB_INFO) of a dry run."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from snakemake_interface_logger_plugins.common import LogEvent
+
+        if getattr(record, "event", None) == LogEvent.JOB_INFO:
+            self.records.append(record)
+
+
+def snakemake_argv(args: argparse.Namespace) -> list[str]:
+    """The Snakemake command line whose jobs are planned (profile, config files, targets)."""
+    argv = [*args.targets, "--dry-run", "--rerun-incomplete", "--directory", args.directory]
+    for profile in args.profile:
+        argv += ["--profile", profile]
+    if args.snakefile:
+        argv += ["--snakefile", args.snakefile]
+    if args.configfile:  # last: --configfile takes every word that follows
+        argv += ["--configfile", *args.configfile]
+    return argv
+
+
+def plan_jobs(args: argparse.Namespace, every_job: bool = False) -> Planned:
+    """Build the DAG in-process through Snakemake's API, as `snakemake --dry-run` would.
+
+    With `every_job`, the DAG holds every job of the targets, finished or not (--forceall).
+
+    The profile is read by Snakemake's own argument parser; jobs come from the structured
+    records Snakemake logs for each job of a dry run, local rules and rule order from the
+    workflow object, array settings from the executor plugin's settings.
+    """
+    from snakemake.api import SnakemakeApi
+    from snakemake.cli import parse_args, parse_config
+    from snakemake.logging import logger
+    from snakemake.settings.types import (
+        ConfigSettings,
+        DAGSettings,
+        OutputSettings,
+        ResourceSettings,
+    )
+    from snakemake_interface_executor_plugins.registry import ExecutorPluginRegistry
+
+    cli = parse_args(snakemake_argv(args))[1]
+    executor = cli.executor or "local"
+    executor_settings = ExecutorPluginRegistry().get_plugin(executor).get_settings(cli)
+    records = JobRecords()
+    try:
+        with SnakemakeApi(OutputSettings(dryrun=True)) as api:
+            for handler in list(logger.handlers):
+                logger.removeHandler(handler)
+            logger.addHandler(records)
+            workflow_api = api.workflow(
+                resource_settings=ResourceSettings(
+                    cores=cli.cores or 1,
+                    nodes=cli.jobs,
+                    resources=cli.resources,
+                    default_resources=cli.default_resources,
+                    overwrite_resources=cli.set_resources,
+                    overwrite_threads=cli.set_threads,
+                ),
+                config_settings=ConfigSettings(
+                    config=parse_config(cli.config), configfiles=cli.configfile
+                ),
+                snakefile=cli.snakefile,
+                workdir=cli.directory,
+            )
+            dag_api = workflow_api.dag(
+                DAGSettings(targets=set(cli.targets), force_incomplete=True, forceall=every_job)
+            )
+            dag_api.execute_workflow(
+                executor=executor, pseudo_executor="dryrun", executor_settings=executor_settings
+            )
+            workflow = workflow_api._workflow
+            # workflow.is_local() answers True for every rule under the dry-run executor;
+            # `localrules:` and rules without a body (e.g. `all`) run on the submit node.
+            local = {
+                rule.name
+                for rule in workflow.rules
+                if rule.group is None and (rule.name in workflow._localrules or rule.norun)
+            }
+            order = [rule.name for rule in workflow.rules]
+            config = dict(workflow.config)
+    except Exception as error:
+        raise GpuflowError(f"Snakemake could not plan the run: {error}") from None
+    jobs = [
+        Job(
+            rule=record.rule_name,
+            local=record.rule_name in local,
+            resources=dict(record.resources.items()),
+            wildcards={k: str(v) for k, v in record.wildcards.items()},
+            reason=str(record.reason),
+            benchmark=record.benchmark,
+            output=list(record.output),
+            log=list(record.log or []),
+        )
+        for record in records.records
+    ]
+    arrays = str(getattr(executor_settings, "array_jobs", None) or "").replace(";", ",")
+    return Planned(
+        jobs=jobs,
+        rule_order=order,
+        config=config,
+        array_rules={rule.strip() for rule in arrays.split(",") if rule.strip()},
+        array_limit=int(getattr(executor_settings, "array_limit", None) or 1000),
+    )
+
+
+def benchmark_pattern(job: Job) -> tuple[str, re.Pattern[str]] | None:
+    """A glob over the rule's benchmark files (any wildcard values) and a regex reading them."""
+    return wildcard_pattern(job.benchmark, job.wildcards) if job.benchmark else None
+
+
+def wildcard_pattern(path: str, wildcards: dict[str, str]) -> tuple[str, re.Pattern[str]]:
+    """A glob over `path` for any wildcard values, and a regex reading them back.
+
+    Wildcards appear as `name~value` (Paramspace style) or as a value found once in the path.
+    """
+    pattern, regex = path, re.escape(path)
+    for name, value in wildcards.items():
+        token = f"{name}~{value}"
+        if path.count(token) == 1:
+            old, prefix = token, f"{name}~"
+        elif value and path.count(value) == 1:
+            old, prefix = value, ""
+        else:
+            continue
+        pattern = pattern.replace(old, f"{prefix}*")
+        regex = regex.replace(re.escape(old), re.escape(prefix) + f"(?P<{name}>[^/]+)")
+    return pattern, re.compile(regex + "$")
+
+
+def benchmark_seconds(path: Path) -> float | None:
+    """Mean wall time (column s) of a benchmark TSV."""
+    try:
+        with open(path, newline="") as handle:
+            values = [float(row["s"]) for row in csv.DictReader(handle, delimiter="\t")]
+    except (OSError, KeyError, ValueError):
+        return None
+    return sum(values) / len(values) if values else None
+
+
+def size_of(wildcards: dict[str, str]) -> float:
+    """Product of the size-like numeric wildcards (1 when there are none)."""
+    size = 1.0
+    for name, value in wildcards.items():
+        if name.lower() in SIZE_WILDCARDS:
+            try:
+                size *= float(value)
+            except ValueError:
+                continue
+    return size
+
+
+class Benchmarks:
+    """Earlier benchmark files per rule, read once."""
+
+    def __init__(self, directory: str):
+        self.directory = Path(directory)
+        self.cache: dict[str, list[tuple[float, float]]] = {}
+
+    def samples(self, job: Job) -> list[tuple[float, float]]:
+        """(seconds, size) of every earlier benchmark of the job's rule."""
+        if job.rule not in self.cache:
+            found = []
+            pattern = benchmark_pattern(job)
+            if pattern is not None:
+                glob_pattern, regex = pattern
+                for name in glob.glob(str(self.directory / glob_pattern)):
+                    relative = os.path.relpath(name, self.directory)
+                    seconds = benchmark_seconds(Path(name))
+                    match = regex.match(relative)
+                    if seconds is not None and match:
+                        found.append((seconds, size_of(match.groupdict())))
+            self.cache[job.rule] = found
+        return self.cache[job.rule]
+
+    def expected_hours(self, job: Job) -> tuple[float, bool]:
+        """Expected hours of a job and whether benchmarks gave it (else its runtime)."""
+        samples = self.samples(job)
+        if not samples:
+            return job.runtime_h, False
+        size = size_of(job.wildcards)
+        scaled = [seconds * size / bench_size for seconds, bench_size in samples if bench_size]
+        return sum(scaled) / len(scaled) / 3600, True
+
+
+class Telemetry:
+    """Earlier jobs' telemetry files per rule, read once."""
+
+    def __init__(self, directory: str, threshold: float):
+        self.directory = Path(directory)
+        self.threshold = threshold
+        self.cache: dict[str, dict[str, Any]] = {}
+
+    def of_rule(self, job: Job) -> dict[str, Any]:
+        """GPU-hours used, mean utilisation and flag of the rule's earlier jobs."""
+        from gpuflow.job.telemetry.job import SUFFIX
+        from gpuflow.job.telemetry.tables import read_file, rule_summary
+
+        if job.rule not in self.cache:
+            paths = {
+                name
+                for output in job.output
+                for name in glob.glob(
+                    str(self.directory / (wildcard_pattern(output, job.wildcards)[0] + SUFFIX))
+                )
+            }
+            summaries = [s for s in map(read_file, sorted(paths)) if s is not None]
+            self.cache[job.rule] = rule_summary(summaries, self.threshold)
+        return self.cache[job.rule]
+
+
+def summarise(
+    jobs: list[Job],
+    benchmarks: Benchmarks,
+    arrays: set[str],
+    array_limit: int,
+    per_node: int,
+    telemetry: Telemetry | None = None,
+) -> list[dict[str, Any]]:
+    """One row per rule with counts, hours and submissions."""
+    rows: dict[str, dict[str, Any]] = {}
+    for job in jobs:
+        if job.rule == "all" and not job.output:
+            continue
+        row = rows.setdefault(
+            job.rule,
+            {
+                "rule": job.rule,
+                "jobs": 0,
+                "local": job.local,
+                "gpus_per_job": set(),
+                "expected_h": 0.0,
+                "from_benchmarks": False,
+                "gpu_h_requested": 0.0,
+                "gpu_h_expected": 0.0,
+                "why": {},
+            },
+        )
+        hours, measured = benchmarks.expected_hours(job)
+        row["jobs"] += 1
+        row["gpus_per_job"].add(job.gpus)
+        row["expected_h"] += hours
+        row["from_benchmarks"] |= measured
+        row["gpu_h_requested"] += job.gpus * job.runtime_h
+        row["gpu_h_expected"] += job.gpus * hours
+        row["why"][job.why] = row["why"].get(job.why, 0) + 1
+    for row in rows.values():
+        n = row["jobs"]
+        row["expected_h_per_job"] = row.pop("expected_h") / n
+        row["gpus_per_job"] = "/".join(str(g) for g in sorted(row["gpus_per_job"]))
+        row["sbatch"] = (
+            0
+            if row["local"]
+            else math.ceil(n / array_limit)
+            if row["rule"] in arrays and n > 1
+            else n
+        )
+        row["node_h"] = row["gpu_h_expected"] / per_node
+    if telemetry is not None:
+        for job in jobs:
+            if job.rule in rows:
+                rows[job.rule].setdefault("telemetry", telemetry.of_rule(job))
+    return list(rows.values())
+
+
+def hours(value: float) -> str:
+    return f"{value:.2f}" if value < 100 else f"{value:.0f}"
+
+
+def duration(value_h: float) -> str:
+    minutes = value_h * 60
+    return f"{minutes:.1f} min" if minutes < 120 else f"{value_h:.1f} h"
+
+
+def render(rows: list[dict[str, Any]], per_node: int, seconds: float) -> str:
+    """The plan as a table with totals and the re-run summary."""
+    header = (
+        f"{'rule':<28} {'jobs':>5} {'GPUs':>5} {'time/job':>14} {'GPU-h req':>10} "
+        f"{'GPU-h exp':>10} {'sbatch':>7} {'node-h':>8}  why"
+    )
+    lines = [header, "-" * len(header)]
+    for row in rows:
+        source = "bench" if row["from_benchmarks"] else "runtime"
+        why = ", ".join(f"{k} {v}" for k, v in sorted(row["why"].items()))
+        lines.append(
+            f"{row['rule']:<28} {row['jobs']:>5} {row['gpus_per_job']:>5} "
+            f"{duration(row['expected_h_per_job']) + ' ' + source[0]:>14} "
+            f"{hours(row['gpu_h_requested']):>10} {hours(row['gpu_h_expected']):>10} "
+            f"{row['sbatch']:>7} {hours(row['node_h']):>8}  {why}"
+        )
+    total = {
+        key: sum(row[key] for row in rows)
+        for key in ("jobs", "gpu_h_requested", "gpu_h_expected", "sbatch", "node_h")
+    }
+    lines += [
+        "-" * len(header),
+        f"{'total':<28} {total['jobs']:>5} {'':>5} {'':>14} "
+        f"{hours(total['gpu_h_requested']):>10} {hours(total['gpu_h_expected']):>10} "
+        f"{total['sbatch']:>7} {hours(total['node_h']):>8}",
+        "",
+        "time/job: b = mean of earlier benchmark files of the rule (scaled by size wildcards),",
+        "r = the rule's runtime (first attempt). GPU-h req = GPUs x runtime; node-h = expected",
+        f"GPU-hours / {per_node} GPUs per node. sbatch: job arrays count once per chunk.",
+    ]
+    lines += telemetry_lines(rows)
+    resume = sum(row["why"].get(k, 0) for row in rows for k in ("missing", "incomplete"))
+    incomplete = sum(row["why"].get("incomplete", 0) for row in rows)
+    lines.append(
+        f"Re-run after a partial failure: {resume} jobs lack their outputs "
+        f"({incomplete} left incomplete); the rest run because their inputs will change. "
+        f"Plan made in {seconds:.1f} s."
+    )
+    return "\n".join(lines)
+
+
+def telemetry_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """Per rule, what its earlier jobs used (from their telemetry files), flagged."""
+    measured = [row for row in rows if row.get("telemetry", {}).get("jobs_measured")]
+    if not measured:
+        return ["Earlier jobs: no telemetry files of these rules yet."] if rows else []
+    lines = [
+        "",
+        f"{'earlier jobs of the rule':<28} {'jobs':>5} {'GPU-h used':>10} {'mean util':>12}  flag",
+    ]
+    for row in measured:
+        seen = row["telemetry"]
+        util = seen["util_mean"]
+        shown = "-" if util is None else f"{util:.0f}% {seen['util_kind']}"
+        lines.append(
+            f"{row['rule']:<28} {seen['jobs_measured']:>5} {hours(seen['gpu_h_used']):>10} "
+            f"{shown:>12}  {seen['flag'] or 'ok'}"
+        )
+    return [*lines, ""]
+
+
+def main(args: argparse.Namespace) -> None:
+    """Print the plan (a table, or JSON with --json)."""
+    started = time.monotonic()
+    planned = plan_jobs(args)
+    rows = summarise(
+        planned.jobs,
+        Benchmarks(args.directory),
+        planned.array_rules,
+        planned.array_limit,
+        args.gpus_per_node,
+        Telemetry(args.directory, low_utilisation(planned.config)),
+    )
+    order = {name: index for index, name in enumerate(planned.rule_order)}
+    rows.sort(key=lambda row: (order.get(row["rule"], len(order)), row["rule"]))
+    placement = perplexity_placement(planned.config)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        print(render(rows, args.gpus_per_node, time.monotonic() - started))
+        if placement:
+            print(f"Perplexity placement: {placement}")
+
+
+def low_utilisation(config: dict[str, Any]) -> float:
+    """The flag threshold of the planned workflow's config, else the schema's default."""
+    from gpuflow.job.telemetry.settings import telemetry_settings
+
+    return float(telemetry_settings(config.get("telemetry"))["low_utilisation_percent"])
+
+
+def perplexity_placement(config: dict[str, Any]) -> str | None:
+    """How the perplexity jobs will hold the reference LM, when the fluency family is on.
+
+    Imported here: the placement module needs torch, which the rest of the plan does not.
+    """
+    if "fluency" not in config.get("families", []):  # e.g. another workflow, or fluency off
+        return None
+    from gpuflow.fluency.placement import fluency_placement
+
+    return fluency_placement(config["fluency"])

@@ -1,0 +1,217 @@
+"""Each job's state (done, running, queued, failed, incomplete, todo), progress and GPU-hours.
+
+A job is
+- running / queued: SLURM runs it or holds it pending (squeue, sacct), or locally its output
+  lock's holder is alive (gpuflow.job.outputlock), or the Snakemake run active in the working
+  directory marked it incomplete (it started in this run);
+- done: every output exists and no incomplete marker is left;
+- failed: the latest run log reports it ("Error in rule"), or SLURM ended it unsuccessfully;
+- incomplete: Snakemake's marker is left by a killed run or job (none, or one older than the
+  active run): a run redoes it;
+- queued / todo: not started, while a run is active / while none is.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpuflow.job.outputlock import SINCE_FORMAT, lock_path, read_holder
+from gpuflow.job.telemetry.job import telemetry_path
+from gpuflow.job.telemetry.tables import read_file
+from gpuflow.ops.plan import Benchmarks, Job, Planned, benchmark_seconds
+from gpuflow.ops.status.progress import Progress, job_progress
+from gpuflow.ops.status.slurm import SlurmJob
+from gpuflow.ops.status.snakemake_files import FailedJob, Marker, last_error_line, metadata_times
+from gpuflow.slurm_site import job_comment
+
+STATES = ("done", "running", "queued", "failed", "incomplete", "todo")
+SLURM_RUNNING = {"RUNNING", "COMPLETING", "CONFIGURING", "SIGNALING", "STAGE_OUT"}
+SLURM_QUEUED = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SUSPENDED"}
+SLURM_FAILED = {
+    "FAILED",
+    "TIMEOUT",
+    "CANCELLED",
+    "NODE_FAIL",
+    "OUT_OF_MEMORY",
+    "PREEMPTED",
+    "BOOT_FAIL",
+    "DEADLINE",
+}
+
+
+@dataclass
+class Seen:
+    """What the files and SLURM say about the run as a whole."""
+
+    directory: Path
+    markers: dict[str, Marker]
+    slurm: dict[str, SlurmJob]
+    failed: list[FailedJob]
+    run_active: bool
+    run_started: float | None = None
+    now: float = field(default_factory=time.time)
+
+
+@dataclass
+class JobStatus:
+    """One job's state and what status shows about it."""
+
+    job: Job
+    state: str
+    family: str
+    slurm: SlurmJob | None = None
+    started: float | None = None
+    progress: Progress | None = None
+    log: str | None = None
+    last_line: str = ""
+    hours_left: float = 0.0
+    gpu_h_spent: float = 0.0
+    gpu_h_left: float = 0.0
+
+
+def family_of(rule: str) -> str:
+    """The family a rule belongs to: the part of its name before the first '_'."""
+    return rule.split("_", 1)[0]
+
+
+def local_holder_alive(output: Path) -> float | None:
+    """When the live local process holding `output`'s writer lock took it, else None.
+
+    The lock file is read, never locked: taking it, even briefly, could fail a writer starting
+    at that moment. A holder on another host is left to SLURM's view.
+    """
+    fields = read_holder(output)
+    if fields is None:
+        return None
+    if fields.get("host") != socket.gethostname() or not fields.get("pid", "").isdigit():
+        return None
+    try:
+        os.kill(int(fields["pid"]), 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        pass
+    try:
+        return time.mktime(time.strptime(fields.get("since", ""), SINCE_FORMAT))
+    except ValueError:
+        return lock_path(output).stat().st_mtime
+
+
+def _failed_for(job: Job, failed: list[FailedJob]) -> FailedJob | None:
+    outputs = set(job.output)
+    for report in reversed(failed):
+        if report.rule == job.rule and outputs & set(report.output):
+            return report
+    return None
+
+
+def classify(job: Job, seen: Seen) -> JobStatus:
+    """The state of one job (see the module docstring for the order of the checks)."""
+    root = seen.directory
+    paths = [Path(o) if os.path.isabs(o) else root / o for o in job.output]
+    marker = next((seen.markers[o] for o in job.output if o in seen.markers), None)
+    slurm = seen.slurm.get(job_comment(job.rule, job.wildcards.values()))
+    status = JobStatus(job, "todo", family_of(job.rule), slurm=slurm)
+    held = next((t for t in map(local_holder_alive, paths) if t is not None), None)
+    report = _failed_for(job, seen.failed)
+    if slurm is not None and slurm.state in SLURM_RUNNING:
+        status.state = "running"
+    elif slurm is not None and slurm.state in SLURM_QUEUED:
+        status.state = "queued"
+    elif held is not None:
+        status.state = "running"
+    elif marker is None and paths and all(p.exists() for p in paths):
+        status.state = "done"
+    elif report is not None or (slurm is not None and slurm.state in SLURM_FAILED):
+        status.state = "failed"
+        logs = report.log if report is not None else job.log
+        status.log, status.last_line = last_error_line(logs or job.log, root)
+        if report is not None and not status.last_line:
+            status.last_line = report.message
+    elif marker is not None:
+        # A marker older than the active run was left by a killed one (the run redoes it later).
+        this_run = seen.run_started is not None and marker.started >= seen.run_started - 1
+        local_job = marker.external_jobid is None
+        status.state = "running" if this_run and local_job else "incomplete"
+    elif seen.run_active:
+        status.state = "queued"
+    if status.state == "running":
+        status.started = slurm_time(slurm.started if slurm else "") or (
+            marker.started if marker else held
+        )
+    return status
+
+
+def slurm_time(text: str) -> float | None:
+    """A time as SLURM prints it (2026-11-23T07:28:52, local time), None for N/A, Unknown."""
+    try:
+        return time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return None
+
+
+def job_hours(status: JobStatus, seen: Seen) -> float:
+    """Wall hours a finished job ran: SLURM's start to end, else its benchmark file, else
+    Snakemake's recorded start to end (local runs; remote jobs leave no times there)."""
+    if status.slurm is not None:
+        start, end = slurm_time(status.slurm.started), slurm_time(status.slurm.ended)
+        if start is not None and end is not None:
+            return max(end - start, 0.0) / 3600
+    if status.job.benchmark:
+        seconds = benchmark_seconds(seen.directory / status.job.benchmark)
+        if seconds is not None:
+            return seconds / 3600
+    times = metadata_times(seen.directory, status.job.output[0])
+    return max(times[1] - times[0], 0.0) / 3600 if times else 0.0
+
+
+def telemetry_gpu_hours(output: Path) -> float | None:
+    """GPU-hours a job's telemetry file records, if it saw its GPUs (NVML answered)."""
+    summary = read_file(telemetry_path(output)) or {}
+    gpu = summary.get("gpu") or {}
+    return float(gpu["gpu_hours"]) if gpu.get("count") else None
+
+
+def account(status: JobStatus, seen: Seen, planned: Planned, benchmarks: Benchmarks) -> None:
+    """Progress of a running job; GPU-hours spent; job-hours and GPU-hours still expected.
+
+    Spent: a finished job's telemetry file, else GPUs x its wall time (job_hours); a running
+    job's GPUs x the time since it started.
+
+    Still expected: a running job's ETA, else the plan's expected time per job (earlier
+    benchmarks of its rule, or its runtime) less the time it has run.
+    """
+    job, gpus = status.job, status.job.gpus
+    first = seen.directory / job.output[0]
+    if status.state == "running":
+        started = status.started or seen.now
+        status.progress = job_progress(job, seen.directory, planned.config, started)
+        status.gpu_h_spent = gpus * max(seen.now - started, 0.0) / 3600
+    elif status.state == "done" and gpus:
+        measured = telemetry_gpu_hours(first)
+        status.gpu_h_spent = gpus * job_hours(status, seen) if measured is None else measured
+    if status.state != "done":
+        eta = status.progress.eta_s(seen.now) if status.progress else None
+        if eta is not None:
+            status.hours_left = eta / 3600
+        else:
+            elapsed = seen.now - status.started if status.started else 0.0
+            status.hours_left = max(benchmarks.expected_hours(job)[0] - elapsed / 3600, 0.0)
+        status.gpu_h_left = gpus * status.hours_left
+
+
+def collect(planned: Planned, seen: Seen) -> list[JobStatus]:
+    """The status of every job with outputs (target-only rules such as `all` are left out)."""
+    benchmarks = Benchmarks(str(seen.directory))
+    statuses = []
+    for job in planned.jobs:
+        if not job.output:
+            continue
+        status = classify(job, seen)
+        account(status, seen, planned, benchmarks)
+        statuses.append(status)
+    return statuses

@@ -1,0 +1,179 @@
+"""Step settings: one family's part of the schema, split into results and runtime keys.
+
+Every schema key carries `x-affects: results` (it changes a job's numbers: it reaches the job as
+a Snakemake param and is part of every resume fingerprint) or `x-affects: runtime` (it changes
+only where and how fast the job runs). An object's mark applies to its children unless a child
+says otherwise. A step gets both halves as JSON (`--settings`, `--runtime`), each holding only
+its own kind of keys, and `step_settings` turns them into one settings object filled with the
+schema's defaults: the same call from Snakemake and by hand, so defaults live only in the schema.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterator
+from functools import cache
+from typing import Any, TypeVar
+
+from gpuflow.errors import ConfigError
+from gpuflow.settings.validate import (
+    SCHEMA_DIR,
+    DefaultingValidator,
+    config_error,
+    load_schema,
+    merge_config,
+)
+
+T = TypeVar("T")
+KINDS = ("results", "runtime")
+
+
+@cache
+def _config_schema() -> dict[str, Any]:
+    return load_schema(SCHEMA_DIR / "config.schema.yaml")
+
+
+def family_schema(family: str) -> dict[str, Any]:
+    """The schema of config[family], references inlined."""
+    return _config_schema()["properties"][family]
+
+
+def schema_families() -> list[str]:
+    """The experiment families the schema knows."""
+    return list(_config_schema()["properties"]["families"]["items"]["enum"])
+
+
+def _child(schema: dict[str, Any], name: str) -> dict[str, Any] | None:
+    child = schema.get("properties", {}).get(name)
+    if child is None and isinstance(schema.get("additionalProperties"), dict):
+        child = schema["additionalProperties"]
+    return child
+
+
+def _is_object(schema: dict[str, Any]) -> bool:
+    return "properties" in schema or isinstance(schema.get("additionalProperties"), dict)
+
+
+def select(values: dict[str, Any], schema: dict[str, Any], kind: str) -> dict[str, Any]:
+    """The part of `values` whose keys the schema marks `kind` (nested objects kept nested)."""
+    return _select(values, schema, kind, schema.get("x-affects", "results"))
+
+
+def _select(values: dict[str, Any], schema: dict[str, Any], kind: str, inherited: str) -> dict:
+    kept: dict[str, Any] = {}
+    for name, value in values.items():
+        child = _child(schema, name)
+        if child is None:
+            continue
+        mark = child.get("x-affects", inherited)
+        if _is_object(child) and isinstance(value, dict):
+            part = _select(value, child, kind, mark)
+            if part or (mark == kind and not value):
+                kept[name] = part
+        elif mark == kind:
+            kept[name] = value
+    return kept
+
+
+def keys_of_kind(
+    schema: dict[str, Any], kind: str, prefix: tuple[str, ...] = (), inherited: str = "results"
+) -> Iterator[tuple[str, ...]]:
+    """Paths (tuples) of every leaf key the schema marks `kind`; `*` stands for any name of an
+    object of named entries (e.g. `scaling.configurations.*.train.eval_batch_size`)."""
+    children = dict(schema.get("properties", {}))
+    if isinstance(schema.get("additionalProperties"), dict):
+        children["*"] = schema["additionalProperties"]
+    for name, child in children.items():
+        mark = child.get("x-affects", inherited)
+        if _is_object(child):
+            yield from keys_of_kind(child, kind, (*prefix, name), mark)
+        elif mark == kind:
+            yield (*prefix, name)
+
+
+def split_json(family: str, values: dict[str, Any], kind: str) -> str:
+    """The `kind` keys of a family's config part as sorted, compact JSON (a rule's argument)."""
+    kept = select(values, family_schema(family), kind)
+    return json.dumps(kept, sort_keys=True, separators=(",", ":"))
+
+
+def _parse(text: str, key: str) -> dict[str, Any]:
+    try:
+        values = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ConfigError(key, f"not valid JSON ({error})", "a JSON object") from None
+    if not isinstance(values, dict):
+        raise ConfigError(key, f"got {type(values).__name__}", "a JSON object")
+    return values
+
+
+def _check_kind(values: dict[str, Any], family: str, kind: str, option: str) -> None:
+    schema = family_schema(family)
+    other = select(values, schema, KINDS[1 - KINDS.index(kind)])
+    if other:
+        path = _first_path(other)
+        raise ConfigError(
+            f"{family}.{path}", f"is not a {kind} key", f"it belongs in the other of {option}"
+        )
+
+
+def _first_path(values: dict[str, Any]) -> str:
+    name, value = next(iter(values.items()))
+    return f"{name}.{_first_path(value)}" if isinstance(value, dict) and value else name
+
+
+def family_settings(family: str, settings: str = "{}", runtime: str = "{}") -> dict[str, Any]:
+    """config[family] from a step's `--settings` (results keys) and `--runtime` JSON, defaulted.
+
+    Errors name the dotted config key (`fluency.perplexity.token_budget`), as the workflow does.
+    """
+    results_part = _parse(settings, f"{family} --settings")
+    runtime_part = _parse(runtime, f"{family} --runtime")
+    _check_kind(results_part, family, "results", "--settings/--runtime")
+    _check_kind(runtime_part, family, "runtime", "--settings/--runtime")
+    values = merge_config(results_part, runtime_part)
+    _validate(values, family)
+    return values
+
+
+def configuration(scaling: dict[str, Any], name: str) -> dict[str, Any]:
+    """Configuration `name` of a defaulted config['scaling'], or a ConfigError naming it."""
+    if name not in scaling["configurations"]:
+        known = sorted(scaling["configurations"])
+        raise ConfigError(f"scaling.configurations.{name}", "missing", f"one of {known}")
+    return scaling["configurations"][name]
+
+
+def _validate(values: dict[str, Any], family: str) -> None:
+    """Fill the schema's defaults into `values`; raise ConfigError naming the first bad key."""
+    errors = sorted(
+        DefaultingValidator(family_schema(family)).iter_errors(values),
+        key=lambda e: list(e.path),
+    )
+    if not errors:
+        return
+    error = errors[0]
+    where = ".".join([family, *map(str, error.absolute_path)])
+    if error.validator == "additionalProperties":
+        unknown = sorted(set(error.instance) - set(error.schema.get("properties", {})))
+        known = sorted(error.schema.get("properties", {}))
+        raise ConfigError(f"{where}.{unknown[0]}", "unknown key", f"one of {known}")
+    named = config_error(error)
+    raise ConfigError(where, named.problem, named.expected)
+
+
+def block_settings(cls: type[T], family: str, block: tuple[str, ...], text: str) -> T:
+    """A settings dataclass for one block of config[family] (e.g. `fluency.stats`) from its JSON.
+
+    Keys left out take the schema's defaults; a bad value or an unknown key names its dotted key.
+    """
+    key = ".".join((family, *block))
+    values: dict[str, Any] = _parse(text, key)
+    nested = values
+    for name in reversed(block):
+        nested = {name: nested}
+    _validate(nested, family)
+    for name in block:
+        nested = nested[name]
+    return cls(**{f.name: nested[f.name] for f in dataclasses.fields(cls)})  # type: ignore[arg-type]

@@ -1,0 +1,114 @@
+"""Validate a workflow config against src/gpuflow/settings/schemas/, filling in every default.
+
+The schema is split per family (`config.schema.yaml` refers to `fluency.schema.yaml`, ...).
+Snakemake's own `validate` checks through such references but fills defaults only in the top
+file, so gpuflow inlines the references first and validates the whole with defaults. Errors name
+the dotted key, the problem and what the schema expects.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from gpuflow.errors import ConfigError
+from gpuflow.settings.files import check_finite_numbers, read_config_file
+
+SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"
+
+
+def load_schema(path: str | Path) -> dict[str, Any]:
+    """A schema file with every relative `$ref` replaced by the referenced file's content."""
+    path = Path(path)
+    with open(path, encoding="utf-8") as handle:
+        return _inline(yaml.safe_load(handle), path.parent)
+
+
+def _inline(node: Any, base: Path) -> Any:
+    if isinstance(node, list):
+        return [_inline(item, base) for item in node]
+    if not isinstance(node, dict):
+        return node
+    if "$ref" in node and not str(node["$ref"]).startswith("#"):
+        referenced = load_schema(base / node["$ref"])
+        referenced.pop("$schema", None)
+        siblings = {k: _inline(v, base) for k, v in node.items() if k != "$ref"}
+        return {**referenced, **siblings}
+    return {key: _inline(value, base) for key, value in node.items()}
+
+
+def _with_defaults(validator_class: type) -> type:
+    validate_properties = validator_class.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties, instance, schema):  # type: ignore[no-untyped-def]
+        if isinstance(instance, dict):
+            for name, subschema in properties.items():
+                if "default" in subschema:
+                    instance.setdefault(name, copy.deepcopy(subschema["default"]))
+        yield from validate_properties(validator, properties, instance, schema)
+
+    return jsonschema.validators.extend(validator_class, {"properties": set_defaults})
+
+
+DefaultingValidator = _with_defaults(jsonschema.Draft202012Validator)
+
+
+def validate_config(config: dict[str, Any], schema_path: str | Path | None = None) -> None:
+    """Validate `config` in place, filling defaults; raise ConfigError on the first problem.
+
+    NaN and infinite numbers are refused first: they would pass every range check.
+    """
+    check_finite_numbers(config)
+    schema = load_schema(schema_path or SCHEMA_DIR / "config.schema.yaml")
+    errors = sorted(DefaultingValidator(schema).iter_errors(config), key=lambda e: list(e.path))
+    if errors:
+        raise config_error(errors[0])
+
+
+def config_error(error: jsonschema.ValidationError) -> ConfigError:
+    """A ConfigError naming the dotted key of a schema violation."""
+    key = ".".join(str(part) for part in error.absolute_path) or "<top level>"
+    expected = error.schema.get("description") if isinstance(error.schema, dict) else None
+    if error.validator == "additionalProperties":
+        allowed = sorted(error.schema.get("properties", {}))
+        return ConfigError(key, error.message, f"one of the known keys {allowed}")
+    return ConfigError(key, error.message, _one_line(expected) if expected else None)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def load_config(*paths: str | Path) -> dict[str, Any]:
+    """Read config files as Snakemake does (later files merged over earlier), then validate."""
+    config: dict[str, Any] = {}
+    for path in paths:
+        config_path = Path(path)
+        if not config_path.is_file():
+            raise ConfigError("--configfile", f"no such file: {config_path}")
+        loaded = read_config_file(config_path)
+        check_finite_numbers(loaded, str(config_path))
+        merge_config(config, loaded)
+    validate_config(config)
+    return config
+
+
+def merge_config(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    """Merge `update` into `base` recursively, like Snakemake's --configfile."""
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            merge_config(base[key], value)
+        else:
+            base[key] = value
+    return base
+
+
+def check_files_exist(key: str, paths: list[str]) -> None:
+    """Raise ConfigError naming `key` when any of `paths` is not a readable file."""
+    missing = [p for p in paths if not Path(p).is_file()]
+    if missing:
+        raise ConfigError(key, f"no such file(s): {missing}", "existing files")

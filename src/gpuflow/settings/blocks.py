@@ -133,7 +133,7 @@ def family_settings(family: str, settings: str = "{}", runtime: str = "{}") -> d
     _check_kind(results_part, family, "results", "--settings/--runtime")
     _check_kind(runtime_part, family, "runtime", "--settings/--runtime")
     values = merge_config(results_part, runtime_part)
-    _validate(values, family)
+    defaulted(values, family)
     return values
 
 
@@ -145,14 +145,15 @@ def configuration(scaling: dict[str, Any], name: str) -> dict[str, Any]:
     return scaling["configurations"][name]
 
 
-def _validate(values: dict[str, Any], family: str) -> None:
-    """Fill the schema's defaults into `values`; raise ConfigError naming the first bad key."""
+def defaulted(values: dict[str, Any], family: str) -> dict[str, Any]:
+    """`values` of config[family] with the schema's defaults filled in (in place); a ConfigError
+    names the first bad key."""
     errors = sorted(
         DefaultingValidator(family_schema(family)).iter_errors(values),
         key=lambda e: list(e.path),
     )
     if not errors:
-        return
+        return values
     error = errors[0]
     where = ".".join([family, *map(str, error.absolute_path)])
     if error.validator == "additionalProperties":
@@ -173,7 +174,7 @@ def block_settings(cls: type[T], family: str, block: tuple[str, ...], text: str)
     nested = values
     for name in reversed(block):
         nested = {name: nested}
-    _validate(nested, family)
+    defaulted(nested, family)
     for name in block:
         nested = nested[name]
     return cls(**{f.name: nested[f.name] for f in dataclasses.fields(cls)})  # type: ignore[arg-type]

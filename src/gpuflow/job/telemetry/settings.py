@@ -4,16 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuflow.settings.validate import SCHEMA_DIR, load_schema
+from gpuflow.settings.blocks import defaulted
 
 INTERVAL_ENV = "GPUFLOW_TELEMETRY_INTERVAL_S"
 
 
 def telemetry_settings(values: dict[str, Any] | None = None) -> dict[str, Any]:
-    """`values` (a config's `telemetry` part, possibly absent) over the schema's defaults."""
-    schema = load_schema(SCHEMA_DIR / "telemetry.schema.yaml")
-    defaults = {name: key["default"] for name, key in schema["properties"].items()}
-    return {**defaults, **(values or {})}
+    """`values` (a config's `telemetry` part, possibly absent), validated and defaulted from the
+    schema as every family's settings are."""
+    return defaulted(dict(values or {}), "telemetry")
 
 
 def interval_environment(settings: dict[str, Any]) -> dict[str, str]:

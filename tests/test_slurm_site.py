@@ -11,12 +11,9 @@ from snakemake_executor_plugin_slurm.utils import get_job_wildcards
 
 from gpuflow.config import load_config
 from gpuflow.errors import ConfigError, GpuflowError
-from gpuflow.slurm_site import (
-    check_no_earlier_jobs,
-    check_partitions,
-    earlier_jobs,
-    job_comment,
-)
+from gpuflow.slurm.earlier_jobs import check_no_earlier_jobs, earlier_jobs
+from gpuflow.slurm.queue import job_comment
+from gpuflow.slurm.site import check_partitions
 from tests.slurm import harness
 
 REPO = harness.REPO

@@ -77,7 +77,8 @@ def check_slurm_run():
     """On SLURM: every partition the config names is in the site file in use, and no job of
     this run is still running or queued from an earlier run (a killed submitter's orphans).
     """
-    from gpuflow.slurm_site import check_no_earlier_jobs, check_partitions
+    from gpuflow.slurm.earlier_jobs import check_no_earlier_jobs
+    from gpuflow.slurm.site import check_partitions
 
     site_file = getattr(workflow.executor_settings, "partition_config", None)
     if site_file:

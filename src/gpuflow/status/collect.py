@@ -21,9 +21,8 @@ from pathlib import Path
 
 from gpuflow.outputlock import SINCE_FORMAT, lock_path, read_holder
 from gpuflow.plan import Benchmarks, Job, Planned, benchmark_seconds
-from gpuflow.slurm_site import job_comment
+from gpuflow.slurm.queue import SlurmJob, job_comment
 from gpuflow.status.progress import Progress, job_progress
-from gpuflow.status.slurm import SlurmJob
 from gpuflow.status.snakemake_files import FailedJob, Marker, last_error_line, metadata_times
 from gpuflow.telemetry.job import telemetry_path
 from gpuflow.telemetry.tables import read_file

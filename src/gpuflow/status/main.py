@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from gpuflow.plan import plan_jobs
+from gpuflow.slurm.queue import run_jobs
 from gpuflow.status.collect import SLURM_QUEUED, SLURM_RUNNING, Seen, collect
 from gpuflow.status.report import as_dict, render
-from gpuflow.status.slurm import run_jobs
 from gpuflow.status.snakemake_files import (
     failed_jobs,
     incomplete_markers,

@@ -22,18 +22,36 @@ SACCT_RUN = "/tmp/h-slurm-acct/run"  # and when sacct.* were
 ROOT, NOBODY = 0, 65534
 
 SQUEUE_EXPECTED = [
+    SlurmJob("3", "", "FAILED", "other", "/tmp", "2026-11-24T03:53:26", "2026-11-24T03:53:26"),
     SlurmJob(
-        "1",
+        "5",
         "rule_sweep_shard_wildcards_gd_8_8_1",
         "RUNNING",
         "gpuflow_capture",
         SQUEUE_RUN,
-        "2026-11-24T03:53:26",
-        "2027-11-24T03:53:26",
+        "2026-11-24T03:58:39",
     ),
-    SlurmJob("2", "rule_quick", "PENDING", "gpuflow_capture", SQUEUE_RUN, "2026-11-24T04:53:26"),
-    SlurmJob("3", "", "FAILED", "other", "/tmp", "2026-11-24T03:53:26", "2026-11-24T03:53:26"),
+    SlurmJob("6", "rule_quick", "PENDING", "gpuflow_capture", SQUEUE_RUN, "2026-11-24T04:58:39"),
+    SlurmJob(
+        "7",
+        "rule_broken",
+        "FAILED",
+        "gpuflow_capture",
+        SQUEUE_RUN,
+        "2026-11-24T03:58:39",
+        "2026-11-24T03:58:39",
+    ),
+    SlurmJob(
+        "8",
+        "rule_sweep_shard_wildcards_gd_8_8_0",
+        "COMPLETED",
+        "gpuflow_capture",
+        SQUEUE_RUN,
+        "2026-11-24T03:58:39",
+        "2026-11-24T03:58:39",
+    ),
 ]
+SQUEUE_RUN_JOBS = SQUEUE_EXPECTED[1:]
 
 
 @pytest.fixture(autouse=True)
@@ -70,7 +88,7 @@ def test_squeue_json_of_22_05_lists_every_users_jobs_and_only_the_callers_are_ke
     data = json.loads(captured("squeue.json"))
     assert {job["user_id"] for job in data["jobs"]} == {ROOT, NOBODY}, "--me was ignored"
     [other] = parse_squeue_json(data, NOBODY)
-    assert (other.job_id, other.comment) == ("4", "rule_other_user")
+    assert (other.job_id, other.comment, other.workdir) == ("4", "rule_other_user", SQUEUE_RUN)
 
 
 def test_sacct_json_and_text_give_the_same_jobs():
@@ -123,9 +141,9 @@ def bin_dir(tmp_path, monkeypatch):
 
 def test_squeue_is_read_as_json_where_it_has_json(bin_dir):
     log = fake_command(bin_dir, "squeue", captured("squeue.json"), captured("squeue.txt"))
-    assert by_id(queue.squeue_jobs(SQUEUE_RUN)) == SQUEUE_EXPECTED[:2]
-    assert by_id(queue.squeue_jobs(SQUEUE_RUN)) == SQUEUE_EXPECTED[:2]
-    assert log.read_text().splitlines() == ["--me --states=all --json"] * 2
+    assert by_id(queue.squeue_jobs(SQUEUE_RUN)) == SQUEUE_RUN_JOBS, "not 4: nobody's"
+    assert queue.squeue_jobs("/tmp") == [], "job 3 there is no gpuflow job"
+    assert log.read_text().splitlines() == ["--me --states=all --json"] * 2, "asked twice"
 
 
 def test_a_command_whose_json_fails_is_asked_for_text_and_for_json_only_once(bin_dir):
@@ -160,14 +178,13 @@ def test_without_slurm_commands_a_run_has_no_slurm_jobs(bin_dir):
 
 def test_queued_and_running_jobs_of_an_earlier_run_block_their_targets_only(bin_dir):
     fake_command(bin_dir, "squeue", captured("squeue.json"), "")
-    assert [job.job_id for job in earlier_jobs(SQUEUE_RUN)] == ["1", "2"]
-    assert earlier_jobs("/tmp") == [], "a finished job of another name is no earlier run's"
-    check_no_earlier_jobs([("sweep_shard", ["gd", "8", "8", "0"])], SQUEUE_RUN)
+    assert [job.job_id for job in earlier_jobs(SQUEUE_RUN)] == ["5", "6"], "not 7, 8: ended"
+    check_no_earlier_jobs([("sweep_shard", ["gd", "8", "8", "0"]), ("broken", [])], SQUEUE_RUN)
     with pytest.raises(GpuflowError) as error:
         planned = [("sweep_shard", ["gd", "8", "8", "1"]), ("quick", [])]
         check_no_earlier_jobs(planned, SQUEUE_RUN)
     assert str(error.value) == (
         "2 SLURM job(s) of an earlier run still write targets of this run: "
-        "1 (rule_sweep_shard_wildcards_gd_8_8_1, RUNNING), 2 (rule_quick, PENDING). "
-        "Wait for them (squeue --me) or end them with: scancel 1 2"
+        "5 (rule_sweep_shard_wildcards_gd_8_8_1, RUNNING), 6 (rule_quick, PENDING). "
+        "Wait for them (squeue --me) or end them with: scancel 5 6"
     )

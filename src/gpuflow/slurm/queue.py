@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import time
 from collections.abc import Callable, Iterable
@@ -50,9 +49,9 @@ _json_fails: set[str] = set()
 
 @dataclass(frozen=True)
 class SlurmJob:
-    """One SLURM job: id, name, comment, state (RUNNING, PENDING, FAILED, ...), working
-    directory, and its start and end as SLURM prints them (local time, 2026-11-23T07:28:52;
-    "" where unknown)."""
+    """One SLURM job: id, comment, state (RUNNING, PENDING, FAILED, ...), name, working
+    directory, and its start (expected start while pending) and end as SLURM prints them
+    (local time, 2026-11-23T07:28:52); "" where unknown, and the end while the job is active."""
 
     job_id: str
     comment: str
@@ -82,7 +81,7 @@ def parse_text(out: str) -> list[SlurmJob]:
         if len(fields) != 7:
             continue
         job_id, name, comment, state, workdir, started, ended = (_value(f) for f in fields)
-        jobs.append(SlurmJob(job_id, comment, state.split(" ")[0], name, workdir, started, ended))
+        jobs.append(_job(job_id, comment, state.split(" ")[0], name, workdir, started, ended))
     return jobs
 
 
@@ -92,16 +91,15 @@ def parse_squeue_json(data: dict[str, Any], user_id: int) -> list[SlurmJob]:
     for job in data["jobs"]:
         if job.get("user_id", user_id) != user_id:
             continue
-        state = _first(job["job_state"])
         jobs.append(
-            SlurmJob(
+            _job(
                 job_id=str(job["job_id"]),
                 comment=job.get("comment") or "",
-                state=state,
+                state=_first(job["job_state"]),
                 name=job["name"],
                 workdir=job["current_working_directory"],
                 started=_clock(job.get("start_time")),
-                ended="" if state == "PENDING" else _clock(job.get("end_time")),
+                ended=_clock(job.get("end_time")),
             )
         )
     return jobs
@@ -114,7 +112,7 @@ def parse_sacct_json(data: dict[str, Any]) -> list[SlurmJob]:
         comment = job.get("comment")
         times = job.get("time") or {}
         jobs.append(
-            SlurmJob(
+            _job(
                 job_id=str(job["job_id"]),
                 comment=(comment.get("job") if isinstance(comment, dict) else comment) or "",
                 state=_first(job["state"]["current"]),
@@ -155,8 +153,6 @@ def _read(
 ) -> list[SlurmJob]:
     """The jobs a command lists: its JSON while that works here, else its text."""
     program = json_command[0]
-    if shutil.which(program) is None:
-        return []
     if program not in _json_fails:
         jobs = _json_jobs(_run(json_command), parse_json)
         if jobs is not None:
@@ -191,6 +187,14 @@ def _of_run(jobs: list[SlurmJob], workdir: str | Path) -> list[SlurmJob]:
         for job in jobs
         if job.name.startswith(JOB_NAME_PREFIX) and os.path.realpath(job.workdir) == here
     ]
+
+
+def _job(
+    job_id: str, comment: str, state: str, name: str, workdir: str, started: str, ended: str
+) -> SlurmJob:
+    """A job's record; an active job's end (its time limit's, or none) is left out."""
+    ended = "" if state in ACTIVE else ended
+    return SlurmJob(job_id, comment, state, name, workdir, started, ended)
 
 
 def _value(field: str) -> str:

@@ -7,10 +7,12 @@ pandas here; checks that need files use gpuflow.modelref, which imports neither.
 import json
 import os
 import shlex
+import sys
 
 from snakemake.logging import logger
 
 from gpuflow.config import check_files_exist
+from gpuflow.errors import GpuflowError
 from gpuflow.finished_states import RECORDS_ENV, clean, records_folder
 from gpuflow.modelref import check_model_reference
 from gpuflow.settings import schema_families, split_json
@@ -67,10 +69,15 @@ if "SLURM_JOB_ID" in os.environ:
 
 
 def run_startup_checks():
-    """Run every registered startup check; the first failure stops the run before any job."""
-    for check in STARTUP_CHECKS:
-        check()
-    check_slurm_run()
+    """Run every registered startup check; the first failure stops the run before any job,
+    in one line (Snakemake would print an exception with its traceback)."""
+    try:
+        for check in STARTUP_CHECKS:
+            check()
+        check_slurm_run()
+    except GpuflowError as error:
+        logger.error(str(error))
+        sys.exit(1)
 
 
 def check_slurm_run():

@@ -30,19 +30,9 @@ SACCT_TEXT = ["sacct", "--noheader", "--parsable2", *SACCT_WINDOW]
 SACCT_TEXT += ["--format=JobID,JobName,Comment,State,WorkDir,Start,End"]
 SACCT_JSON = ["sacct", *SACCT_WINDOW, "--json"]
 NO_VALUE = {"", "(null)", "None", "NONE", "N/A", "Unknown"}
-ACTIVE = {
-    "PENDING",
-    "RUNNING",
-    "SUSPENDED",
-    "COMPLETING",
-    "CONFIGURING",
-    "RESIZING",
-    "REQUEUED",
-    "REQUEUE_HOLD",
-    "REQUEUE_FED",
-    "SIGNALING",
-    "STAGE_OUT",
-}
+RUNNING = {"RUNNING", "COMPLETING", "CONFIGURING", "SIGNALING", "STAGE_OUT"}
+QUEUED = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SUSPENDED"}
+ACTIVE = RUNNING | QUEUED
 
 _json_fails: set[str] = set()
 
@@ -164,7 +154,7 @@ def _read(
 def _json_jobs(
     out: str | None, parse_json: Callable[[dict[str, Any]], list[SlurmJob]]
 ) -> list[SlurmJob] | None:
-    """The jobs of SLURM's JSON; None when `out` is none (the command failed or lacks --json)."""
+    """The jobs in a command's JSON; None where it failed or printed no SLURM JSON."""
     try:
         data = json.loads(out or "")
         return None if data.get("errors") else parse_json(data)

@@ -107,6 +107,24 @@ def test_sacct_json_and_text_give_the_same_jobs():
     assert [job.job_id for job in from_json if job.active] == ["3"]
 
 
+def test_newer_slurm_json_shapes_give_the_same_jobs():
+    """SLURM 23.02 and later list a job's state flags and wrap times as {set, infinite, number}:
+    the captured 22.05 records rewritten in that shape (no newer SLURM was at hand) read the
+    same."""
+    data = json.loads(captured("squeue.json"))
+    for job in data["jobs"]:
+        job["job_state"] = [job["job_state"]]
+        for key in ("start_time", "end_time"):
+            job[key] = {"set": True, "infinite": False, "number": job[key]}
+    data["jobs"][0]["end_time"] = {"set": True, "infinite": True, "number": 0}
+    assert by_id(parse_squeue_json(data, ROOT))[1:] == SQUEUE_EXPECTED[1:]
+    assert by_id(parse_squeue_json(data, ROOT))[0].ended == "", "an infinite end is no end"
+    sacct = json.loads(captured("sacct.json"))
+    for job in sacct["jobs"]:
+        job["state"]["current"] = [job["state"]["current"]]
+    assert parse_sacct_json(sacct) == parse_sacct_json(json.loads(captured("sacct.json")))
+
+
 def fake_command(bin_dir: Path, name: str, json_out: str | None, text_out: str) -> Path:
     """A stand-in for `name` that logs its arguments and prints captured output; its --json
     fails (as without SLURM's openapi plugins) where `json_out` is None."""

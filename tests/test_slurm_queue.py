@@ -116,7 +116,7 @@ def test_newer_slurm_json_shapes_give_the_same_jobs():
         job["job_state"] = [job["job_state"]]
         for key in ("start_time", "end_time"):
             job[key] = {"set": True, "infinite": False, "number": job[key]}
-    data["jobs"][0]["end_time"] = {"set": True, "infinite": True, "number": 0}
+    data["jobs"][0]["end_time"]["infinite"] = True
     assert by_id(parse_squeue_json(data, ROOT))[1:] == SQUEUE_EXPECTED[1:]
     assert by_id(parse_squeue_json(data, ROOT))[0].ended == "", "an infinite end is no end"
     sacct = json.loads(captured("sacct.json"))

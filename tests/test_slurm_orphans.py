@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from gpuflow.slurm_site import earlier_jobs
+from gpuflow.slurm.earlier_jobs import earlier_jobs
 from tests.conftest import snakemake, tiny_config
 from tests.slurm import harness
 

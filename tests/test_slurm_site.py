@@ -4,19 +4,19 @@ to submit what an earlier run's SLURM jobs are still working on (a killed submit
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import yaml
 from snakemake_executor_plugin_slurm.utils import get_job_wildcards
 
 from gpuflow.errors import ConfigError, GpuflowError
 from gpuflow.settings.validate import load_config
-from gpuflow.slurm_site import (
-    check_no_earlier_jobs,
-    check_partitions,
-    earlier_jobs,
-    job_comment,
-)
+from gpuflow.slurm.earlier_jobs import check_no_earlier_jobs, earlier_jobs
+from gpuflow.slurm.queue import job_comment
+from gpuflow.slurm.site import check_partitions
+from tests.conftest import BIN, tiny_config, workflow_env
 from tests.slurm import harness
 
 REPO = harness.REPO
@@ -68,6 +68,34 @@ def test_a_job_an_earlier_run_left_running_blocks_its_target_and_names_the_scanc
         assert comment in str(error.value)
     finally:
         subprocess.run(["scancel", job_id], check=False)
+
+
+@pytest.mark.workflow
+def test_a_run_refuses_in_one_line_while_an_earlier_runs_job_works_on_its_target(tmp_path):
+    """A stand-in for squeue lists job 77 of an earlier run, running sweep_aggregate
+    here: the run stops before any job with the refusal alone, no traceback after it."""
+    fake = tmp_path / "bin" / "squeue"
+    fake.parent.mkdir()
+    line = f"77|gpuflow_earlier|rule_sweep_aggregate|RUNNING|{tmp_path}|2026-11-24T03:58:39|NONE"
+    fake.write_text(f'#!/bin/sh\ncase "$*" in *--json*) exit 1;; esac\necho "{line}"\n')
+    fake.chmod(0o755)
+    config = tmp_path / "test-config.yaml"
+    config.write_text(yaml.safe_dump(tiny_config("sweep")), encoding="utf-8")
+    env = workflow_env()
+    env["PATH"] = f"{fake.parent}:{env['PATH']}"
+    result = subprocess.run(
+        [str(BIN / "snakemake"), "--snakefile", str(REPO / "Snakefile"), "--cores", "1",
+         "--directory", str(tmp_path), "--configfile", str(config)],
+        capture_output=True, text=True, env=env, check=False,
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr[-3000:]
+    after_stats = result.stderr.split("\ntotal ")[-1].splitlines()[1:]
+    assert [line for line in after_stats if line.strip()] == [
+        "1 SLURM job(s) of an earlier run still write targets of this run: 77 "
+        "(rule_sweep_aggregate, RUNNING). Wait for them (squeue --me) or end them with: scancel 77"
+    ]
+    assert not (tmp_path / "results").exists()
+    assert not list(Path(tmp_path, ".snakemake", "locks").glob("*")), "the next run may start"
 
 
 pytest_plugins = ["tests.slurm.fixtures"]

@@ -7,10 +7,12 @@ pandas here; checks that need files use gpuflow.modelref, which imports neither.
 import json
 import os
 import shlex
+import sys
 
 from snakemake.logging import logger
 
 from gpuflow.settings.validate import check_files_exist
+from gpuflow.errors import GpuflowError
 from gpuflow.finished_states import RECORDS_ENV, clean, records_folder
 from gpuflow.modelref import check_model_reference
 from gpuflow.settings.blocks import schema_families, split_json
@@ -67,17 +69,23 @@ if "SLURM_JOB_ID" in os.environ:
 
 
 def run_startup_checks():
-    """Run every registered startup check; the first failure stops the run before any job."""
-    for check in STARTUP_CHECKS:
-        check()
-    check_slurm_run()
+    """Run every registered startup check; the first failure stops the run before any job,
+    in one line (Snakemake would print an exception with its traceback)."""
+    try:
+        for check in STARTUP_CHECKS:
+            check()
+        check_slurm_run()
+    except GpuflowError as error:
+        logger.error(str(error))
+        sys.exit(1)
 
 
 def check_slurm_run():
     """On SLURM: every partition the config names is in the site file in use, and no job of
     this run is still running or queued from an earlier run (a killed submitter's orphans).
     """
-    from gpuflow.slurm_site import check_no_earlier_jobs, check_partitions
+    from gpuflow.slurm.earlier_jobs import check_no_earlier_jobs
+    from gpuflow.slurm.site import check_partitions
 
     site_file = getattr(workflow.executor_settings, "partition_config", None)
     if site_file:

@@ -24,9 +24,8 @@ from gpuflow.job.telemetry.job import telemetry_path
 from gpuflow.job.telemetry.tables import read_file
 from gpuflow.ops.plan import Benchmarks, Job, Planned, benchmark_seconds
 from gpuflow.ops.status.progress import Progress, job_progress
-from gpuflow.ops.status.slurm import SlurmJob
 from gpuflow.ops.status.snakemake_files import FailedJob, Marker, last_error_line, metadata_times
-from gpuflow.slurm_site import job_comment
+from gpuflow.slurm.queue import SlurmJob, job_comment
 
 STATES = ("done", "running", "queued", "failed", "incomplete", "todo")
 SLURM_RUNNING = {"RUNNING", "COMPLETING", "CONFIGURING", "SIGNALING", "STAGE_OUT"}

@@ -14,7 +14,6 @@ from typing import Any
 from gpuflow.ops.plan import plan_jobs
 from gpuflow.ops.status.collect import SLURM_QUEUED, SLURM_RUNNING, Seen, collect
 from gpuflow.ops.status.report import as_dict, render
-from gpuflow.ops.status.slurm import run_jobs
 from gpuflow.ops.status.snakemake_files import (
     failed_jobs,
     incomplete_markers,
@@ -22,6 +21,7 @@ from gpuflow.ops.status.snakemake_files import (
     locked_since,
     snakemake_alive,
 )
+from gpuflow.slurm.queue import run_jobs
 
 CLEAR = "\x1b[H\x1b[2J"
 

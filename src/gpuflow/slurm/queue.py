@@ -1,0 +1,208 @@
+"""The jobs SLURM lists for a run: squeue (pending, running, recently ended) and sacct.
+
+The one place that runs squeue and sacct. Each command is asked for `--json` first (SLURM's
+openapi plugins: Debian's 22.05 has them); where that fails or prints no SLURM JSON, the command
+is asked for delimited text instead, from then on in this process. SLURM 22.05's
+`squeue --json` ignores `--me` and `--states`, so this user's jobs are picked here.
+
+A job is a run's when its name starts with `gpuflow_` (the profile's job name prefix) and it
+was submitted from the run's working directory; its comment (`job_comment`) names its rule and
+wildcard values. sacct keeps comments only where slurm.conf sets
+`AccountingStoreFlags=job_comment`. Parsing stays cheap (the Snakefile checks at start-up).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+JOB_NAME_PREFIX = "gpuflow_"
+SQUEUE_TEXT = ["squeue", "--me", "--states=all", "--noheader", "--format=%i|%j|%k|%T|%Z|%S|%e"]
+SQUEUE_JSON = ["squeue", "--me", "--states=all", "--json"]
+SACCT_WINDOW = ["--allocations", "--starttime=now-7days"]
+SACCT_TEXT = ["sacct", "--noheader", "--parsable2", *SACCT_WINDOW]
+SACCT_TEXT += ["--format=JobID,JobName,Comment,State,WorkDir,Start,End"]
+SACCT_JSON = ["sacct", *SACCT_WINDOW, "--json"]
+NO_VALUE = {"", "(null)", "None", "NONE", "N/A", "Unknown"}
+RUNNING = {"RUNNING", "COMPLETING", "CONFIGURING", "SIGNALING", "STAGE_OUT"}
+QUEUED = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SUSPENDED"}
+ACTIVE = RUNNING | QUEUED
+
+_json_fails: set[str] = set()
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    """One SLURM job: id, comment, state (RUNNING, PENDING, FAILED, ...), name, working
+    directory, and its start (expected start while pending) and end as SLURM prints them
+    (local time, 2026-11-23T07:28:52); "" where unknown, and the end while the job is active."""
+
+    job_id: str
+    comment: str
+    state: str
+    name: str = ""
+    workdir: str = ""
+    started: str = ""
+    ended: str = ""
+
+    @property
+    def active(self) -> bool:
+        """SLURM still holds the job: queued, running or ending."""
+        return self.state in ACTIVE
+
+
+def job_comment(rule: str, wildcard_values: Iterable[str]) -> str:
+    """The comment the SLURM executor plugin gives a job of `rule` (rule_<rule>_wildcards_...)."""
+    values = "_".join(str(v) for v in wildcard_values).replace("/", "_")
+    return f"rule_{rule}_wildcards_{values}" if values else f"rule_{rule}"
+
+
+def parse_text(out: str) -> list[SlurmJob]:
+    """Jobs in squeue's or sacct's delimited lines of id|name|comment|state|workdir|start|end."""
+    jobs = []
+    for line in out.splitlines():
+        fields = line.split("|")
+        if len(fields) != 7:
+            continue
+        job_id, name, comment, state, workdir, started, ended = (_value(f) for f in fields)
+        jobs.append(_job(job_id, comment, state.split(" ")[0], name, workdir, started, ended))
+    return jobs
+
+
+def parse_squeue_json(data: dict[str, Any], user_id: int) -> list[SlurmJob]:
+    """The jobs of `user_id` in `squeue --json` (openapi v0.0.38 of SLURM 22.05, or later)."""
+    jobs = []
+    for job in data["jobs"]:
+        if job.get("user_id", user_id) != user_id:
+            continue
+        jobs.append(
+            _job(
+                job_id=str(job["job_id"]),
+                comment=job.get("comment") or "",
+                state=_first(job["job_state"]),
+                name=job["name"],
+                workdir=job["current_working_directory"],
+                started=_clock(job.get("start_time")),
+                ended=_clock(job.get("end_time")),
+            )
+        )
+    return jobs
+
+
+def parse_sacct_json(data: dict[str, Any]) -> list[SlurmJob]:
+    """The jobs in `sacct --json` (openapi dbv0.0.38 of SLURM 22.05, or later)."""
+    jobs = []
+    for job in data["jobs"]:
+        comment = job.get("comment")
+        times = job.get("time") or {}
+        jobs.append(
+            _job(
+                job_id=str(job["job_id"]),
+                comment=(comment.get("job") if isinstance(comment, dict) else comment) or "",
+                state=_first(job["state"]["current"]),
+                name=job["name"],
+                workdir=job["working_directory"],
+                started=_clock(times.get("start")),
+                ended=_clock(times.get("end")),
+            )
+        )
+    return jobs
+
+
+def squeue_jobs(workdir: str | Path) -> list[SlurmJob]:
+    """This user's gpuflow jobs submitted from `workdir` that squeue still lists."""
+    uid = os.getuid()
+    return _of_run(_read(SQUEUE_JSON, SQUEUE_TEXT, lambda d: parse_squeue_json(d, uid)), workdir)
+
+
+def sacct_jobs(workdir: str | Path) -> list[SlurmJob]:
+    """Jobs SLURM's accounting database holds for `workdir` (none where there is no database)."""
+    return _of_run(_read(SACCT_JSON, SACCT_TEXT, parse_sacct_json), workdir)
+
+
+def run_jobs(workdir: str | Path) -> dict[str, SlurmJob]:
+    """The newest SLURM job of each comment (rule and wildcards): sacct, then squeue over it."""
+    found: dict[str, SlurmJob] = {}
+    for job in [*sacct_jobs(workdir), *squeue_jobs(workdir)]:
+        known = found.get(job.comment)
+        if known is None or _number(job.job_id) >= _number(known.job_id):
+            found[job.comment] = job
+    return found
+
+
+def _read(
+    json_command: list[str],
+    text_command: list[str],
+    parse_json: Callable[[dict[str, Any]], list[SlurmJob]],
+) -> list[SlurmJob]:
+    """The jobs a command lists: its JSON while that works here, else its text."""
+    program = json_command[0]
+    if program not in _json_fails:
+        jobs = _json_jobs(_run(json_command), parse_json)
+        if jobs is not None:
+            return jobs
+        _json_fails.add(program)
+    return parse_text(_run(text_command) or "")
+
+
+def _json_jobs(
+    out: str | None, parse_json: Callable[[dict[str, Any]], list[SlurmJob]]
+) -> list[SlurmJob] | None:
+    """The jobs in a command's JSON; None where it failed or printed no SLURM JSON."""
+    try:
+        data = json.loads(out or "")
+        return None if data.get("errors") else parse_json(data)
+    except (ValueError, AttributeError, KeyError, TypeError):
+        return None
+
+
+def _run(command: list[str]) -> str | None:
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return result.stdout if result.returncode == 0 else None
+
+
+def _of_run(jobs: list[SlurmJob], workdir: str | Path) -> list[SlurmJob]:
+    here = os.path.realpath(workdir)
+    return [
+        job
+        for job in jobs
+        if job.name.startswith(JOB_NAME_PREFIX) and os.path.realpath(job.workdir) == here
+    ]
+
+
+def _job(
+    job_id: str, comment: str, state: str, name: str, workdir: str, started: str, ended: str
+) -> SlurmJob:
+    """A job's record; an active job's end (its time limit's, or none) is left out."""
+    ended = "" if state in ACTIVE else ended
+    return SlurmJob(job_id, comment, state, name, workdir, started, ended)
+
+
+def _value(field: str) -> str:
+    return "" if field in NO_VALUE else field
+
+
+def _first(state: str | list[str]) -> str:
+    """A job state: SLURM 23.02 and later give a list of flags, the base state first."""
+    return state[0] if isinstance(state, list) else state
+
+
+def _clock(value: int | dict[str, Any] | None) -> str:
+    """A JSON time as SLURM's text prints it; "" for unset (0, or SLURM 23.02's unset number)."""
+    if isinstance(value, dict):
+        value = value.get("number") if value.get("set") and not value.get("infinite") else None
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(value)) if value else ""
+
+
+def _number(job_id: str) -> int:
+    digits = job_id.split("_")[0].split(".")[0]
+    return int(digits) if digits.isdigit() else -1

@@ -1,0 +1,73 @@
+"""The SLURM site file (profiles/slurm/site.yaml): partitions, stop warning, default account.
+
+Read by the SLURM profile and checked before a run's first job: cheap, no torch or pandas.
+"""
+
+from __future__ import annotations
+
+import getpass
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpuflow.errors import ConfigError
+
+
+def default_account() -> str | None:
+    """The user's default account in SLURM's database, or None where there is none."""
+    if shutil.which("sacctmgr") is None:
+        return None
+    command = ["sacctmgr", "--noheader", "--parsable2", "show", "user", getpass.getuser()]
+    try:
+        result = subprocess.run(
+            [*command, "format=DefaultAccount"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = result.stdout.split() if result.returncode == 0 else []
+    return lines[0] if lines else None
+
+
+def named_partitions(config: Any, key: str = "") -> Iterator[tuple[str, str]]:
+    """(dotted key, partition) of every `slurm_partition` the config sets."""
+    if isinstance(config, dict):
+        for name, value in config.items():
+            dotted = f"{key}.{name}" if key else str(name)
+            if name == "slurm_partition" and value:
+                yield dotted, str(value)
+            else:
+                yield from named_partitions(value, dotted)
+
+
+def read_site(site_file: str | Path) -> dict[str, Any]:
+    """The site file's values (profiles/slurm/site.yaml or GPUFLOW_SLURM_SITE)."""
+    with open(site_file, encoding="utf-8") as handle:
+        return yaml.safe_load(handle) or {}
+
+
+def warning_signal(site: dict[str, Any]) -> str | None:
+    """sbatch's option for the site's stop warning: SIGUSR1 `stop_warning_minutes` before a
+    job's time limit, to every process of its step; None where the site wants none."""
+    minutes = site.get("stop_warning_minutes")
+    return f"--signal=USR1@{int(minutes) * 60}" if minutes else None
+
+
+def check_partitions(config: dict[str, Any], site_file: str | Path) -> None:
+    """Raise ConfigError when the config names a partition the site file does not have."""
+    site = read_site(site_file)
+    known = sorted(site.get("partitions") or {})
+    for key, partition in named_partitions(config):
+        if partition not in known:
+            raise ConfigError(
+                key,
+                f"partition '{partition}' is not in the site file {site_file}",
+                f"one of {known}",
+            )

@@ -1,0 +1,208 @@
+"""What squeue and sacct say about a run's jobs, read from output captured on SLURM 22.05.8
+(Debian 12's packages, tests/slurm/captured/README.md): `--json` and the delimited text give the
+same records; a command whose `--json` fails is read as text from then on, and asked for JSON
+only once."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from gpuflow.errors import GpuflowError
+from gpuflow.slurm import queue
+from gpuflow.slurm.earlier_jobs import check_no_earlier_jobs, earlier_jobs
+from gpuflow.slurm.queue import SlurmJob, parse_sacct_json, parse_squeue_json, parse_text
+
+CAPTURED = Path(__file__).parent / "slurm" / "captured"
+SQUEUE_RUN = "/tmp/h-slurm-cap"  # the run's folder when squeue.* were captured
+SACCT_RUN = "/tmp/h-slurm-acct/run"  # and when sacct.* were
+ROOT, NOBODY = 0, 65534
+
+SQUEUE_EXPECTED = [
+    SlurmJob("3", "", "FAILED", "other", "/tmp", "2026-11-24T03:53:26", "2026-11-24T03:53:26"),
+    SlurmJob(
+        "5",
+        "rule_sweep_shard_wildcards_gd_8_8_1",
+        "RUNNING",
+        "gpuflow_capture",
+        SQUEUE_RUN,
+        "2026-11-24T03:58:39",
+    ),
+    SlurmJob("6", "rule_quick", "PENDING", "gpuflow_capture", SQUEUE_RUN, "2026-11-24T04:58:39"),
+    SlurmJob(
+        "7",
+        "rule_broken",
+        "FAILED",
+        "gpuflow_capture",
+        SQUEUE_RUN,
+        "2026-11-24T03:58:39",
+        "2026-11-24T03:58:39",
+    ),
+    SlurmJob(
+        "8",
+        "rule_sweep_shard_wildcards_gd_8_8_0",
+        "COMPLETED",
+        "gpuflow_capture",
+        SQUEUE_RUN,
+        "2026-11-24T03:58:39",
+        "2026-11-24T03:58:39",
+    ),
+]
+SQUEUE_RUN_JOBS = SQUEUE_EXPECTED[1:]
+
+
+@pytest.fixture(autouse=True)
+def utc(monkeypatch):
+    """SLURM printed its times in UTC, the capturing machine's local time."""
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+@pytest.fixture(autouse=True)
+def fresh_detection(monkeypatch):
+    """Each test starts as a new process: no command's JSON known to fail yet."""
+    monkeypatch.setattr(queue, "_json_fails", set())
+
+
+def captured(name: str) -> str:
+    return (CAPTURED / name).read_text(encoding="utf-8")
+
+
+def by_id(jobs: list[SlurmJob]) -> list[SlurmJob]:
+    return sorted(jobs, key=lambda job: int(job.job_id))
+
+
+def test_squeue_json_and_text_give_the_same_jobs():
+    from_json = parse_squeue_json(json.loads(captured("squeue.json")), ROOT)
+    assert by_id(from_json) == SQUEUE_EXPECTED
+    assert by_id(parse_text(captured("squeue.txt"))) == SQUEUE_EXPECTED
+
+
+def test_squeue_json_of_22_05_lists_every_users_jobs_and_only_the_callers_are_kept():
+    data = json.loads(captured("squeue.json"))
+    assert {job["user_id"] for job in data["jobs"]} == {ROOT, NOBODY}, "--me was ignored"
+    [other] = parse_squeue_json(data, NOBODY)
+    assert (other.job_id, other.comment, other.workdir) == ("4", "rule_other_user", SQUEUE_RUN)
+
+
+def test_sacct_json_and_text_give_the_same_jobs():
+    expected = [
+        ("1", "", "COMPLETED", "2026-11-24T03:55:38", "2026-11-24T03:55:39"),
+        ("3", "", "RUNNING", "2026-11-24T03:55:38", ""),
+        ("5", "", "COMPLETED", "2026-11-24T03:55:38", "2026-11-24T03:55:39"),
+        ("6", "rule_quick", "COMPLETED", "2026-11-24T03:56:00", "2026-11-24T03:56:01"),
+        ("7", "rule_broken", "FAILED", "2026-11-24T03:56:00", "2026-11-24T03:56:01"),
+        ("8", "rule_slow", "CANCELLED", "2026-11-24T03:56:00", "2026-11-24T03:56:04"),
+    ]
+    from_json = by_id(parse_sacct_json(json.loads(captured("sacct.json"))))
+    assert from_json == by_id(parse_text(captured("sacct.txt")))
+    assert [(j.job_id, j.comment, j.state, j.started, j.ended) for j in from_json] == expected
+    assert {job.workdir for job in from_json} == {SACCT_RUN, "/tmp"}
+    assert [job.job_id for job in from_json if job.active] == ["3"]
+
+
+def test_newer_slurm_json_shapes_give_the_same_jobs():
+    """SLURM 23.02 and later list a job's state flags and wrap times as {set, infinite, number}:
+    the captured 22.05 records rewritten in that shape (no newer SLURM was at hand) read the
+    same."""
+    data = json.loads(captured("squeue.json"))
+    for job in data["jobs"]:
+        job["job_state"] = [job["job_state"]]
+        for key in ("start_time", "end_time"):
+            job[key] = {"set": True, "infinite": False, "number": job[key]}
+    data["jobs"][0]["end_time"]["infinite"] = True
+    assert by_id(parse_squeue_json(data, ROOT))[1:] == SQUEUE_EXPECTED[1:]
+    assert by_id(parse_squeue_json(data, ROOT))[0].ended == "", "an infinite end is no end"
+    sacct = json.loads(captured("sacct.json"))
+    for job in sacct["jobs"]:
+        job["state"]["current"] = [job["state"]["current"]]
+    assert parse_sacct_json(sacct) == parse_sacct_json(json.loads(captured("sacct.json")))
+
+
+def fake_command(bin_dir: Path, name: str, json_out: str | None, text_out: str) -> Path:
+    """A stand-in for `name` that logs its arguments and prints captured output; its --json
+    fails (as without SLURM's openapi plugins) where `json_out` is None."""
+    log = bin_dir / f"{name}.calls"
+    outputs = {"json": json_out, "text": text_out}
+    for kind, out in outputs.items():
+        if out is not None:
+            (bin_dir / f"{name}.{kind}").write_text(out, encoding="utf-8")
+    json_branch = (
+        f'cat "{bin_dir}/{name}.json"'
+        if json_out is not None
+        else f'echo "{name}: error: Unable to find plugin: openapi" >&2; exit 1'
+    )
+    script = bin_dir / name
+    script.write_text(
+        "#!/bin/sh\nPATH=/usr/bin:/bin\n"
+        f'echo "$*" >> "{log}"\n'
+        f'case "$*" in *--json*) {json_branch};; *) cat "{bin_dir}/{name}.text";; esac\n'
+    )
+    script.chmod(0o755)
+    return log
+
+
+@pytest.fixture
+def bin_dir(tmp_path, monkeypatch):
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    monkeypatch.setenv("PATH", str(folder))
+    monkeypatch.setattr(queue.os, "getuid", lambda: ROOT)
+    return folder
+
+
+def test_squeue_is_read_as_json_where_it_has_json(bin_dir):
+    log = fake_command(bin_dir, "squeue", captured("squeue.json"), captured("squeue.txt"))
+    assert by_id(queue.squeue_jobs(SQUEUE_RUN)) == SQUEUE_RUN_JOBS, "not 4: nobody's"
+    assert queue.squeue_jobs("/tmp") == [], "job 3 there is no gpuflow job"
+    assert log.read_text().splitlines() == ["--me --states=all --json"] * 2, "asked twice"
+
+
+def test_a_command_whose_json_fails_is_asked_for_text_and_for_json_only_once(bin_dir):
+    log = fake_command(bin_dir, "sacct", None, captured("sacct.txt"))
+    for _ in range(2):
+        assert [job.job_id for job in queue.sacct_jobs(SACCT_RUN)] == ["1", "3", "6", "7", "8"]
+    calls = log.read_text().splitlines()
+    assert ["--json" in call for call in calls] == [True, False, False]
+
+
+def test_the_newest_job_of_each_rule_wins_and_squeue_is_read_over_sacct(bin_dir):
+    fake_command(bin_dir, "sacct", captured("sacct.json"), "")
+    squeue_now = [
+        f"8|gpuflow_capture|rule_slow|COMPLETING|{SACCT_RUN}|2026-11-24T03:56:00|Unknown",
+        f"9|gpuflow_capture|rule_broken|RUNNING|{SACCT_RUN}|2026-11-24T03:57:00|Unknown",
+    ]
+    fake_command(bin_dir, "squeue", None, "\n".join(squeue_now))
+    jobs = queue.run_jobs(SACCT_RUN)
+    assert {comment: job.job_id for comment, job in jobs.items()} == {
+        "": "3",
+        "rule_quick": "6",
+        "rule_broken": "9",
+        "rule_slow": "8",
+    }
+    assert (jobs["rule_broken"].state, jobs["rule_slow"].state) == ("RUNNING", "COMPLETING")
+
+
+def test_without_slurm_commands_a_run_has_no_slurm_jobs(bin_dir):
+    assert queue.run_jobs(SACCT_RUN) == {}
+    assert earlier_jobs(SACCT_RUN) == []
+
+
+def test_queued_and_running_jobs_of_an_earlier_run_block_their_targets_only(bin_dir):
+    fake_command(bin_dir, "squeue", captured("squeue.json"), "")
+    assert [job.job_id for job in earlier_jobs(SQUEUE_RUN)] == ["5", "6"], "not 7, 8: ended"
+    check_no_earlier_jobs([("sweep_shard", ["gd", "8", "8", "0"]), ("broken", [])], SQUEUE_RUN)
+    with pytest.raises(GpuflowError) as error:
+        planned = [("sweep_shard", ["gd", "8", "8", "1"]), ("quick", [])]
+        check_no_earlier_jobs(planned, SQUEUE_RUN)
+    assert str(error.value) == (
+        "2 SLURM job(s) of an earlier run still write targets of this run: "
+        "5 (rule_sweep_shard_wildcards_gd_8_8_1, RUNNING), 6 (rule_quick, PENDING). "
+        "Wait for them (squeue --me) or end them with: scancel 5 6"
+    )

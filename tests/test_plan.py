@@ -9,7 +9,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from snakemake.jobs import Reason
 
+from gpuflow.errors import GpuflowError
+from gpuflow.ops import snakemake_adapter
+from gpuflow.ops.snakemake_adapter import SUPPORTED, check_version, snakemake_version, why_it_runs
 from gpuflow.plan import Job, plan_jobs, size_of
 
 REPO = Path(__file__).resolve().parents[1]
@@ -122,14 +126,38 @@ def test_jobs_come_from_snakemake_records_with_wildcards_resources_and_reasons(t
 
 
 def test_reasons_are_sorted_into_resume_changed_and_downstream():
-    def why(reason: str) -> str:
-        return Job("r", False, reason=reason).why
+    def why(incomplete: bool = False, **parts: set[str] | bool) -> str:
+        reason = Reason()
+        for name, value in parts.items():
+            if isinstance(value, set):
+                getattr(reason, name).update(value)  # Snakemake's file sets fill in place
+            else:
+                setattr(reason, name, value)
+        return why_it_runs(reason, incomplete)
 
-    assert why("Missing output files: x") == "missing"
-    assert why("Incomplete output files: x") == "incomplete"
-    assert why("Forced execution") == "incomplete", "--rerun-incomplete reports them so"
-    assert why("Input files updated by another job: x") == "downstream"
-    assert why("Params have changed since last execution") == "changed"
+    assert why(missing_output={"x"}) == "missing"
+    assert why(incomplete=True, forced=True) == "incomplete", "--rerun-incomplete forces them"
+    assert why(incomplete=True, incomplete_output={"x"}) == "incomplete"
+    assert why(forced=True) == "changed", "forced by the user, not left by a killed job"
+    assert why(updated_input_run={"x"}) == "downstream"
+    assert why(updated_input={"x"}, updated_input_run={"y"}) == "changed"
+    assert why(params_changed=True) == "changed"
+
+
+def test_the_adapter_names_the_snakemake_it_supports_and_stops_on_another(monkeypatch, tmp_path):
+    installed = snakemake_version()
+    assert ".".join(installed.split(".")[:2]) in SUPPORTED == ("9.27",)
+    check_version()
+    with pytest.raises(GpuflowError) as stopped:
+        check_version("9.26.3")
+    assert str(stopped.value) == (
+        "gpuflow's Snakemake adapter supports Snakemake 9.27.x, found 9.26.3: "
+        "install a supported one (pip install 'snakemake==9.27.*')"
+    )
+    monkeypatch.setattr(snakemake_adapter, "snakemake_version", lambda: "10.0.0")
+    (tmp_path / "Snakefile").write_text("rule a:\n    output: 'a'\n    shell: 'touch a'\n")
+    with pytest.raises(GpuflowError, match=r"found 10\.0\.0"):
+        plan_jobs(plan_of(tmp_path / "Snakefile", tmp_path))
 
 
 def test_a_two_node_job_counts_every_gpu_of_both_nodes():

@@ -1,0 +1,1 @@
+"""Operator tools: plan, status, doctor, probe, gpu-check; the one adapter to Snakemake."""

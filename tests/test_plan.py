@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,6 +17,7 @@ from gpuflow.errors import GpuflowError
 from gpuflow.ops import snakemake_adapter
 from gpuflow.ops.snakemake_adapter import SUPPORTED, check_version, snakemake_version, why_it_runs
 from gpuflow.plan import Job, plan_jobs, size_of
+from tests.conftest import workflow_env
 
 REPO = Path(__file__).resolve().parents[1]
 SNAKEFILE = REPO / "tests" / "slurm" / "Snakefile"
@@ -201,3 +204,19 @@ def test_the_plan_shows_what_earlier_jobs_of_a_rule_used_and_flags_low_use(
     assert seen["flag"] == "LOW: no timing of the job explains it"
     assert seen["gpu_h_used"] == 0
     assert rows["probe_cpu"]["telemetry"]["jobs_measured"] == 0
+
+
+def test_the_paper_plan_imports_no_torch_while_its_reference_lm_is_not_on_this_machine(tmp_path):
+    """The plan stays as quick as a dry run: the placement line alone would import torch."""
+    code = (
+        "import sys; from gpuflow.cli import main; "
+        "main(['plan', '--configfile', 'config/paper.yaml']); "
+        "print('torch imported:', 'torch' in sys.modules)"
+    )
+    env = {**workflow_env(), "HF_HOME": str(tmp_path)}  # an empty Hugging Face cache
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Perplexity placement: auto: model 'gpt2-large' is not readable here" in result.stdout
+    assert result.stdout.rstrip().endswith("torch imported: False")

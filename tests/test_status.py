@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from gpuflow.ops.snakemake_adapter import Marker, failed_jobs
+from gpuflow.ops.snakemake_adapter import Marker, failed_jobs, snakemake_started
 from gpuflow.plan import Job, plan_jobs
 from gpuflow.progressfile import progress_path, write_progress
 from gpuflow.status.collect import Seen, classify, telemetry_gpu_hours
@@ -174,6 +174,30 @@ def test_a_marker_older_than_the_active_run_is_a_leftover_and_a_newer_one_is_run
         return classify(SLOW, seen).state
 
     assert (state(1060.0), state(940.0)) == ("incomplete", "running")
+
+
+def test_a_job_not_started_is_queued_while_a_run_is_active_and_todo_otherwise(tmp_path):
+    assert classify(SLOW, Seen(tmp_path, {}, {}, [], run_active=True)).state == "queued"
+    assert classify(SLOW, Seen(tmp_path, {}, {}, [], run_active=False)).state == "todo"
+    pending = {"rule_slow": SlurmJob("12", "rule_slow", "PENDING")}
+    assert classify(SLOW, Seen(tmp_path, {}, pending, [], run_active=True)).state == "queued"
+
+
+def test_a_snakemake_process_counts_only_in_the_folder_it_works_in(tmp_path):
+    fake = tmp_path / "bin" / "snakemake"  # a process whose command is `snakemake`
+    fake.parent.mkdir()
+    fake.symlink_to("/bin/sleep")
+    (tmp_path / "run").mkdir()
+    before = time.time()
+    process = subprocess.Popen([str(fake), "30"], cwd=tmp_path / "run")
+    try:
+        started = snakemake_started(tmp_path / "run")
+        assert started is not None and before - 1 <= started <= time.time() + 1
+        assert snakemake_started(tmp_path) is None
+    finally:
+        process.kill()
+        process.wait()
+    assert snakemake_started(tmp_path / "run") is None
 
 
 def test_orphaned_slurm_jobs_of_the_folder_keep_the_run_active_after_an_unlock():

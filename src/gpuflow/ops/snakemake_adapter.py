@@ -263,7 +263,7 @@ def snakemake_started(directory: str | Path) -> float | None:
     """When the oldest live Snakemake process working in `directory` on this host started.
 
     A process counts when its working directory is `directory` (Snakemake changes into its
-    --directory) and its command is `snakemake` (Linux /proc; None where there is none).
+    --directory) and its command is `snakemake` or `python -m snakemake` (Linux /proc).
     """
     import psutil
 
@@ -275,7 +275,7 @@ def snakemake_started(directory: str | Path) -> float | None:
         try:
             if os.readlink(entry / "cwd") != here:
                 continue
-            argv = (entry / "cmdline").read_bytes().split(b"\0")[:2]
+            argv = (entry / "cmdline").read_bytes().split(b"\0")[:3]  # python -m snakemake
             if any(os.path.basename(arg).startswith(b"snakemake") for arg in argv):
                 started.append(psutil.Process(int(entry.name)).create_time())
         except (OSError, psutil.Error):

@@ -30,7 +30,6 @@ from typing import Any
 from gpuflow.errors import GpuflowError
 
 SUPPORTED = ("9.27",)  # major.minor releases whose internals this module reads
-BACKENDS = ("file", "db")
 DB_FILE = Path(".snakemake") / "metadata.db"  # where the db backend keeps its default database
 
 

@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import yaml
+from snakemake.jobs import Reason
 
+from gpuflow.errors import GpuflowError
+from gpuflow.ops import snakemake_adapter
 from gpuflow.ops.plan import Job, plan_jobs, size_of
+from gpuflow.ops.snakemake_adapter import SUPPORTED, check_version, snakemake_version, why_it_runs
+from tests.conftest import workflow_env
 
 REPO = Path(__file__).resolve().parents[1]
 SNAKEFILE = REPO / "tests" / "slurm" / "Snakefile"
@@ -122,14 +129,38 @@ def test_jobs_come_from_snakemake_records_with_wildcards_resources_and_reasons(t
 
 
 def test_reasons_are_sorted_into_resume_changed_and_downstream():
-    def why(reason: str) -> str:
-        return Job("r", False, reason=reason).why
+    def why(incomplete: bool = False, **parts: set[str] | bool) -> str:
+        reason = Reason()
+        for name, value in parts.items():
+            if isinstance(value, set):
+                getattr(reason, name).update(value)  # Snakemake's file sets fill in place
+            else:
+                setattr(reason, name, value)
+        return why_it_runs(reason, incomplete)
 
-    assert why("Missing output files: x") == "missing"
-    assert why("Incomplete output files: x") == "incomplete"
-    assert why("Forced execution") == "incomplete", "--rerun-incomplete reports them so"
-    assert why("Input files updated by another job: x") == "downstream"
-    assert why("Params have changed since last execution") == "changed"
+    assert why(missing_output={"x"}) == "missing"
+    assert why(incomplete=True, forced=True) == "incomplete", "--rerun-incomplete forces them"
+    assert why(incomplete=True, incomplete_output={"x"}) == "incomplete"
+    assert why(forced=True) == "changed", "forced by the user, not left by a killed job"
+    assert why(updated_input_run={"x"}) == "downstream"
+    assert why(updated_input={"x"}, updated_input_run={"y"}) == "changed"
+    assert why(params_changed=True) == "changed"
+
+
+def test_the_adapter_names_the_snakemake_it_supports_and_stops_on_another(monkeypatch, tmp_path):
+    installed = snakemake_version()
+    assert ".".join(installed.split(".")[:2]) in SUPPORTED == ("9.27",)
+    check_version()
+    with pytest.raises(GpuflowError) as stopped:
+        check_version("9.26.3")
+    assert str(stopped.value) == (
+        "gpuflow's Snakemake adapter supports Snakemake 9.27.x, found 9.26.3: "
+        "install a supported one (pip install 'snakemake==9.27.*')"
+    )
+    monkeypatch.setattr(snakemake_adapter, "snakemake_version", lambda: "10.0.0")
+    (tmp_path / "Snakefile").write_text("rule a:\n    output: 'a'\n    shell: 'touch a'\n")
+    with pytest.raises(GpuflowError, match=r"found 10\.0\.0"):
+        plan_jobs(plan_of(tmp_path / "Snakefile", tmp_path))
 
 
 def test_a_two_node_job_counts_every_gpu_of_both_nodes():
@@ -173,3 +204,19 @@ def test_the_plan_shows_what_earlier_jobs_of_a_rule_used_and_flags_low_use(
     assert seen["flag"] == "LOW: no timing of the job explains it"
     assert seen["gpu_h_used"] == 0
     assert rows["probe_cpu"]["telemetry"]["jobs_measured"] == 0
+
+
+def test_the_paper_plan_imports_no_torch_while_its_reference_lm_is_not_on_this_machine(tmp_path):
+    """The plan stays as quick as a dry run: the placement line alone would import torch."""
+    code = (
+        "import sys; from gpuflow.cli import main; "
+        "main(['plan', '--configfile', 'config/paper.yaml']); "
+        "print('torch imported:', 'torch' in sys.modules)"
+    )
+    env = {**workflow_env(), "HF_HOME": str(tmp_path)}  # an empty Hugging Face cache
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Perplexity placement: auto: model 'gpt2-large' is not readable here" in result.stdout
+    assert result.stdout.rstrip().endswith("torch imported: False")

@@ -1,15 +1,18 @@
 """`gpuflow status`: jobs counted from a real local Snakemake run, progress and ETA from files.
 
 The small workflow of tests/slurm/status (a slow job writing its progress file, a job that fails,
-a quick one) runs with the real Snakemake while `gpuflow status --json` looks at it; the same
-Snakefile runs on the live cluster in tests/test_slurm_status.py. The readers of each family's
-progress are checked on files written the way its step writes them.
+a quick one) runs with the real Snakemake, under each of its persistence backends (`file`, the
+default, and `db`), while `gpuflow status --json` looks at it; the same Snakefile runs on the
+live cluster in tests/test_slurm_status.py. The readers of each family's progress are checked on
+files written the way its step writes them.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import shlex
 import signal
 import subprocess
 import time
@@ -18,16 +21,20 @@ from typing import Any
 
 import pytest
 
-from gpuflow.ops.plan import Job
+from gpuflow.ops.plan import Job, plan_jobs
+from gpuflow.ops.snakemake_adapter import Marker, failed_jobs, snakemake_started
 from gpuflow.ops.status.collect import Seen, classify, telemetry_gpu_hours
+from gpuflow.ops.status.main import run_state
 from gpuflow.ops.status.progress import Progress, job_progress
-from gpuflow.ops.status.snakemake_files import failed_jobs, incomplete_markers
+from gpuflow.ops.status.report import as_dict, render
 from gpuflow.progressfile import progress_path, write_progress
+from gpuflow.slurm.queue import SlurmJob
 from gpuflow.sweep.progress import ProgressFile
 from gpuflow.sweep.progress import progress_path as sweep_progress_path
 from tests.conftest import BIN, REPO, workflow_env
 
 SNAKEFILE = REPO / "tests" / "slurm" / "status" / "Snakefile"
+BACKENDS = pytest.mark.parametrize("backend", ["file", "db"])
 
 
 def status_json(workdir: Path, *args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
@@ -48,11 +55,17 @@ def by_rule(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {row["rule"]: row for row in status["rules"]}
 
 
-def test_status_during_and_after_a_local_run(tmp_path):
+def run_command(workdir: Path, config: Path, backend: str, *args: str) -> list[str]:
+    """The Snakemake command running the status workflow in `workdir` under `backend`."""
+    command = [str(BIN / "snakemake"), "--snakefile", str(SNAKEFILE), "--directory", str(workdir)]
+    return [*command, "--persistence-backend", backend, "--configfile", str(config), *args]
+
+
+@BACKENDS
+def test_status_during_and_after_a_local_run(tmp_path, backend):
     config = tmp_path / "config.yaml"
     config.write_text("steps: 600\nstep_seconds: 1\n", encoding="utf-8")
-    command = [str(BIN / "snakemake"), "--snakefile", str(SNAKEFILE), "--directory", str(tmp_path)]
-    command += ["--configfile", str(config), "--cores", "2", "--keep-going"]
+    command = run_command(tmp_path, config, backend, "--cores", "2", "--keep-going")
     args = ("--configfile", str(config))
     before = by_rule(status_json(tmp_path, *args))
     assert {rule: row["todo"] for rule, row in before.items()} == dict.fromkeys(
@@ -68,7 +81,8 @@ def test_status_during_and_after_a_local_run(tmp_path):
                 break
             assert run.poll() is None and time.monotonic() < deadline, during
             time.sleep(1)
-        assert during["run_active"]
+        assert during["run_active"] and during["stale_lock"] is None
+        assert during["persistence_backend"] == backend, "found without being named"
         assert by_rule(during)["slow"]["running"] == 1
         progress = running[0]["progress"]
         assert progress["unit"] == "steps" and progress["total"] == 600
@@ -86,42 +100,126 @@ def test_status_during_and_after_a_local_run(tmp_path):
     assert (rows["quick"]["done"], rows["slow"]["done"], rows["broken"]["failed"]) == (1, 1, 1)
     assert after["totals"]["running"] == after["totals"]["queued"] == 0
     assert rows["slow"]["gpu_h_spent"] > 0, "1 GPU x Snakemake's recorded start to end"
-    assert not after["run_active"] and after["running"] == []
+    assert not after["run_active"] and after["running"] == [] and after["stale_lock"] is None
     assert after["failed"][0]["last_line"] == "ValueError: made to fail on purpose"
     # a later `snakemake --unlock` writes a log of its own: the failure is still the latest run's
-    unlock = [*command[:7], "--unlock"]
-    subprocess.run(unlock, env=workflow_env(), check=True, capture_output=True)
+    subprocess.run([*command[:9], "--unlock"], env=workflow_env(), check=True, capture_output=True)
     assert [job["rule"] for job in status_json(tmp_path, *args)["failed"]] == ["broken"]
 
 
-def test_a_job_killed_with_its_run_is_left_incomplete(tmp_path):
+@BACKENDS
+def test_a_job_killed_with_its_run_is_left_incomplete_behind_a_stale_lock(tmp_path, backend):
     config = tmp_path / "config.yaml"
     config.write_text("steps: 60\nstep_seconds: 1\n", encoding="utf-8")
-    command = [str(BIN / "snakemake"), "--snakefile", str(SNAKEFILE), "--directory", str(tmp_path)]
-    command += ["--configfile", str(config), "--cores", "1", "results/out/slow.txt"]
+    command = run_command(tmp_path, config, backend, "--cores", "1", "results/out/slow.txt")
     run = subprocess.Popen(command, env=workflow_env(), start_new_session=True)
     progress = tmp_path / "results" / "out" / "slow.txt.progress.json"
     deadline = time.monotonic() + 60
     while not progress.exists():
         assert run.poll() is None and time.monotonic() < deadline
         time.sleep(0.5)
-    os.killpg(run.pid, signal.SIGKILL)
+    os.killpg(run.pid, signal.SIGKILL)  # kill -9 of Snakemake and its step
     run.wait(timeout=30)
-    assert set(incomplete_markers(tmp_path)) == {"results/out/slow.txt"}
-    status = status_json(tmp_path, "results/out/slow.txt", "--configfile", str(config))
-    assert by_rule(status)["slow"]["incomplete"] == 1
+    args = ("results/out/slow.txt", "--configfile", str(config))
+    status = status_json(tmp_path, *args)
+    assert by_rule(status)["slow"]["incomplete"] == 1 and not status["run_active"]
     assert [job["output"] for job in status["incomplete"]] == [["results/out/slow.txt"]]
-    # While a later run is active, the killed run's marker stays a leftover; a marker the
-    # active run wrote (it started the job) is a running job.
-    slow = Job(rule="slow", local=False, output=["results/out/slow.txt"])
-    markers = incomplete_markers(tmp_path)
-    started = markers["results/out/slow.txt"].started
+    unlock = status["stale_lock"]
+    assert unlock.startswith("snakemake --unlock ") and str(tmp_path) in unlock
+    assert ("--persistence-backend db" in unlock) == (backend == "db")
+    # the killed step had written its output when it died: still incomplete, never done
+    (tmp_path / "results" / "out" / "slow.txt").write_text("partial", encoding="utf-8")
+    status = status_json(tmp_path, *args)
+    assert by_rule(status)["slow"]["incomplete"] == 1 and by_rule(status)["slow"]["done"] == 0
+    plan = plan_jobs(plan_args(tmp_path, config, "results/out/slow.txt"))
+    assert [(job.rule, job.why) for job in plan.jobs] == [("slow", "incomplete")]
+    # the command status names removes the lock
+    [_, *words] = shlex.split(unlock)
+    subprocess.run([str(BIN / "snakemake"), *words], env=workflow_env(), check=True)
+    assert status_json(tmp_path, *args)["stale_lock"] is None
 
+
+def plan_args(workdir: Path, config: Path, *targets: str) -> argparse.Namespace:
+    return argparse.Namespace(
+        directory=str(workdir),
+        profile=[],
+        snakefile=str(SNAKEFILE),
+        configfile=[str(config)],
+        targets=list(targets),
+        persistence_backend=None,
+    )
+
+
+SLOW = Job(rule="slow", local=False, output=["results/out/slow.txt"])
+
+
+def seen_with_marker(workdir: Path, started: float, **run: Any) -> Seen:
+    marker = Marker("results/out/slow.txt", started, external_jobid=None)
+    return Seen(workdir, {marker.output: marker}, {}, [], **run)
+
+
+def test_an_output_left_with_its_incomplete_marker_is_incomplete_not_done(tmp_path):
+    output = tmp_path / "results" / "out" / "slow.txt"
+    output.parent.mkdir(parents=True)
+    output.write_text("partial", encoding="utf-8")
+    assert classify(SLOW, seen_with_marker(tmp_path, 100.0, run_active=False)).state == (
+        "incomplete"
+    )
+    assert classify(SLOW, Seen(tmp_path, {}, {}, [], run_active=False)).state == "done"
+
+
+def test_a_marker_older_than_the_active_run_is_a_leftover_and_a_newer_one_is_running(tmp_path):
     def state(run_started: float) -> str:
-        seen = Seen(tmp_path, markers, {}, [], run_active=True, run_started=run_started)
-        return classify(slow, seen).state
+        seen = seen_with_marker(tmp_path, 1000.0, run_active=True, run_started=run_started)
+        return classify(SLOW, seen).state
 
-    assert (state(started + 60), state(started - 60)) == ("incomplete", "running")
+    assert (state(1060.0), state(940.0)) == ("incomplete", "running")
+
+
+def test_a_job_not_started_is_queued_while_a_run_is_active_and_todo_otherwise(tmp_path):
+    assert classify(SLOW, Seen(tmp_path, {}, {}, [], run_active=True)).state == "queued"
+    assert classify(SLOW, Seen(tmp_path, {}, {}, [], run_active=False)).state == "todo"
+    pending = {"rule_slow": SlurmJob("12", "rule_slow", "PENDING")}
+    assert classify(SLOW, Seen(tmp_path, {}, pending, [], run_active=True)).state == "queued"
+
+
+def test_a_snakemake_process_counts_only_in_the_folder_it_works_in(tmp_path):
+    fake = tmp_path / "bin" / "snakemake"  # a process whose command is `snakemake`
+    fake.parent.mkdir()
+    fake.symlink_to("/bin/sleep")
+    (tmp_path / "run").mkdir()
+    before = time.time()
+    process = subprocess.Popen([str(fake), "30"], cwd=tmp_path / "run")
+    try:
+        started = snakemake_started(tmp_path / "run")
+        assert started is not None and before - 1 <= started <= time.time() + 1
+        assert snakemake_started(tmp_path) is None
+    finally:
+        process.kill()
+        process.wait()
+    assert snakemake_started(tmp_path / "run") is None
+
+
+def test_orphaned_slurm_jobs_of_the_folder_keep_the_run_active_after_an_unlock():
+    orphan = {"slow": SlurmJob("11", "rule_slow", "RUNNING", "2026-11-23T07:28:52")}
+    queued = {"slow": SlurmJob("12", "rule_slow", "PENDING")}
+    finished = {"slow": SlurmJob("11", "rule_slow", "COMPLETED")}
+    assert run_state(locked=False, snakemake_since=None, slurm=orphan).active
+    assert run_state(locked=False, snakemake_since=None, slurm=queued).active
+    assert not run_state(locked=False, snakemake_since=None, slurm=finished).active
+    assert run_state(locked=True, snakemake_since=None, slurm=orphan).stale_lock is False
+
+
+def test_a_lock_without_a_live_snakemake_or_slurm_job_is_stale_and_named_with_its_unlock(
+    tmp_path,
+):
+    assert run_state(locked=True, snakemake_since=None, slurm={}).stale_lock
+    live = run_state(locked=True, snakemake_since=1000.0, slurm={})
+    assert (live.active, live.started, live.stale_lock) == (True, 1000.0, False)
+    unlock = "snakemake --unlock --directory /x --persistence-backend db"
+    seen = Seen(tmp_path, {}, {}, [], run_active=False, stale_lock=unlock)
+    text = render(as_dict([], [], seen), 0.1)
+    assert "stale lock: a killed run left Snakemake's lock here" in text and unlock in text
 
 
 # --- progress and ETA, read from files written as each step writes them -----------------------

@@ -7,7 +7,7 @@ import argparse
 from gpuflow.registry import lazy
 
 
-def add_workflow_arguments(parser: argparse.ArgumentParser) -> None:
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     """Targets, profiles, config files, Snakefile and directory, as Snakemake takes them."""
     parser.add_argument("targets", nargs="*", help="targets (files or rules); default: all")
     parser.add_argument(
@@ -19,6 +19,13 @@ def add_workflow_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--configfile", nargs="+", default=[], help="config files, as Snakemake")
     parser.add_argument("--snakefile", default=None, help="Snakefile (default: the workflow's)")
     parser.add_argument("--directory", default=".", help="working directory of the workflow")
+    parser.add_argument(
+        "--persistence-backend",
+        choices=("file", "db"),
+        default=None,
+        help="Snakemake's persistence backend (default: a profile's, else db where the folder"
+        " holds .snakemake/metadata.db, else file)",
+    )
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -38,7 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     plan = subparsers.add_parser(
         "plan", help="jobs, GPU-hours and submissions the workflow would need, before running it"
     )
-    add_workflow_arguments(plan)
+    add_run_arguments(plan)
     plan.add_argument("--gpus-per-node", type=int, default=4, help="GPUs packed on one node")
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
     plan.set_defaults(run=lazy("gpuflow.ops.plan:main"))
@@ -46,7 +53,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     status = subparsers.add_parser(
         "status", help="how far a run is and what went wrong (local or SLURM, during or after)"
     )
-    add_workflow_arguments(status)
+    add_run_arguments(status)
     status.add_argument("--json", action="store_true", help="print the status as JSON")
     status.add_argument(
         "--watch",

@@ -10,13 +10,14 @@ On the CPU the shard path runs with a device map onto the CPU (its twin).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from gpuflow.errors import ConfigError, GpuflowError
-from gpuflow.fluency.ppl_model import DTYPES, load_causal_lm
+
+if TYPE_CHECKING:  # torch is imported where a placement is computed, not by `gpuflow plan`
+    import torch
 
 PLACEMENTS = ("auto", "replicate", "shard")
 HEADROOM = 0.9  # share of a GPU's free memory the model and a batch may fill
@@ -36,7 +37,10 @@ class Placement:
 
 def model_bytes(config: Any, dtype: str) -> int:
     """Bytes of the model's parameters in `dtype`, counted on the meta device (no memory used)."""
+    import torch
     from transformers import AutoModelForCausalLM
+
+    from gpuflow.fluency.ppl_model import DTYPES
 
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
@@ -46,6 +50,8 @@ def model_bytes(config: Any, dtype: str) -> int:
 
 def batch_bytes(config: Any, token_budget: int, dtype: str) -> int:
     """Estimated peak bytes of one batch: logits plus the hidden states alive in a forward."""
+    from gpuflow.fluency.ppl_model import DTYPES
+
     element = DTYPES[dtype].itemsize
     hidden = getattr(config, "hidden_size", None) or getattr(config, "n_embd", 0)
     return token_budget * (config.vocab_size * element + ACTIVATIONS_PER_TOKEN * hidden * element)
@@ -63,6 +69,8 @@ def choose_placement(
         return Placement(requested, "as configured")
     if devices[0].type != "cuda":
         return Placement("replicate", "auto: CPU workers each hold a copy")
+    import torch
+
     need = model_bytes(config, dtype) + batch_bytes(config, token_budget, dtype)
     free = min(torch.cuda.mem_get_info(d)[0] for d in devices)
     fits = need <= HEADROOM * free
@@ -81,6 +89,8 @@ def load_sharded(
     reference: str, dtype: str, devices: list[torch.device], trust_remote_code: bool = False
 ) -> torch.nn.Module:
     """One copy of the causal LM spread over `devices` by accelerate, in eval mode."""
+    from gpuflow.fluency.ppl_model import load_causal_lm
+
     return load_causal_lm(
         reference, dtype, devices[0], trust_remote_code, device_map=device_map(devices)
     )
@@ -91,19 +101,37 @@ def input_device(model: torch.nn.Module) -> torch.device:
     return model.get_input_embeddings().weight.device
 
 
+def config_file_here(model_path: str) -> bool:
+    """Whether a model config is on this machine (a saved folder, or a cached Hugging Face id),
+    looked up without importing torch or transformers."""
+    if os.path.isdir(model_path):
+        return os.path.isfile(os.path.join(model_path, "config.json"))
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        return isinstance(try_to_load_from_cache(model_path, "config.json"), str)
+    except ValueError:  # not a valid model id either
+        return False
+
+
 def planned_placement(perplexity: dict[str, Any], model_path: str | None, gpus: int) -> str:
     """What a perplexity job will do, for `gpuflow plan` and `doctor` (run before the job)."""
-    from gpuflow.fluency.ppl_model import load_config
-
     requested = perplexity["placement"]
     if gpus == 0:
         return f"{requested}: CPU workers, each with a copy (replicate)"
     if model_path is None:
         return f"{requested}: the embedded LM is small, every GPU gets a copy (replicate)"
+    unreadable = f"{requested}: model {model_path!r} is not readable here; decided on the GPU node"
+    if not config_file_here(model_path):
+        return unreadable
+    import torch
+
+    from gpuflow.fluency.ppl_model import load_config
+
     try:
         config = load_config(model_path)
     except GpuflowError:
-        return f"{requested}: model {model_path!r} is not readable here; decided on the GPU node"
+        return unreadable
     need = model_bytes(config, perplexity["dtype"])
     need += batch_bytes(config, perplexity["token_budget"], perplexity["dtype"])
     size = f"model + one batch {need / 2**30:.1f} GiB"

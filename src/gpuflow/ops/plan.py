@@ -22,32 +22,20 @@ import argparse
 import csv
 import glob
 import json
-import logging
 import math
 import os
 import re
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuflow.errors import GpuflowError
+from gpuflow.ops.snakemake_adapter import Dag, DagJob, build_dag
 
 SIZE_WILDCARDS = ("frac", "fraction", "n", "size", "samples", "steps", "epochs", "tokens", "texts")
 
 
-@dataclass
-class Job:
-    """One job Snakemake would run, from its structured job record."""
-
-    rule: str
-    local: bool
-    resources: dict[str, Any] = field(default_factory=dict)
-    wildcards: dict[str, str] = field(default_factory=dict)
-    reason: str = ""
-    benchmark: str | None = None
-    output: list[str] = field(default_factory=list)
-    log: list[str] = field(default_factory=list)
+class Job(DagJob):
+    """One job Snakemake would run (see gpuflow.ops.snakemake_adapter.DagJob)."""
 
     @property
     def gpus(self) -> int:
@@ -63,143 +51,18 @@ class Job:
     def runtime_h(self) -> float:
         return float(self.resources.get("runtime", 0) or 0) / 60
 
-    @property
-    def why(self) -> str:
-        """missing / incomplete / changed / downstream.
 
-        The plan is made with --rerun-incomplete, under which Snakemake reports outputs left
-        behind by a killed job as "Forced execution": those count as incomplete.
-        """
-        reason = self.reason.lower()
-        if "incomplete" in reason or "forced execution" in reason:
-            return "incomplete"
-        if "missing output" in reason:
-            return "missing"
-        if reason.startswith("input files updated by another job"):
-            return "downstream"
-        return "changed"
-
-
-@dataclass
-class Planned:
-    """What Snakemake would do: its jobs, rule order, and how the executor submits them."""
-
-    jobs: list[Job]
-    rule_order: list[str]
-    config: dict[str, Any]
-    array_rules: set[str]
-    array_limit: int
-
-
-class JobRecords(logging.Handler):
-    """Collects Snakemake's structured job records (LogEvent.JOB_INFO) of a dry run."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        from snakemake_interface_logger_plugins.common import LogEvent
-
-        if getattr(record, "event", None) == LogEvent.JOB_INFO:
-            self.records.append(record)
-
-
-def snakemake_argv(args: argparse.Namespace) -> list[str]:
-    """The Snakemake command line whose jobs are planned (profile, config files, targets)."""
-    argv = [*args.targets, "--dry-run", "--rerun-incomplete", "--directory", args.directory]
-    for profile in args.profile:
-        argv += ["--profile", profile]
-    if args.snakefile:
-        argv += ["--snakefile", args.snakefile]
-    if args.configfile:  # last: --configfile takes every word that follows
-        argv += ["--configfile", *args.configfile]
-    return argv
+Planned = Dag
 
 
 def plan_jobs(args: argparse.Namespace, every_job: bool = False) -> Planned:
-    """Build the DAG in-process through Snakemake's API, as `snakemake --dry-run` would.
+    """The DAG Snakemake would run for these options (gpuflow.ops.snakemake_adapter.build_dag).
 
     With `every_job`, the DAG holds every job of the targets, finished or not (--forceall).
-
-    The profile is read by Snakemake's own argument parser; jobs come from the structured
-    records Snakemake logs for each job of a dry run, local rules and rule order from the
-    workflow object, array settings from the executor plugin's settings.
     """
-    from snakemake.api import SnakemakeApi
-    from snakemake.cli import parse_args, parse_config
-    from snakemake.logging import logger
-    from snakemake.settings.types import (
-        ConfigSettings,
-        DAGSettings,
-        OutputSettings,
-        ResourceSettings,
-    )
-    from snakemake_interface_executor_plugins.registry import ExecutorPluginRegistry
-
-    cli = parse_args(snakemake_argv(args))[1]
-    executor = cli.executor or "local"
-    executor_settings = ExecutorPluginRegistry().get_plugin(executor).get_settings(cli)
-    records = JobRecords()
-    try:
-        with SnakemakeApi(OutputSettings(dryrun=True)) as api:
-            for handler in list(logger.handlers):
-                logger.removeHandler(handler)
-            logger.addHandler(records)
-            workflow_api = api.workflow(
-                resource_settings=ResourceSettings(
-                    cores=cli.cores or 1,
-                    nodes=cli.jobs,
-                    resources=cli.resources,
-                    default_resources=cli.default_resources,
-                    overwrite_resources=cli.set_resources,
-                    overwrite_threads=cli.set_threads,
-                ),
-                config_settings=ConfigSettings(
-                    config=parse_config(cli.config), configfiles=cli.configfile
-                ),
-                snakefile=cli.snakefile,
-                workdir=cli.directory,
-            )
-            dag_api = workflow_api.dag(
-                DAGSettings(targets=set(cli.targets), force_incomplete=True, forceall=every_job)
-            )
-            dag_api.execute_workflow(
-                executor=executor, pseudo_executor="dryrun", executor_settings=executor_settings
-            )
-            workflow = workflow_api._workflow
-            # workflow.is_local() answers True for every rule under the dry-run executor;
-            # `localrules:` and rules without a body (e.g. `all`) run on the submit node.
-            local = {
-                rule.name
-                for rule in workflow.rules
-                if rule.group is None and (rule.name in workflow._localrules or rule.norun)
-            }
-            order = [rule.name for rule in workflow.rules]
-            config = dict(workflow.config)
-    except Exception as error:
-        raise GpuflowError(f"Snakemake could not plan the run: {error}") from None
-    jobs = [
-        Job(
-            rule=record.rule_name,
-            local=record.rule_name in local,
-            resources=dict(record.resources.items()),
-            wildcards={k: str(v) for k, v in record.wildcards.items()},
-            reason=str(record.reason),
-            benchmark=record.benchmark,
-            output=list(record.output),
-            log=list(record.log or []),
-        )
-        for record in records.records
-    ]
-    arrays = str(getattr(executor_settings, "array_jobs", None) or "").replace(";", ",")
-    return Planned(
-        jobs=jobs,
-        rule_order=order,
-        config=config,
-        array_rules={rule.strip() for rule in arrays.split(",") if rule.strip()},
-        array_limit=int(getattr(executor_settings, "array_limit", None) or 1000),
-    )
+    dag = build_dag(args, every_job)
+    dag.jobs = [Job(**vars(job)) for job in dag.jobs]
+    return dag
 
 
 def benchmark_pattern(job: Job) -> tuple[str, re.Pattern[str]] | None:

@@ -7,13 +7,15 @@ A job is
 - done: every output exists and no incomplete marker is left;
 - failed: the latest run log reports it ("Error in rule"), or SLURM ended it unsuccessfully;
 - incomplete: Snakemake's marker is left by a killed run or job (none, or one older than the
-  active run): a run redoes it;
+  active run), whether or not its outputs exist (a killed job may have written part): a run
+  redoes it;
 - queued / todo: not started, while a run is active / while none is.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import socket
 import time
 from dataclasses import dataclass, field
@@ -23,8 +25,8 @@ from gpuflow.job.outputlock import SINCE_FORMAT, lock_path, read_holder
 from gpuflow.job.telemetry.job import telemetry_path
 from gpuflow.job.telemetry.tables import read_file
 from gpuflow.ops.plan import Benchmarks, Job, Planned, benchmark_seconds
+from gpuflow.ops.snakemake_adapter import FailedJob, Marker
 from gpuflow.ops.status.progress import Progress, job_progress
-from gpuflow.ops.status.snakemake_files import FailedJob, Marker, last_error_line, metadata_times
 from gpuflow.slurm.queue import SlurmJob, job_comment
 
 STATES = ("done", "running", "queued", "failed", "incomplete", "todo")
@@ -44,7 +46,12 @@ SLURM_FAILED = {
 
 @dataclass
 class Seen:
-    """What the files and SLURM say about the run as a whole."""
+    """What Snakemake's records and SLURM say about the run as a whole.
+
+    `markers`: Snakemake's incomplete markers by output; `times`: the start and end it recorded
+    for the first output of each finished job; `stale_lock`: the `snakemake --unlock` command a
+    lock left by a run no longer alive needs (None when there is none).
+    """
 
     directory: Path
     markers: dict[str, Marker]
@@ -52,6 +59,9 @@ class Seen:
     failed: list[FailedJob]
     run_active: bool
     run_started: float | None = None
+    times: dict[str, tuple[float, float]] = field(default_factory=dict)
+    stale_lock: str | None = None
+    backend: str = "file"
     now: float = field(default_factory=time.time)
 
 
@@ -145,6 +155,26 @@ def classify(job: Job, seen: Seen) -> JobStatus:
     return status
 
 
+ERROR_WORDS = re.compile(r"error|exception|traceback|killed|cancelled|failed", re.IGNORECASE)
+
+
+def last_error_line(paths: list[str], directory: str | Path) -> tuple[str | None, str]:
+    """(log path, its last line naming an error, else its last line) of the first readable log."""
+    for name in paths:
+        path = Path(name) if os.path.isabs(name) else Path(directory) / name
+        try:
+            lines = [
+                line.strip()
+                for line in path.read_text(encoding="utf-8", errors="replace").splitlines()
+                if line.strip()
+            ]
+        except OSError:
+            continue
+        errors = [line for line in lines if ERROR_WORDS.search(line)]
+        return name, (errors or lines or [""])[-1]
+    return (paths[0] if paths else None), ""
+
+
 def slurm_time(text: str) -> float | None:
     """A time as SLURM prints it (2026-11-23T07:28:52, local time), None for N/A, Unknown."""
     try:
@@ -164,7 +194,7 @@ def job_hours(status: JobStatus, seen: Seen) -> float:
         seconds = benchmark_seconds(seen.directory / status.job.benchmark)
         if seconds is not None:
             return seconds / 3600
-    times = metadata_times(seen.directory, status.job.output[0])
+    times = seen.times.get(status.job.output[0])
     return max(times[1] - times[0], 0.0) / 3600 if times else 0.0
 
 

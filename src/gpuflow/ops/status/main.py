@@ -8,44 +8,60 @@ import signal
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gpuflow.ops.plan import plan_jobs
+from gpuflow.ops.snakemake_adapter import (
+    failed_jobs,
+    latest_run_log,
+    snakemake_started,
+    unlock_command,
+)
 from gpuflow.ops.status.collect import SLURM_QUEUED, SLURM_RUNNING, Seen, collect
 from gpuflow.ops.status.report import as_dict, render
-from gpuflow.ops.status.snakemake_files import (
-    failed_jobs,
-    incomplete_markers,
-    latest_run_log,
-    locked_since,
-    snakemake_alive,
-)
-from gpuflow.slurm.queue import run_jobs
+from gpuflow.slurm.queue import SlurmJob, run_jobs
 
 CLEAR = "\x1b[H\x1b[2J"
 
 
-def read_status(args: argparse.Namespace) -> dict[str, Any]:
-    """Every job of the targets with its state, from the DAG, `.snakemake/` and SLURM.
+@dataclass(frozen=True)
+class RunState:
+    """Whether a run is active, since when (its Snakemake process), and a lock left stale."""
 
-    A run is active while Snakemake's locks are there and a Snakemake process works in the
-    directory on this host, or SLURM still runs or queues a job of it (locks alone may be
-    left by a killed run).
-    """
+    active: bool
+    started: float | None
+    stale_lock: bool
+
+
+def run_state(locked: bool, snakemake_since: float | None, slurm: dict[str, SlurmJob]) -> RunState:
+    """A run is active while SLURM runs or queues a job of this folder (also orphans left after
+    `snakemake --unlock`), or while Snakemake holds its lock and a Snakemake process works in
+    the folder on this host. A lock with neither was left by a killed run: stale."""
+    busy = any(job.state in SLURM_RUNNING | SLURM_QUEUED for job in slurm.values())
+    alive = locked and snakemake_since is not None
+    active = busy or alive
+    return RunState(active, snakemake_since if alive else None, locked and not active)
+
+
+def read_status(args: argparse.Namespace) -> dict[str, Any]:
+    """Every job of the targets with its state, from the DAG, Snakemake's records and SLURM."""
     planned = plan_jobs(args, every_job=True)
     directory = Path(args.directory)
+    records = planned.records
     slurm = run_jobs(directory)
-    busy = any(job.state in SLURM_RUNNING | SLURM_QUEUED for job in slurm.values())
-    since = locked_since(directory)
-    active = since is not None and (busy or snakemake_alive(directory))
+    run = run_state(records.locked, snakemake_started(directory), slurm)
     seen = Seen(
         directory=directory,
-        markers=incomplete_markers(directory),
+        markers=records.markers,
         slurm=slurm,
         failed=failed_jobs(latest_run_log(directory)),
-        run_active=active,
-        run_started=since if active else None,
+        run_active=run.active,
+        run_started=run.started,
+        times=records.times,
+        stale_lock=unlock_command(args, records.backend) if run.stale_lock else None,
+        backend=records.backend,
     )
     return as_dict(collect(planned, seen), planned.rule_order, seen)
 

@@ -62,6 +62,8 @@ def as_dict(statuses: list[JobStatus], rule_order: list[str], seen: Seen) -> dic
         "directory": str(seen.directory),
         "time": seen.now,
         "run_active": seen.run_active,
+        "persistence_backend": seen.backend,
+        "stale_lock": seen.stale_lock,
         "totals": totals,
         "rules": rows,
         **{
@@ -120,6 +122,11 @@ def render(status: dict[str, Any], seconds: float) -> str:
         lines.append(f"          {entry['last_line']}")
     for entry in status["incomplete"]:
         lines.append(f"incomplete {_name(entry)}: left by a killed run or job; a re-run redoes it")
+    if status["stale_lock"]:
+        lines.append(
+            "stale lock: a killed run left Snakemake's lock here and the next run stops on it;"
+            f" remove it with: {status['stale_lock']}"
+        )
     state = "a run is active" if status["run_active"] else "no run active"
     stamp = time.strftime("%H:%M:%S", time.localtime(status["time"]))
     lines.append(f"{stamp}: {state} in {status['directory']}; status read in {seconds:.1f} s.")

@@ -1,0 +1,347 @@
+"""The one adapter to Snakemake: everything gpuflow uses beyond Snakemake's command line.
+
+- `build_dag`: the DAG Snakemake would run, built in-process through its API as
+  `snakemake --dry-run --rerun-incomplete` would (same profile, config files and targets), with
+  each job's rule, resources, wildcards, files and why it runs read from Snakemake's job objects
+  (never from log text), and, on request, Snakemake's persistence for the DAG's outputs;
+- persistence under `--persistence-backend file` and `db`, read through Snakemake's own classes:
+  incomplete markers (when the job started, its SLURM id), the recorded start and end of finished
+  jobs, and whether a run's lock is held;
+- `snakemake_started`: the live Snakemake process working in a folder on this host;
+- `failed_jobs`: the jobs the latest run log reports failed;
+- `unlock_command`: the `snakemake --unlock` a stale lock needs.
+
+Snakemake's objects read here change between releases: the adapter names the versions it was
+written and tested against (SUPPORTED) and stops with one line on any other.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import re
+import shlex
+from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+from gpuflow.errors import GpuflowError
+
+SUPPORTED = ("9.27",)  # major.minor releases whose internals this module reads
+DB_FILE = Path(".snakemake") / "metadata.db"  # where the db backend keeps its default database
+
+
+def snakemake_version() -> str:
+    """The installed Snakemake's version, read without importing it."""
+    try:
+        return version("snakemake")
+    except PackageNotFoundError:
+        return "none"
+
+
+def check_version(found: str | None = None) -> None:
+    """Stop with one line unless the installed Snakemake is a SUPPORTED release."""
+    found = found or snakemake_version()
+    if ".".join(found.split(".")[:2]) not in SUPPORTED:
+        wanted = ", ".join(f"{release}.x" for release in SUPPORTED)
+        raise GpuflowError(
+            f"gpuflow's Snakemake adapter supports Snakemake {wanted}, found {found}: "
+            f"install a supported one (pip install 'snakemake=={SUPPORTED[-1]}.*')"
+        )
+
+
+@dataclass
+class DagJob:
+    """One job of the DAG: rule, where it runs, its resources and files, and why it runs."""
+
+    rule: str
+    local: bool
+    resources: dict[str, Any] = field(default_factory=dict)
+    wildcards: dict[str, str] = field(default_factory=dict)
+    why: str = "missing"
+    benchmark: str | None = None
+    output: list[str] = field(default_factory=list)
+    log: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Marker:
+    """An output Snakemake marked incomplete: its job started and has not finished."""
+
+    output: str
+    started: float
+    external_jobid: str | None
+
+
+@dataclass
+class Records:
+    """Snakemake's persistence for the DAG's outputs, as one backend holds it."""
+
+    backend: str
+    markers: dict[str, Marker] = field(default_factory=dict)
+    times: dict[str, tuple[float, float]] = field(default_factory=dict)
+    locked: bool = False
+
+
+@dataclass
+class Dag:
+    """What Snakemake would do: its jobs, rule order, config, and how the executor submits."""
+
+    jobs: list[DagJob]
+    rule_order: list[str]
+    config: dict[str, Any]
+    array_rules: set[str]
+    array_limit: int
+    records: Records
+
+
+def snakemake_options(args: argparse.Namespace) -> list[str]:
+    """The Snakemake options of a gpuflow command (profiles, backend, Snakefile, config files)."""
+    argv = ["--directory", args.directory]
+    for profile in args.profile:
+        argv += ["--profile", profile]
+    if getattr(args, "persistence_backend", None):
+        argv += ["--persistence-backend", args.persistence_backend]
+    if args.snakefile:
+        argv += ["--snakefile", args.snakefile]
+    if args.configfile:  # last: --configfile takes every word that follows
+        argv += ["--configfile", *args.configfile]
+    return argv
+
+
+def unlock_command(args: argparse.Namespace, backend: str) -> str:
+    """The `snakemake --unlock` that removes the lock a killed run left."""
+    options = snakemake_options(args)
+    if backend != "file" and not getattr(args, "persistence_backend", None):
+        options = ["--persistence-backend", backend, *options]
+    return shlex.join(["snakemake", "--unlock", *options])
+
+
+def chosen_backend(cli: argparse.Namespace, args: argparse.Namespace) -> str:
+    """The backend named (gpuflow's option or a profile), else the one the folder holds."""
+    named = str(cli.persistence_backend.name).lower()
+    if getattr(args, "persistence_backend", None) or named != "file":
+        return named
+    return "db" if (Path(args.directory) / DB_FILE).exists() else "file"
+
+
+def why_it_runs(reason: Any, incomplete: bool) -> str:
+    """missing / incomplete / changed / downstream, from Snakemake's structured reason.
+
+    Under --rerun-incomplete Snakemake forces the jobs whose outputs a killed job left behind;
+    `incomplete` says their outputs carry Snakemake's incomplete marker.
+    """
+    if incomplete and (reason.forced or reason.incomplete_output):
+        return "incomplete"
+    if reason.missing_output:
+        return "missing"
+    if reason.updated_input_run and not reason.updated_input - reason.updated_input_run:
+        return "downstream"
+    return "changed"
+
+
+def read_records(persistence: Any, backend: str, jobs: list[Any]) -> Records:
+    """Incomplete markers of every output, recorded times of each finished job, the lock."""
+    records = Records(backend)
+    keys = [str(f) for job in jobs for f in job.output]
+    for key in persistence._filter_incomplete_keys(keys):
+        jobid = next(iter(persistence._get_external_jobids([key])), None)
+        started = persistence._get_recorded_starttime(key) or 0.0
+        records.markers[key] = Marker(key, float(started), str(jobid) if jobid else None)
+    for job in jobs:
+        if not job.output or str(job.output[0]) in records.markers:
+            continue
+        record = persistence.metadata(job.output[0])
+        if record is not None and record.starttime and record.endtime:
+            records.times[str(job.output[0])] = (float(record.starttime), float(record.endtime))
+    records.locked = any(True for _ in persistence._read_locks())
+    return records
+
+
+def build_dag(args: argparse.Namespace, every_job: bool = False) -> Dag:
+    """Build the DAG in-process through Snakemake's API, as `snakemake --dry-run` would.
+
+    With `every_job`, the DAG holds every job of the targets, finished or not (--forceall).
+    The profile is read by Snakemake's own argument parser, array settings come from the
+    executor plugin's settings; Snakemake logs only warnings and errors meanwhile.
+    """
+    check_version()
+    from snakemake.api import SnakemakeApi
+    from snakemake.cli import parse_args, parse_config
+    from snakemake.settings.enums import PersistenceBackend
+    from snakemake.settings.types import (
+        ConfigSettings,
+        DAGSettings,
+        OutputSettings,
+        ResourceSettings,
+        WorkflowSettings,
+    )
+    from snakemake_interface_executor_plugins.registry import ExecutorPluginRegistry
+
+    argv = [*args.targets, "--dry-run", "--rerun-incomplete", *snakemake_options(args)]
+    cli = parse_args(argv)[1]
+    executor = cli.executor or "local"
+    executor_settings = ExecutorPluginRegistry().get_plugin(executor).get_settings(cli)
+    backend = chosen_backend(cli, args)
+    output = OutputSettings(dryrun=True, log_level_override=logging.WARNING)
+    try:
+        with SnakemakeApi(output) as api:
+            workflow_api = api.workflow(
+                resource_settings=ResourceSettings(
+                    cores=cli.cores or 1,
+                    nodes=cli.jobs,
+                    resources=cli.resources,
+                    default_resources=cli.default_resources,
+                    overwrite_resources=cli.set_resources,
+                    overwrite_threads=cli.set_threads,
+                ),
+                config_settings=ConfigSettings(
+                    config=parse_config(cli.config), configfiles=cli.configfile
+                ),
+                workflow_settings=WorkflowSettings(
+                    persistence_backend=PersistenceBackend.parse_choice(backend),
+                    persistence_backend_db_url=cli.persistence_backend_db_url,
+                ),
+                snakefile=cli.snakefile,
+                workdir=cli.directory,
+            )
+            dag_api = workflow_api.dag(
+                DAGSettings(targets=set(cli.targets), force_incomplete=True, forceall=every_job)
+            )
+            dag_api.execute_workflow(
+                executor=executor, pseudo_executor="dryrun", executor_settings=executor_settings
+            )
+            dag = read_dag(workflow_api._workflow, backend)
+    except Exception as error:
+        raise GpuflowError(f"Snakemake could not plan the run: {error}") from None
+    arrays = str(getattr(executor_settings, "array_jobs", None) or "").replace(";", ",")
+    dag.array_rules = {rule.strip() for rule in arrays.split(",") if rule.strip()}
+    dag.array_limit = int(getattr(executor_settings, "array_limit", None) or 1000)
+    return dag
+
+
+def read_dag(workflow: Any, backend: str) -> Dag:
+    """The jobs of a built DAG (in job id order), rule order, local rules, config, records."""
+    dag = workflow.dag
+    jobs = sorted(dag.needrun_jobs(exclude_finished=False), key=dag.jobid)
+    records = read_records(workflow.persistence, backend, jobs)
+    # workflow.is_local() answers True for every rule under the dry-run executor;
+    # `localrules:` and rules without a body (e.g. `all`) run on the submit node.
+    local = {
+        rule.name
+        for rule in workflow.rules
+        if rule.group is None and (rule.name in workflow._localrules or rule.norun)
+    }
+    return Dag(
+        jobs=[
+            DagJob(
+                rule=job.rule.name,
+                local=job.rule.name in local,
+                resources=dict(job.resources.items()),
+                wildcards={k: str(v) for k, v in job.wildcards_dict.items()},
+                why=why_it_runs(
+                    dag.reason(job), any(str(f) in records.markers for f in job.output)
+                ),
+                benchmark=str(job.benchmark) if job.benchmark else None,
+                output=[str(f) for f in job.output],
+                log=[str(f) for f in job.log],
+            )
+            for job in jobs
+        ],
+        rule_order=[rule.name for rule in workflow.rules],
+        config=dict(workflow.config),
+        array_rules=set(),
+        array_limit=1000,
+        records=records,
+    )
+
+
+def snakemake_started(directory: str | Path) -> float | None:
+    """When the oldest live Snakemake process working in `directory` on this host started.
+
+    A process counts when its working directory is `directory` (Snakemake changes into its
+    --directory) and its command is `snakemake` or `python -m snakemake` (Linux /proc).
+    """
+    import psutil
+
+    here = os.path.realpath(directory)
+    started = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        if entry.name == str(os.getpid()):
+            continue
+        try:
+            if os.readlink(entry / "cwd") != here:
+                continue
+            argv = (entry / "cmdline").read_bytes().split(b"\0")[:3]  # python -m snakemake
+            if any(os.path.basename(arg).startswith(b"snakemake") for arg in argv):
+                started.append(psutil.Process(int(entry.name)).create_time())
+        except (OSError, psutil.Error):
+            continue
+    return min(started) if started else None
+
+
+@dataclass
+class FailedJob:
+    """A job the latest run log reports as failed ("Error in rule ...")."""
+
+    rule: str
+    output: list[str]
+    log: list[str] = field(default_factory=list)
+    external_jobid: str | None = None
+    message: str = ""
+
+
+RAN_JOBS = ("Select jobs to execute", "Error in rule", "has been submitted with SLURM jobid")
+
+
+def latest_run_log(directory: str | Path) -> Path | None:
+    """The newest log of a run that ran jobs (dry runs, --unlock, --lint, --report skipped)."""
+    folder = Path(directory) / ".snakemake" / "log"
+    for path in sorted(folder.glob("*.snakemake.log"), reverse=True):
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        ran = any(mark in text for mark in RAN_JOBS)
+        if ran and "This was a dry-run" not in text:
+            return path
+    return None
+
+
+FIELD = re.compile(r"^    (message|output|log|external_jobid): (.*)$")
+
+
+def failed_jobs(log: Path | None) -> list[FailedJob]:
+    """The jobs a run log reports with "Error in rule <rule>:", in order, last report wins."""
+    if log is None:
+        return []
+    failed: dict[tuple[str, ...], FailedJob] = {}
+    current: FailedJob | None = None
+    for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
+        start = re.match(r"^Error in rule (\S+):$", line)
+        if start:
+            current = FailedJob(rule=start[1], output=[])
+            continue
+        if current is None:
+            continue
+        match = FIELD.match(line)
+        if match is None:
+            if not line.startswith("    "):
+                failed[tuple(current.output) or (current.rule,)] = current
+                current = None
+            continue
+        key, value = match[1], match[2].strip()
+        if key == "output":
+            current.output = [v.strip() for v in value.split(", ") if v.strip()]
+        elif key == "log":
+            value = value.split(" (check log file")[0]
+            current.log = [v.strip() for v in value.split(", ") if v.strip()]
+        elif key == "external_jobid":
+            current.external_jobid = value
+        else:
+            current.message = "" if value == "None" else value
+    if current is not None:
+        failed[tuple(current.output) or (current.rule,)] = current
+    return list(failed.values())

@@ -33,6 +33,16 @@ NO_VALUE = {"", "(null)", "None", "NONE", "N/A", "Unknown"}
 RUNNING = {"RUNNING", "COMPLETING", "CONFIGURING", "SIGNALING", "STAGE_OUT"}
 QUEUED = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SUSPENDED"}
 ACTIVE = RUNNING | QUEUED
+ENDED_BADLY = {
+    "FAILED",
+    "TIMEOUT",
+    "CANCELLED",
+    "NODE_FAIL",
+    "OUT_OF_MEMORY",
+    "PREEMPTED",
+    "BOOT_FAIL",
+    "DEADLINE",
+}
 
 _json_fails: set[str] = set()
 

@@ -27,21 +27,9 @@ from gpuflow.job.telemetry.tables import read_file
 from gpuflow.ops.plan import Benchmarks, Job, Planned, benchmark_seconds
 from gpuflow.ops.snakemake_adapter import FailedJob, Marker
 from gpuflow.ops.status.progress import Progress, job_progress
-from gpuflow.slurm.queue import SlurmJob, job_comment
+from gpuflow.slurm.queue import ENDED_BADLY, QUEUED, RUNNING, SlurmJob, job_comment
 
 STATES = ("done", "running", "queued", "failed", "incomplete", "todo")
-SLURM_RUNNING = {"RUNNING", "COMPLETING", "CONFIGURING", "SIGNALING", "STAGE_OUT"}
-SLURM_QUEUED = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SUSPENDED"}
-SLURM_FAILED = {
-    "FAILED",
-    "TIMEOUT",
-    "CANCELLED",
-    "NODE_FAIL",
-    "OUT_OF_MEMORY",
-    "PREEMPTED",
-    "BOOT_FAIL",
-    "DEADLINE",
-}
 
 
 @dataclass
@@ -127,15 +115,15 @@ def classify(job: Job, seen: Seen) -> JobStatus:
     status = JobStatus(job, "todo", family_of(job.rule), slurm=slurm)
     held = next((t for t in map(local_holder_alive, paths) if t is not None), None)
     report = _failed_for(job, seen.failed)
-    if slurm is not None and slurm.state in SLURM_RUNNING:
+    if slurm is not None and slurm.state in RUNNING:
         status.state = "running"
-    elif slurm is not None and slurm.state in SLURM_QUEUED:
+    elif slurm is not None and slurm.state in QUEUED:
         status.state = "queued"
     elif held is not None:
         status.state = "running"
     elif marker is None and paths and all(p.exists() for p in paths):
         status.state = "done"
-    elif report is not None or (slurm is not None and slurm.state in SLURM_FAILED):
+    elif report is not None or (slurm is not None and slurm.state in ENDED_BADLY):
         status.state = "failed"
         logs = report.log if report is not None else job.log
         status.log, status.last_line = last_error_line(logs or job.log, root)

@@ -19,7 +19,7 @@ from gpuflow.ops.snakemake_adapter import (
     snakemake_started,
     unlock_command,
 )
-from gpuflow.ops.status.collect import SLURM_QUEUED, SLURM_RUNNING, Seen, collect
+from gpuflow.ops.status.collect import Seen, collect
 from gpuflow.ops.status.report import as_dict, render
 from gpuflow.slurm.queue import SlurmJob, run_jobs
 
@@ -39,7 +39,7 @@ def run_state(locked: bool, snakemake_since: float | None, slurm: dict[str, Slur
     """A run is active while SLURM runs or queues a job of this folder (also orphans left after
     `snakemake --unlock`), or while Snakemake holds its lock and a Snakemake process works in
     the folder on this host. A lock with neither was left by a killed run: stale."""
-    busy = any(job.state in SLURM_RUNNING | SLURM_QUEUED for job in slurm.values())
+    busy = any(job.active for job in slurm.values())
     alive = locked and snakemake_since is not None
     active = busy or alive
     return RunState(active, snakemake_since if alive else None, locked and not active)

@@ -1,0 +1,1 @@
+"""gpuflow.job: what every step's lifecycle shares (see each module)."""

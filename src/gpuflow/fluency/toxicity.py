@@ -5,6 +5,9 @@
 - `huggingface`: any local sequence-classification model; the score is the probability of the
   configured toxic label, batched on the job's first device.
 
+Batches are scored by one worker in this process, through the job's worker pool
+(gpuflow.job.workers), which stops handing them out once a stop is requested.
+
 Scores are saved after each chunk of batches (gpuflow.fluency.chunked), so a shard stopped by
 SLURM resumes where it stopped.
 """
@@ -32,6 +35,7 @@ from gpuflow.fluency.chunked import (
     texts_digest,
 )
 from gpuflow.fluency.texts import read_texts
+from gpuflow.job.workers import Done, WorkerPool
 from gpuflow.settings import family_settings
 from gpuflow.stopping import defer as defer_stop
 from gpuflow.stopping import requested as stop_requested
@@ -140,11 +144,19 @@ def main(args: argparse.Namespace) -> int:
         "texts",
     )
     todo = scores.resume()
+
+    def scored(done: Done) -> None:
+        if done.error is not None:
+            raise GpuflowError(f"{done.where}: {done.error}")
+        scores.record(int(done.key), {"toxicity": done.result})
+
+    pool = WorkerPool(lambda _: score, [str(device)], name="toxicity", item="batch", isolate=False)
     defer_stop()
-    for batch in todo:
-        if stop_requested() is not None:
-            break
-        scores.record(batch, {"toxicity": score([items[i] for i in batches[batch]])})
+    pool.run(
+        {batch: [items[i] for i in batches[batch]] for batch in todo},
+        scored,
+        lambda: stop_requested() is not None,
+    )
     scores.stop_if_requested()
     write_csv(
         args.out,

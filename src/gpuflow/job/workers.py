@@ -288,8 +288,7 @@ class WorkerPool:
         """A worker ended: told to stop, or dead; a dead worker's items go back in line
         (unless the pool is stopping)."""
         del self._workers[worker.wid]
-        worker.process.join()
-        worker.tasks.cancel_join_thread()
+        _end(worker)
         code, running = worker.process.exitcode, worker.running
         if self._stopping and code == 0:
             return
@@ -336,10 +335,15 @@ class WorkerPool:
                 worker.conn.send(STOP)
             worker.tasks.put(None)
         for worker in self._workers.values():
-            worker.process.join(timeout=JOIN_S)
-            if worker.process.is_alive():
-                worker.process.kill()
-                worker.process.join()
-            worker.tasks.cancel_join_thread()
+            _end(worker)
             worker.tasks.close()
         self._workers.clear()
+
+
+def _end(worker: _Worker) -> None:
+    """Wait for a worker to end (killed after JOIN_S); never wait on its task queue."""
+    worker.process.join(timeout=JOIN_S)
+    if worker.process.is_alive():
+        worker.process.kill()
+        worker.process.join()
+    worker.tasks.cancel_join_thread()

@@ -166,10 +166,10 @@ class WorkerPool:
         report: Callable[[Done], None],
         should_stop: Callable[[], bool] = lambda: False,
     ) -> None:
-        """Run every item of `work` (key: what the worker's function receives), in that order
-        of hand-out; call `report` once per item as it finishes. After `should_stop()` the
-        items running are finished and reported, the rest are not run. An exception raised
-        by `report` stops the workers and propagates."""
+        """Run every item of `work` (each item's key: what the worker's function receives),
+        handed out in that order; call `report` once per item as it finishes. After
+        `should_stop()` the items running are finished and reported, the rest are not run.
+        An exception raised by `report` stops the workers and propagates."""
         if not work:
             return
         if not self.isolate:
@@ -190,7 +190,10 @@ class WorkerPool:
             self._stop_all()
 
     def _run_here(
-        self, work: dict[Hashable, Any], report: Callable[[Done], None], should_stop
+        self,
+        work: dict[Hashable, Any],
+        report: Callable[[Done], None],
+        should_stop: Callable[[], bool],
     ) -> None:
         device = self.devices[0]
         use_device(device)

@@ -82,6 +82,18 @@ def pool_of(tmp_path: Path, workers: int, **kwargs: Any) -> WorkerPool:
     )
 
 
+def kill_when_hanging(tmp_path: Path, n: int) -> threading.Thread:
+    """A thread that SIGKILLs the worker hanging on item `n` (started; join it)."""
+
+    def kill() -> None:
+        _wait_for(tmp_path / f"pid-{n}")
+        os.kill(int((tmp_path / f"pid-{n}").read_text()), signal.SIGKILL)
+
+    thread = threading.Thread(target=kill)
+    thread.start()
+    return thread
+
+
 def run_all(pool: WorkerPool, work: dict[int, Any], **kwargs: Any) -> dict[int, Done]:
     done: dict[int, Done] = {}
     pool.run(work, lambda d: done.__setitem__(d.key, d), **kwargs)
@@ -107,13 +119,7 @@ def test_items_go_to_the_worker_that_is_free_not_to_a_busy_one(tmp_path):
 def test_a_killed_workers_item_goes_to_another_and_every_result_is_the_same(tmp_path):
     work = {0: ("hang-once", 0), **{n: ("quick", n) for n in range(1, 6)}}
     pool = pool_of(tmp_path, workers=2)
-
-    def kill_the_worker_running_item_0() -> None:
-        _wait_for(tmp_path / "pid-0")
-        os.kill(int((tmp_path / "pid-0").read_text()), signal.SIGKILL)
-
-    killer = threading.Thread(target=kill_the_worker_running_item_0)
-    killer.start()
+    killer = kill_when_hanging(tmp_path, 0)
     done = run_all(pool, work)
     killer.join()
     assert {k: d.result for k, d in done.items()} == {n: n * n for n in work}
@@ -128,13 +134,7 @@ def test_a_lone_worker_that_dies_is_replaced_on_its_device(tmp_path):
     lines: list[str] = []
     pool = WorkerPool(partial(work_on, str(tmp_path)), ["cpu"], name="test", log=lines.append)
     work = {0: ("hang-once", 0), 1: ("quick", 1)}
-    killer = threading.Thread(
-        target=lambda: (
-            _wait_for(tmp_path / "pid-0"),
-            os.kill(int((tmp_path / "pid-0").read_text()), signal.SIGKILL),
-        )
-    )
-    killer.start()
+    killer = kill_when_hanging(tmp_path, 0)
     done = run_all(pool, work)
     killer.join()
     assert {k: d.result for k, d in done.items()} == {0: 0, 1: 1}

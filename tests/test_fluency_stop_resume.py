@@ -1,13 +1,16 @@
 """Perplexity and toxicity shards stopped by SLURM's warning (SIGUSR1) save their scores per
 chunk and end with one line; the next run resumes there, scores only what was left, and writes
-exactly what an uninterrupted run writes. A state left by other texts is ignored."""
+exactly what an uninterrupted run writes. A state left by other texts is ignored. A perplexity
+worker killed mid-run costs nothing: its batches go to the other worker, same output."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -154,6 +157,30 @@ def test_the_same_with_two_worker_processes_all_signalled_as_slurm_does(
     argv = perplexity_argv(texts, tiny_lm, out, 2)
     rc, line = stop_midway(argv, out, every_process=True)
     resume_perplexity(out, rc, line, argv, whole, capsys)
+
+
+def test_a_killed_perplexity_worker_hands_its_batches_to_the_other_and_the_output_is_the_same(
+    tiny_lm, texts, whole, tmp_path
+):
+    out, log = tmp_path / "shard.csv", tmp_path / "step.log"
+    with open(log, "w") as err:
+        process = subprocess.Popen(
+            [str(BIN / "gpuflow"), *perplexity_argv(texts, tiny_lm, out, 2)],
+            env=workflow_env(),
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+    wait_for(state_path(out), process, seconds=300)  # the first chunk is scored
+    ready = re.compile(r"worker (\d+) ready \(pid (\d+), cpu\)")
+    while not (match := ready.search(log.read_text())) and process.poll() is None:
+        time.sleep(0.01)
+    assert match, log.read_text()
+    os.kill(int(match[2]), signal.SIGKILL)
+    assert process.wait(timeout=300) == 0, log.read_text()
+    died = rf"worker {match[1]} \(pid {match[2]}, cpu\) died with exit code -9"
+    assert re.search(died, log.read_text()), log.read_text()
+    assert out.read_bytes() == whole.read_bytes()
+    assert len(json.loads(out.with_suffix(".run.json").read_text())["worker_deaths"]) == 1
 
 
 def test_a_warned_toxicity_shard_resumes_scoring_only_the_rest_to_the_same_output(

@@ -135,20 +135,15 @@ def score_token_ids(
     ordered = sort_longest_first(make_segments(token_ids, bos_id, context, stride))
     batches = plan_batches(ordered, token_budget)
     sharded = placement == "shard"
-    workers = devices[:1] if sharded else devices
-    jobs = [
-        WorkerJob(
-            model=model,
-            trust_remote_code=trust_remote_code,
-            dtype=dtype,
-            device=str(device),
-            token_budget=token_budget,
-            threads=worker_threads(len(workers)),
-            index=index,
-            shard_over=tuple(str(d) for d in devices) if sharded else (),
-        )
-        for index, device in enumerate(workers)
-    ]
+    workers = [str(d) for d in (devices[:1] if sharded else devices)]
+    job = WorkerJob(
+        model=model,
+        trust_remote_code=trust_remote_code,
+        dtype=dtype,
+        token_budget=token_budget,
+        threads=worker_threads(len(workers)),
+        shard_over=tuple(str(d) for d in devices) if sharded else (),
+    )
     scores = ChunkedScores(
         out,
         state_fingerprint,
@@ -163,30 +158,32 @@ def score_token_ids(
     bar = tqdm(
         total=int(scores.weights.sum()),
         initial=scores.weight_done(),
-        desc=f"perplexity ({len(jobs)} worker(s))",
+        desc=f"perplexity ({len(workers)} worker(s))",
         unit="tok",
         unit_scale=True,
         mininterval=2.0,
         file=sys.stderr,
     )
 
-    seconds = [0.0] * len(jobs)  # each worker's scoring time, model loading excluded
+    seconds: dict[int, float] = {}  # each worker's scoring time, model loading excluded
 
     def on_scored(batch: int, result: SegmentScores, worker: int) -> None:
         scores.record(batch, {"nll": result.nll, "n_tokens": result.n_tokens})
         outcome["oom_splits"] += result.oom_splits
         outcome["final_token_budget"] = min(outcome["final_token_budget"], result.token_budget)
-        seconds[worker] += result.seconds
+        seconds[worker] = seconds.get(worker, 0.0) + result.seconds
         bar.update(int(result.n_tokens.sum()))
 
     defer_stop()
     with bar:
-        score_batches(
-            jobs,
+        deaths = score_batches(
+            job,
+            workers,
             [ordered[b.start : b.stop] for b in batches],
             todo,
             on_scored,
             lambda: stop_requested() is not None,
+            lambda line: tqdm.write(line, file=sys.stderr),
             wrap_forward,
         )
     scores.stop_if_requested()
@@ -198,7 +195,8 @@ def score_token_ids(
     stats = {
         "segments": len(ordered),
         **outcome,
-        "scoring_seconds": round(max(seconds), 3),
+        "scoring_seconds": round(max(seconds.values(), default=0.0), 3),
+        "worker_deaths": deaths,
         **scores.record_fields("tokens"),
     }
     return nll, n_tokens, stats

@@ -1,21 +1,17 @@
 """One scoring worker per device: each loads the model once and scores the batches it is given.
 
-With several devices (all visible GPUs, or `cpu_workers` CPU slots) every worker is a spawned
-process and the parent deals batches as workers free up (two in hand each, so none waits);
-with one, the same scoring runs in this process. Either way the caller hears of each batch as
-it is scored and may stop dealing (a stop request): the batches in hand are finished first.
+With several devices (all visible GPUs, or `cpu_workers` CPU slots) every worker is a process of
+the job's worker pool (gpuflow.job.workers), handed batches as it frees up; with one, the same
+scoring runs in this process. Either way the caller hears of each batch as it is scored and may
+stop handing out more (a stop request): the batches being scored are finished first.
 """
 
 from __future__ import annotations
 
 import os
-import traceback
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from multiprocessing import get_context
-from multiprocessing.connection import Connection, wait
-from typing import Any
+from functools import partial
 
 import torch
 
@@ -25,11 +21,9 @@ from gpuflow.fluency.ppl_model import load_causal_lm
 from gpuflow.fluency.ppl_scoring import Forward, SegmentScores, model_forward, score_segments
 from gpuflow.fluency.ppl_segments import Segment
 from gpuflow.job.devices import threads_per_worker
-from gpuflow.job.stopping import leave_to_parent, started_ignoring_stops
+from gpuflow.job.workers import Done, WorkerPool
 
-IN_HAND = 2
-POLL_S = 0.2
-Scored = Callable[[int, SegmentScores, int], None]  # batch, its scores, the worker's index
+Scored = Callable[[int, SegmentScores, int], None]  # batch, its scores, the worker's id
 
 
 def worker_threads(n_workers: int) -> int:
@@ -48,7 +42,7 @@ def worker_threads(n_workers: int) -> int:
 
 @dataclass(frozen=True)
 class WorkerJob:
-    """What one worker needs: the model, its device, its first token budget.
+    """What each worker needs besides its device: the model and its first token budget.
 
     `shard_over` (placement shard) names the devices one copy of the model is spread over.
     """
@@ -56,21 +50,22 @@ class WorkerJob:
     model: str
     trust_remote_code: bool
     dtype: str
-    device: str
     token_budget: int
     threads: int
-    index: int = 0
     shard_over: tuple[str, ...] = ()
 
 
 class Scorer:
     """A loaded model that scores batches; after out-of-memory its token budget stays lower."""
 
-    def __init__(self, job: WorkerJob, wrap_forward: Callable[[Forward], Forward] | None = None):
+    def __init__(
+        self,
+        job: WorkerJob,
+        device_name: str,
+        wrap_forward: Callable[[Forward], Forward] | None = None,
+    ):
         torch.set_num_threads(job.threads)
-        device = torch.device(job.device)
-        if device.type == "cuda":
-            torch.cuda.set_device(device)
+        device = torch.device(device_name)
         if job.shard_over:
             shard = [torch.device(d) for d in job.shard_over]
             model = load_sharded(job.model, job.dtype, shard, job.trust_remote_code)
@@ -88,125 +83,44 @@ class Scorer:
         return scores
 
 
-def _worker_main(job: WorkerJob, tasks: Any, results: Connection) -> None:
-    """Score each batch received, until told to stop (None); report failures as text."""
-    leave_to_parent()
-    try:
-        scorer = Scorer(job)
-        while (message := tasks.get()) is not None:
-            batch, segments = message
-            results.send(("done", batch, scorer.score(segments)))
-    except GpuflowError as error:
-        results.send(("failed", str(error)))
-    except Exception:
-        results.send(("failed", traceback.format_exc(limit=4).strip()))
+def open_scorer(
+    job: WorkerJob, device: str, wrap_forward: Callable[[Forward], Forward] | None = None
+) -> Callable[[Sequence[Segment]], SegmentScores]:
+    """In a worker: the model of `job` loaded on `device`, as a function scoring a batch."""
+    return Scorer(job, device, wrap_forward).score
 
 
 def score_batches(
-    jobs: Sequence[WorkerJob],
+    job: WorkerJob,
+    devices: Sequence[str],
     batches: Sequence[Sequence[Segment]],
     todo: Sequence[int],
     on_scored: Scored,
     should_stop: Callable[[], bool],
+    log: Callable[[str], None],
     wrap_forward: Callable[[Forward], Forward] | None = None,
-) -> None:
-    """Score batches `todo` and report each; after `should_stop()` deal no more.
+) -> list[str]:
+    """Score batches `todo` with one worker per device and report each; after
+    `should_stop()` hand out no more. A batch that fails ends the step naming its worker.
+    Returns one line per worker that died (its batches went to the others).
 
-    `wrap_forward` (one worker only) wraps the model's forward call, e.g. to inject errors.
+    `wrap_forward` (one device only) wraps the model's forward call, e.g. to inject errors.
     """
-    if not todo:
-        return
-    if len(jobs) == 1:
-        scorer = Scorer(jobs[0], wrap_forward)
-        for batch in todo:
-            if should_stop():
-                return
-            on_scored(batch, scorer.score(batches[batch]), 0)
-        return
-    if wrap_forward is not None:
+    if wrap_forward is not None and len(devices) != 1:
         raise ValueError("wrap_forward needs exactly one worker")
-    _WorkerPool(jobs).run(batches, todo, on_scored, should_stop)
+    pool = WorkerPool(
+        partial(open_scorer, job, wrap_forward=wrap_forward),
+        devices,
+        name="perplexity",
+        item="batch",
+        log=log,
+        isolate=False,
+    )
 
+    def scored(done: Done) -> None:
+        if done.error is not None:
+            raise GpuflowError(f"{done.where}: {done.error}")
+        on_scored(int(done.key), done.result, done.worker)
 
-class _WorkerPool:
-    """Spawned workers with a task queue (its feeder thread never blocks the parent) and a
-    result pipe each."""
-
-    def __init__(self, jobs: Sequence[WorkerJob]):
-        context = get_context("spawn")
-        self.workers: list[tuple[WorkerJob, Any, Any, Connection]] = []
-        with started_ignoring_stops():  # the workers and multiprocessing's resource tracker
-            for job in jobs:
-                tasks = context.Queue()
-                result_recv, result_send = context.Pipe(duplex=False)
-                process = context.Process(
-                    target=_worker_main,
-                    args=(job, tasks, result_send),
-                    name=f"perplexity-worker-{job.index}",
-                    daemon=True,
-                )
-                process.start()
-                result_send.close()
-                self.workers.append((job, process, tasks, result_recv))
-
-    def run(
-        self,
-        batches: Sequence[Sequence[Segment]],
-        todo: Sequence[int],
-        on_scored: Scored,
-        should_stop: Callable[[], bool],
-    ) -> None:
-        queue, in_hand = deque(todo), [0] * len(self.workers)
-
-        def deal(worker: int) -> None:
-            while queue and in_hand[worker] < IN_HAND:
-                batch = queue.popleft()
-                self.workers[worker][2].put((batch, batches[batch]))
-                in_hand[worker] += 1
-
-        try:
-            for worker in range(len(self.workers)):
-                deal(worker)
-            while sum(in_hand):
-                if should_stop():
-                    queue.clear()
-                handles = {}
-                for worker, (_, process, _, results) in enumerate(self.workers):
-                    if in_hand[worker]:
-                        handles[results] = worker
-                        handles[process.sentinel] = worker
-                for handle in wait(list(handles), timeout=POLL_S):
-                    self._receive(handles[handle], in_hand, on_scored)
-                    deal(handles[handle])
-        finally:
-            self._stop_all()
-
-    def _receive(self, worker: int, in_hand: list[int], on_scored: Scored) -> None:
-        job, process, _, results = self.workers[worker]
-        try:
-            while results.poll():
-                message = results.recv()
-                if message[0] == "failed":
-                    raise GpuflowError(
-                        f"perplexity worker {job.index} ({job.device}): {message[1]}"
-                    )
-                in_hand[worker] -= 1
-                on_scored(message[1], message[2], worker)
-        except (EOFError, OSError):
-            pass
-        if in_hand[worker] and not process.is_alive():
-            raise GpuflowError(
-                f"perplexity worker {job.index} ({job.device}) died (exit code"
-                f" {process.exitcode}); the chunks scored so far are saved"
-            )
-
-    def _stop_all(self) -> None:
-        for _, _, tasks, _ in self.workers:
-            tasks.put(None)
-        for _, process, tasks, _ in self.workers:
-            process.join(timeout=10)
-            if process.is_alive():
-                process.kill()
-                process.join()
-            tasks.cancel_join_thread()
-            tasks.close()
+    pool.run({batch: batches[batch] for batch in todo}, scored, should_stop)
+    return pool.deaths

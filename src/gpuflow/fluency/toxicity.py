@@ -5,6 +5,9 @@
 - `huggingface`: any local sequence-classification model; the score is the probability of the
   configured toxic label, batched on the job's first device.
 
+Batches are scored by one worker in this process, through the job's worker pool
+(gpuflow.job.workers), which stops handing them out once a stop is requested.
+
 Scores are saved after each chunk of batches (gpuflow.fluency.chunked), so a shard stopped by
 SLURM resumes where it stopped.
 """
@@ -34,6 +37,7 @@ from gpuflow.job.atomic import write_csv, write_json
 from gpuflow.job.devices import run_record, worker_devices
 from gpuflow.job.stopping import defer as defer_stop
 from gpuflow.job.stopping import requested as stop_requested
+from gpuflow.job.workers import Done, WorkerPool
 from gpuflow.settings.blocks import family_settings
 
 PROXY_NAME = "alt-profanity-check {version} (offensive-language proxy)"
@@ -140,11 +144,19 @@ def main(args: argparse.Namespace) -> int:
         "texts",
     )
     todo = scores.resume()
+
+    def scored(done: Done) -> None:
+        if done.error is not None:
+            raise GpuflowError(f"{done.where}: {done.error}")
+        scores.record(int(done.key), {"toxicity": done.result})
+
+    pool = WorkerPool(lambda _: score, [str(device)], name="toxicity", item="batch", isolate=False)
     defer_stop()
-    for batch in todo:
-        if stop_requested() is not None:
-            break
-        scores.record(batch, {"toxicity": score([items[i] for i in batches[batch]])})
+    pool.run(
+        {batch: [items[i] for i in batches[batch]] for batch in todo},
+        scored,
+        lambda: stop_requested() is not None,
+    )
     scores.stop_if_requested()
     write_csv(
         args.out,

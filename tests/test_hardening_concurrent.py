@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 
 from gpuflow.outputlock import OutputTakenError, exclusive_output, lock_path
-from gpuflow.sweep.progress import ProgressFile
+from gpuflow.sweep.progress import ProgressFile, seeds_path
 from tests.conftest import BIN, REPO, snakemake, workflow_env
 
 SHARD = "results/sweep/shards/method~gnc/rank~2/width~4/shard~0.csv"
@@ -133,7 +133,7 @@ def test_an_output_lock_names_its_holder_and_frees_with_the_holder(tmp_path):
 
 
 def test_a_progress_file_has_one_writer_at_a_time(tmp_path):
-    path = tmp_path / "shard~0.progress.jsonl"
+    path = seeds_path(tmp_path / "shard~0.csv")
     first = ProgressFile(path, {"a": 1}).open()
     first.add_ok(0, {"seed": 0})
     second = subprocess.run(  # other settings: it would start the file over

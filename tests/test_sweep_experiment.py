@@ -7,7 +7,7 @@ import json
 import torch
 
 from gpuflow.sweep.experiment import make_problem, run_seed
-from gpuflow.sweep.progress import ProgressFile
+from gpuflow.sweep.progress import ProgressFile, seeds_path
 
 DATA = {"seed": 0, "input_dim": 8, "output_dim": 8, "n_train": 4, "label_noise": 0.0}
 GD = {"lr": 0.5, "init_scale": 0.01, "loss_threshold": 0.5, "max_steps": 10000}
@@ -82,7 +82,7 @@ def test_guess_and_check_that_cannot_succeed_spends_the_budget_and_reports_its_b
 
 
 def test_the_progress_file_keeps_finished_seeds_and_cuts_a_torn_last_line(tmp_path):
-    path = tmp_path / "shard~0.progress.jsonl"
+    path = seeds_path(tmp_path / "shard~0.csv")
     progress = ProgressFile(path, {"a": 1}).open()
     progress.add_ok(0, {"seed": 0, "x": 0.5})
     progress.add_failed(1, "boom")

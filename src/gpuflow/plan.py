@@ -7,9 +7,9 @@ per chunk) and node-hours if jobs are packed `--gpus-per-node` GPUs to a node; t
 why each job would run: its outputs are missing, left incomplete by a killed or failed job (the
 part a re-run after a partial failure redoes), changed, or downstream of those.
 
-Beside it, per rule, what earlier jobs of the rule used (their telemetry files,
-`<output>.telemetry.json`, any wildcard values): GPU-hours, mean utilisation, and the flag of
-rules below config `telemetry.low_utilisation_percent` with the most likely reason.
+Beside it, per rule, what earlier jobs of the rule used (their job records,
+`<family>/jobs/<output>.record.json`, any wildcard values): GPU-hours, mean utilisation, and the
+flag of rules below config `telemetry.low_utilisation_percent` with the most likely reason.
 
 Expected time per job comes from earlier `benchmark:` files of the same rule (any wildcard
 values), scaled by size-like numeric wildcards (SIZE_WILDCARDS) when the job's value differs;
@@ -291,7 +291,7 @@ class Telemetry:
 
     def of_rule(self, job: Job) -> dict[str, Any]:
         """GPU-hours used, mean utilisation and flag of the rule's earlier jobs."""
-        from gpuflow.telemetry.job import SUFFIX
+        from gpuflow.job.paths import RECORD, job_file
         from gpuflow.telemetry.tables import read_file, rule_summary
 
         if job.rule not in self.cache:
@@ -299,7 +299,11 @@ class Telemetry:
                 name
                 for output in job.output
                 for name in glob.glob(
-                    str(self.directory / (wildcard_pattern(output, job.wildcards)[0] + SUFFIX))
+                    str(
+                        job_file(
+                            self.directory / wildcard_pattern(output, job.wildcards)[0], RECORD
+                        )
+                    )
                 )
             }
             summaries = [s for s in map(read_file, sorted(paths)) if s is not None]

@@ -3,5 +3,5 @@
 No daemon and no database: the jobs come from the DAG Snakemake would build (`gpuflow.plan`),
 their states from Snakemake's own records in `.snakemake/` (incomplete markers, metadata, the
 latest run log), the output locks of `gpuflow.outputlock`, and `squeue` / `sacct`; the progress
-of a running job from its progress file, state or log.
+of a running job from its job's progress file (gpuflow.job.progress).
 """

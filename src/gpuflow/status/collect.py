@@ -19,14 +19,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpuflow.job.record import read_record, record_path
 from gpuflow.outputlock import SINCE_FORMAT, lock_path, read_holder
 from gpuflow.plan import Benchmarks, Job, Planned, benchmark_seconds
 from gpuflow.slurm_site import job_comment
 from gpuflow.status.progress import Progress, job_progress
 from gpuflow.status.slurm import SlurmJob
 from gpuflow.status.snakemake_files import FailedJob, Marker, last_error_line, metadata_times
-from gpuflow.telemetry.job import telemetry_path
-from gpuflow.telemetry.tables import read_file
 
 STATES = ("done", "running", "queued", "failed", "incomplete", "todo")
 SLURM_RUNNING = {"RUNNING", "COMPLETING", "CONFIGURING", "SIGNALING", "STAGE_OUT"}
@@ -171,7 +170,7 @@ def job_hours(status: JobStatus, seen: Seen) -> float:
 
 def telemetry_gpu_hours(output: Path) -> float | None:
     """GPU-hours a job's telemetry file records, if it saw its GPUs (NVML answered)."""
-    summary = read_file(telemetry_path(output)) or {}
+    summary = read_record(record_path(output)) or {}
     gpu = summary.get("gpu") or {}
     return float(gpu["gpu_hours"]) if gpu.get("count") else None
 
@@ -189,7 +188,7 @@ def account(status: JobStatus, seen: Seen, planned: Planned, benchmarks: Benchma
     first = seen.directory / job.output[0]
     if status.state == "running":
         started = status.started or seen.now
-        status.progress = job_progress(job, seen.directory, planned.config, started)
+        status.progress = job_progress(job, seen.directory)
         status.gpu_h_spent = gpus * max(seen.now - started, 0.0) / 3600
     elif status.state == "done" and gpus:
         measured = telemetry_gpu_hours(first)

@@ -1,10 +1,14 @@
-"""A shard's progress file: one JSON line per finished seed, appended durably.
+"""A shard's seed log, its resume state: one JSON line per finished seed, appended durably.
+
+It is the job's `seeds.jsonl` file (gpuflow.job.paths); how far the shard is goes into the
+job's progress file like every other step's.
 
 The first line records the settings and the gpuflow version; a file written for other settings
 or by another version is started over. Each seed line is flushed and fsynced before the next
 seed is reported, so a job killed at any moment loses at most the seeds still running. A torn
 last line (killed mid-write) is cut off. The file goes once the shard's table is written, so a
-forced re-run (`--forcerun sweep_shard`) computes every seed again.
+forced re-run (`--forcerun sweep_shard`) computes every seed again (kept until the run has
+accepted the table, gpuflow.job.finished_states).
 The file has one writer at a time: it is read, cut and appended only under its output lock
 (gpuflow.outputlock), so a second job on the same shard fails instead of overwriting it.
 """
@@ -18,13 +22,13 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import gpuflow
+from gpuflow.job.paths import SEEDS, job_file
 from gpuflow.outputlock import exclusive_output
 
 
-def progress_path(out: str | Path) -> Path:
-    """The progress file beside a shard's output: `shard~0.csv` -> `shard~0.progress.jsonl`."""
-    out = Path(out)
-    return out.with_name(f"{out.stem}.progress.jsonl")
+def seeds_path(out: str | Path) -> Path:
+    """The seed log of the shard whose table is `out` (its job's `seeds.jsonl` file)."""
+    return job_file(out, SEEDS)
 
 
 class ProgressFile:

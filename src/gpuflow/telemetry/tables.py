@@ -2,32 +2,24 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from gpuflow.job.paths import RECORD, job_of
+from gpuflow.job.record import read_record as read_file
 from gpuflow.telemetry.flags import flag, utilisation
-from gpuflow.telemetry.job import SUFFIX
 
 
 def read_folder(folder: str | Path) -> dict[str, dict[str, Any]]:
-    """Every telemetry file under `folder`, by job (its first output, relative to `folder`)."""
-    folder = Path(folder)
+    """Every job record under `folder` (its `jobs/` folders), by job (its first output,
+    relative to the family folder)."""
     found = {}
-    for path in sorted(folder.rglob(f"*{SUFFIX}")):
-        summary = read_file(path)
+    for path in sorted(Path(folder).rglob(f"*.{RECORD}")):
+        job = job_of(path.relative_to(folder), RECORD)
+        summary = read_file(path) if job is not None else None
         if summary is not None:
-            found[str(path.relative_to(folder))[: -len(SUFFIX)]] = summary
+            found[job] = summary
     return found
-
-
-def read_file(path: str | Path) -> dict[str, Any] | None:
-    """One telemetry file, or None when it is unreadable (a job of an older gpuflow)."""
-    try:
-        summary = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return summary if isinstance(summary, dict) else None
 
 
 def _pct(value: float | None) -> str:

@@ -18,7 +18,7 @@ import pytest
 from gpuflow.config import load_config, merge_config
 from gpuflow.job.paths import RECORD, job_of
 from gpuflow.settings import family_schema, keys_of_kind
-from gpuflow.sweep.progress import seeds_path
+from gpuflow.sweep.seedlog import seeds_path
 from tests.conftest import REPO, job_counts, snakemake, tiny_config
 
 pytestmark = pytest.mark.workflow

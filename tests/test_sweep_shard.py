@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuflow.sweep.progress import seeds_path
+from gpuflow.sweep.seedlog import seeds_path
 from tests.conftest import BIN, REPO, workflow_env
 
 # Guess-and-check that can never reach its threshold: every seed does the same, fixed work.

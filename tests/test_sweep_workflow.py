@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from gpuflow.sweep.progress import seeds_path
+from gpuflow.sweep.seedlog import seeds_path
 from tests.conftest import REPO, tiny_config
 from tests.figures import assert_drawn_figure
 

@@ -282,7 +282,7 @@ class Benchmarks:
 
 
 class Telemetry:
-    """Earlier jobs' telemetry files per rule, read once."""
+    """Earlier jobs' records per rule (their telemetry), read once."""
 
     def __init__(self, directory: str, threshold: float):
         self.directory = Path(directory)
@@ -416,10 +416,10 @@ def render(rows: list[dict[str, Any]], per_node: int, seconds: float) -> str:
 
 
 def telemetry_lines(rows: list[dict[str, Any]]) -> list[str]:
-    """Per rule, what its earlier jobs used (from their telemetry files), flagged."""
+    """Per rule, what its earlier jobs used (from their job records), flagged."""
     measured = [row for row in rows if row.get("telemetry", {}).get("jobs_measured")]
     if not measured:
-        return ["Earlier jobs: no telemetry files of these rules yet."] if rows else []
+        return ["Earlier jobs: no job records of these rules yet."] if rows else []
     lines = [
         "",
         f"{'earlier jobs of the rule':<28} {'jobs':>5} {'GPU-h used':>10} {'mean util':>12}  flag",

@@ -169,7 +169,7 @@ def job_hours(status: JobStatus, seen: Seen) -> float:
 
 
 def telemetry_gpu_hours(output: Path) -> float | None:
-    """GPU-hours a job's telemetry file records, if it saw its GPUs (NVML answered)."""
+    """GPU-hours a job's record (its telemetry) holds, if it saw its GPUs (NVML answered)."""
     summary = read_record(record_path(output)) or {}
     gpu = summary.get("gpu") or {}
     return float(gpu["gpu_hours"]) if gpu.get("count") else None
@@ -178,7 +178,7 @@ def telemetry_gpu_hours(output: Path) -> float | None:
 def account(status: JobStatus, seen: Seen, planned: Planned, benchmarks: Benchmarks) -> None:
     """Progress of a running job; GPU-hours spent; job-hours and GPU-hours still expected.
 
-    Spent: a finished job's telemetry file, else GPUs x its wall time (job_hours); a running
+    Spent: a finished job's record, else GPUs x its wall time (job_hours); a running
     job's GPUs x the time since it started.
 
     Still expected: a running job's ETA, else the plan's expected time per job (earlier

@@ -70,7 +70,7 @@ def jobs_section(folder: str | Path, threshold: float) -> str:
     """The report section: GPU-hours and utilisation of every job under `folder`, flagged."""
     jobs = read_folder(folder)
     if not jobs:
-        return f"## Jobs: devices used\n\nNo telemetry files under {folder}.\n"
+        return f"## Jobs: devices used\n\nNo job records under {folder}.\n"
     rows = [job_row(name, summary, threshold) for name, summary in jobs.items()]
     total = sum((s.get("gpu") or {}).get("gpu_hours", 0.0) for s in jobs.values())
     absent = {(s.get("gpu") or {}).get("absent") for s in jobs.values()} - {None}

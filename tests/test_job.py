@@ -29,7 +29,7 @@ from gpuflow.job import progress as progress_module
 from gpuflow.job.finished_states import RECORDS_ENV, clean
 from gpuflow.job.paths import PROGRESS, RECORD, STATE, job_file, job_of
 from gpuflow.job.progress import KEYS
-from gpuflow.job.state import State, fingerprint
+from gpuflow.job.state import State, make_fingerprint
 from gpuflow.plan import Job as PlannedJob
 from gpuflow.ssvae.train import Run, train
 from gpuflow.status.progress import job_progress
@@ -82,15 +82,15 @@ def test_a_state_is_fingerprinted_by_input_content_results_settings_and_version(
 ):
     data = tmp_path / "data.npz"
     data.write_bytes(b"one")
-    base = fingerprint([data], {"lr": 0.1}, ["run 0"])
-    assert fingerprint([data], {"lr": 0.1}, ["run 0"]) == base
-    assert fingerprint([data], {"lr": 0.2}, ["run 0"]) != base
-    assert fingerprint([data], {"lr": 0.1}, ["run 1"]) != base
+    base = make_fingerprint([data], {"lr": 0.1}, ["run 0"])
+    assert make_fingerprint([data], {"lr": 0.1}, ["run 0"]) == base
+    assert make_fingerprint([data], {"lr": 0.2}, ["run 0"]) != base
+    assert make_fingerprint([data], {"lr": 0.1}, ["run 1"]) != base
     data.write_bytes(b"two")
-    assert fingerprint([data], {"lr": 0.1}, ["run 0"]) != base, "same name, other content"
+    assert make_fingerprint([data], {"lr": 0.1}, ["run 0"]) != base, "same name, other content"
     data.write_bytes(b"one")
     monkeypatch.setattr(gpuflow, "__version__", "99.0")
-    assert fingerprint([data], {"lr": 0.1}, ["run 0"]) != base
+    assert make_fingerprint([data], {"lr": 0.1}, ["run 0"]) != base
 
 
 def test_a_state_saved_is_loaded_back_only_by_the_same_fingerprint(tmp_path, capsys):

@@ -94,7 +94,7 @@ class ChunkedScores:
     ):
         n_items = sum(len(b) for b in batches)
         self.job = current([] if out is None else [out])
-        self.state = None if out is None else self.job.state(fingerprint_of=fingerprint)
+        self.state = None if out is None else self.job.state(fingerprint=fingerprint)
         self.state_file = None if self.state is None else self.state.path
         self.unit = unit
         self.batches, self.weights = list(batches), np.asarray(weights, dtype=np.int64)

@@ -22,7 +22,7 @@ from gpuflow.job.divergence import check_finite
 from gpuflow.job.finished_states import release
 from gpuflow.job.paths import PROGRESS, SEEDS, STATE, job_file
 from gpuflow.job.progress import ProgressWriter, progress_path
-from gpuflow.job.state import State, fingerprint
+from gpuflow.job.state import State, make_fingerprint
 
 
 def writes_here() -> bool:
@@ -90,13 +90,13 @@ class Job:
         inputs: Iterable[str | Path] = (),
         settings: Any = None,
         identity: Any = None,
-        fingerprint_of: str | None = None,
+        fingerprint: str | None = None,
     ) -> State:
         """The job's resume state, fingerprinted by the content of `inputs`, the
         results-affecting `settings`, any other `identity` and the gpuflow version (or by a
-        fingerprint the step computed itself, `fingerprint_of`)."""
-        fp = fingerprint_of or fingerprint(inputs, settings, identity)
-        self._state = State(self.first_output, fp)
+        `fingerprint` the step computed itself of the same things)."""
+        fingerprint = fingerprint or make_fingerprint(inputs, settings, identity)
+        self._state = State(self.first_output, fingerprint)
         return self._state
 
     def progress(self, total: float, unit: str, resumed_at: float = 0) -> ProgressWriter:

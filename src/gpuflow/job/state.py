@@ -35,7 +35,7 @@ def file_digest(paths: Iterable[str | Path]) -> str:
     return digest.hexdigest()
 
 
-def fingerprint(
+def make_fingerprint(
     inputs: Iterable[str | Path] = (), settings: Any = None, identity: Any = None
 ) -> str:
     """What a state must match to be resumed: the content of `inputs`, the results-affecting

@@ -18,18 +18,15 @@ from types import TracebackType
 from typing import Any
 
 from gpuflow import stopping
+from gpuflow.gpulock import gpus_for_this_process
 from gpuflow.job.divergence import check_finite
 from gpuflow.job.finished_states import release
 from gpuflow.job.paths import PROGRESS, SEEDS, STATE, job_file
 from gpuflow.job.progress import ProgressWriter, progress_path
+from gpuflow.job.record import job_record
 from gpuflow.job.state import State, make_fingerprint
-
-
-def writes_here() -> bool:
-    """False in the non-zero ranks of a torchrun job: rank 0 writes the job's files."""
-    from gpuflow.outputlock import locks_this_process
-
-    return locks_this_process()
+from gpuflow.outputlock import exclusive_outputs, locks_this_process
+from gpuflow.telemetry.job import note
 
 
 class Job:
@@ -44,24 +41,20 @@ class Job:
     def __init__(self, step: str, outputs: Sequence[str | Path]):
         self.step = step
         self.outputs = [Path(o) for o in outputs]
-        self.writer = writes_here()
+        self.writer = locks_this_process()  # False in torchrun ranks but 0: rank 0 writes
         self.telemetry: Any = None
         self._stack = ExitStack()
         self._state: State | None = None
-        self._progress: ProgressWriter | None = None
 
     @property
     def first_output(self) -> Path:
+        """The output that names the job's files."""
         if not self.outputs:
             raise ValueError(f"step {self.step} has no outputs to name its job files by")
         return self.outputs[0]
 
     # --- lifecycle ------------------------------------------------------------------------
     def __enter__(self) -> Job:
-        from gpuflow.gpulock import gpus_for_this_process
-        from gpuflow.job.record import job_record
-        from gpuflow.outputlock import exclusive_outputs
-
         stopping.install()
         with ExitStack() as stack:
             stack.enter_context(exclusive_outputs(self.outputs if self.writer else []))
@@ -106,8 +99,7 @@ class Job:
         Only the writing process (rank 0) writes it.
         """
         path = progress_path(self.first_output) if self.writer else None
-        self._progress = ProgressWriter(path, total, unit, resumed_at)
-        return self._progress
+        return ProgressWriter(path, total, unit, resumed_at)
 
     def release(self, outputs: Iterable[str | Path] | None = None) -> None:
         """The outputs are written: drop the state, seeds and progress files, or under the workflow
@@ -138,8 +130,6 @@ class Job:
     # --- record ---------------------------------------------------------------------------
     def note(self, **timings: float) -> None:
         """The step's own timings (data_wait_s, step_s, batch_size...) for the job record."""
-        from gpuflow.telemetry.job import note
-
         note(**timings)
 
 

@@ -146,8 +146,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 
 def files_left(folder: Path) -> list[str]:
-    """Names of the files in `folder` (none when it is missing) but a failed job's telemetry
-    file, the one file gpuflow.job.telemetry writes beside the output of a job that failed."""
+    """Names of the files in `folder` (none when it is missing) but the `jobs/` folder, where
+    a failed job's record goes (gpuflow.job.paths)."""
     if not folder.exists():
         return []
-    return sorted(p.name for p in folder.iterdir() if not p.name.endswith(".telemetry.json"))
+    return sorted(p.name for p in folder.iterdir() if p.name != "jobs")

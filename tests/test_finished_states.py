@@ -13,7 +13,8 @@ import json
 import numpy as np
 import pytest
 
-from gpuflow.finished_states import RECORDS_ENV, clean, release
+from gpuflow.job.finished_states import RECORDS_ENV, clean, release
+from gpuflow.job.paths import PROGRESS, STATE, job_file
 from gpuflow.ssvae.data import split_embedded
 from gpuflow.ssvae.train import Run, train, train_settings
 
@@ -84,13 +85,14 @@ def test_a_record_whose_state_is_gone_or_unreadable_is_dropped(tmp_path, records
 def test_training_whose_outputs_were_removed_after_it_ended_resumes_after_its_last_epoch(
     data_path, tmp_path, records, capsys
 ):
-    outs, state = [tmp_path / f"seed{s}.json" for s in (0, 1)], tmp_path / "state.pt"
-    first = train(RUNS, data_path, {**TINY, "device": "cpu"}, outs, state)
+    outs = [tmp_path / f"seed{s}.json" for s in (0, 1)]
+    state, progress = job_file(outs[0], STATE), job_file(outs[0], PROGRESS)
+    first = train(RUNS, data_path, {**TINY, "device": "cpu"}, outs)
     assert state.exists(), "the state outlives the outputs until the run accepts them"
     for out in outs:  # what Snakemake does to the outputs of a job SLURM reports TIMEOUT
         out.unlink()
     capsys.readouterr()
-    again = train(RUNS, data_path, {**TINY, "device": "cpu"}, outs, state)
+    again = train(RUNS, data_path, {**TINY, "device": "cpu"}, outs)
     log = capsys.readouterr().out
     assert f"resumed from {state} after epoch {EPOCHS}" in log
     assert "epoch 1/" not in log and f"epoch {EPOCHS}/" not in log, "no epoch trained again"
@@ -98,5 +100,5 @@ def test_training_whose_outputs_were_removed_after_it_ended_resumes_after_its_la
     for before, after, out in zip(first, again, outs, strict=True):
         assert without_timing(after) == without_timing(before)
         assert without_timing(json.loads(out.read_text())) == without_timing(before)
-    assert clean(records) == [state.resolve()]
-    assert not state.exists()
+    assert clean(records) == [state.resolve(), progress.resolve()]
+    assert not state.exists() and not progress.exists()

@@ -318,8 +318,8 @@ def test_the_cli_reports_a_missing_column_in_one_line_with_exit_status_2(tmp_pat
     assert result.returncode == 2
     assert f"{scores}: missing column 'n_tokens'" in result.stderr
     assert "Traceback" not in result.stderr
-    # no output: only the failed job's telemetry beside its first output
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.csv.telemetry.json", "scores.csv"]
+    # no output: only the failed job's record, in the jobs folder
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["jobs", "scores.csv"]
 
 
 def test_group_labels_na_none_null_are_labels_and_only_an_empty_cell_is_missing(tmp_path):

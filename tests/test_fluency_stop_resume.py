@@ -20,7 +20,7 @@ import torch
 from gpuflow.cli import main as gpuflow_main
 from gpuflow.data.embedded import load_movie_reviews
 from gpuflow.fluency.chunked import state_path
-from gpuflow.progressfile import progress_path, read_progress
+from gpuflow.job.progress import progress_path, read_progress
 from tests.conftest import BIN, workflow_env
 from tests.test_perplexity import reviews, tiny_lm
 from tests.test_stopping import wait_for
@@ -88,7 +88,7 @@ def stop_midway(argv: list[str], out: Path, every_process: bool = False) -> tupl
 
 def saved(out: Path, column: str) -> int:
     """Items (tokens or texts) whose scores the resume state of `out` holds."""
-    state = torch.load(state_path(out), weights_only=True)
+    state = torch.load(state_path(out), weights_only=True)["data"]
     if column == "n_tokens":
         return int(state["values"]["n_tokens"][state["done"]].sum())
     return int(state["done"].sum())
@@ -209,11 +209,12 @@ def test_a_state_left_by_other_texts_is_ignored_with_one_line(
     frame.loc[0, "text"] = "A different first review."
     frame.to_csv(other, index=False)
     out = tmp_path / "out.csv"
+    state_path(out).parent.mkdir(parents=True, exist_ok=True)
     state_path(out).write_bytes(stopped[3])
     capsys.readouterr()
     assert gpuflow_main(perplexity_argv(other, tiny_lm, out, 1)) == 0
     log = capsys.readouterr().out
-    assert f"ignoring {state_path(out)}: it belongs to other texts, model or settings" in log
+    assert f"ignoring {state_path(out)}: it belongs to other inputs, settings or gpuflow" in log
     assert "resumed from" not in log
     record = json.loads(out.with_suffix(".run.json").read_text())
     assert record["tokens_resumed"] == 0 and record["chunks_resumed"] == 0

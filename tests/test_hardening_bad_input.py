@@ -241,7 +241,6 @@ def not_a_prepared_dataset(tmp: Path) -> list[str]:
     return [
         "ssvae-train", "--model", "m2", "--data", str(tmp / "mnist.npz"), "--frac", "0.1",
         "--corrupt", "0", "--alpha", "1", "--seeds", "0", "--settings", "{}",
-        "--state", str(tmp / "out" / "state.pt"),
     ]  # fmt: skip
 
 
@@ -336,8 +335,8 @@ def test_a_bad_data_file_is_one_line_naming_file_row_and_problem_and_nothing_is_
     assert len(err.splitlines()) == 1, err
     for part in parts:
         assert part in err, (part, err)
-    # no output; only the failed job's telemetry (gpuflow.job.telemetry) may lie in its folder
-    written = [p for p in out.glob("*") if not p.name.endswith(".telemetry.json")]
+    # no output; only the failed job's record (gpuflow.job.record) may lie in its jobs folder
+    written = [p for p in out.glob("*") if p.name != "jobs"]
     assert not written, written
 
 

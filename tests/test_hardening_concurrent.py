@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 
 from gpuflow.job.outputlock import OutputTakenError, exclusive_output, lock_path
-from gpuflow.sweep.progress import ProgressFile
+from gpuflow.sweep.seedlog import SeedLog
 from tests.conftest import BIN, REPO, snakemake, workflow_env
 
 SHARD = "results/sweep/shards/method~gnc/rank~2/width~4/shard~0.csv"
@@ -132,16 +132,16 @@ def test_an_output_lock_names_its_holder_and_frees_with_the_holder(tmp_path):
         assert lock_path(out).read_text().startswith(f"host {socket.gethostname()}, pid")
 
 
-def test_a_progress_file_has_one_writer_at_a_time(tmp_path):
-    path = tmp_path / "shard~0.progress.jsonl"
-    first = ProgressFile(path, {"a": 1}).open()
+def test_a_seed_log_has_one_writer_at_a_time(tmp_path):
+    out = tmp_path / "shard~0.csv"
+    first = SeedLog(out, {"a": 1}).open()
     first.add_ok(0, {"seed": 0})
     second = subprocess.run(  # other settings: it would start the file over
         [
             str(BIN / "python"), "-c",
-            "import sys; from gpuflow.sweep.progress import ProgressFile\n"
-            "ProgressFile(sys.argv[1], {'a': 2}).open()",
-            str(path),
+            "import sys; from gpuflow.sweep.seedlog import SeedLog\n"
+            "SeedLog(sys.argv[1], {'a': 2}).open()",
+            str(out),
         ],
         capture_output=True, text=True,
     )  # fmt: skip
@@ -149,6 +149,6 @@ def test_a_progress_file_has_one_writer_at_a_time(tmp_path):
     assert "another job is writing this output" in second.stderr
     first.add_ok(1, {"seed": 1})
     first.close()
-    again = ProgressFile(path, {"a": 1}).open()
+    again = SeedLog(out, {"a": 1}).open()
     assert sorted(again.done()) == [0, 1]
     again.close()

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 import torch
 
-from gpuflow.divergence import TrainingDivergedError
+from gpuflow.job.divergence import TrainingDivergedError
+from gpuflow.job.paths import STATE, job_file
 from gpuflow.settings.validate import load_config
 from gpuflow.ssvae.data import split_embedded
 from gpuflow.ssvae.train import Run, train, train_settings
@@ -49,7 +50,7 @@ def test_an_ssvae_loss_that_becomes_nan_stops_naming_run_epoch_and_term(digits, 
     }  # fmt: skip
     out = tmp_path / "metrics.json"
     with pytest.raises(TrainingDivergedError) as stopped:
-        train([run], digits, too_fast, [out], tmp_path / "train_state.pt")
+        train([run], digits, too_fast, [out])
     assert str(stopped.value) == (
         "run model=m2 frac=0.1 corrupt=0.0 alpha=1.0 seed=0: loss term 'train_labelled' is nan"
         " at epoch 1; training stopped, no earlier state to keep" + LOWER
@@ -65,14 +66,14 @@ def test_a_ddp_loss_that_becomes_nan_stops_and_keeps_the_last_good_state(tmp_pat
     result = subprocess.run(
         train_command(data, out, diverging, 1), capture_output=True, text=True, env=workflow_env()
     )
-    state = out / ".run.resume.pt"
+    state = job_file(out / "run.json", STATE)
     assert result.returncode == 2, result.stderr
     assert result.stderr.strip().splitlines()[-1] == (
         "gpuflow scaling-train: error: run tiny world=1: loss term 'train_loss' is nan at epoch 2;"
         f" training stopped, the last good state (after epoch 1) is kept in {state}" + LOWER
     )
     assert "Traceback" not in result.stderr
-    kept = torch.load(state, weights_only=True)
+    kept = torch.load(state, weights_only=True)["data"]
     assert kept["epoch"] == 1
     assert all(torch.isfinite(w).all() for w in kept["model"].values())
     assert all(math.isfinite(e["train_loss"]) for e in kept["history"])

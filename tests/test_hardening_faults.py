@@ -21,7 +21,7 @@ import torch
 
 from gpuflow.cli import main as gpuflow_main
 from gpuflow.errors import DataError
-from gpuflow.scaling import checkpoint
+from gpuflow.job.state import State
 from tests.conftest import snakemake, tiny_config
 
 
@@ -72,8 +72,8 @@ def test_a_full_disk_is_one_line_naming_the_output_and_leaves_nothing(mounted, c
         " (expected a writable output folder with free space)"
     )
     written = [p for p in folder.rglob("*") if p.is_file()]
-    # no output; only the failed job's telemetry (gpuflow.job.telemetry), where it still fits
-    assert all(p.name.endswith(".telemetry.json") for p in written), written
+    # no output; only the failed job's record (gpuflow.job.record), where it still fits
+    assert all("jobs" in p.relative_to(folder).parts for p in written), written
 
 
 def test_a_read_only_folder_is_one_line_naming_the_output(mounted, capsys):
@@ -104,13 +104,14 @@ def test_a_workflow_whose_results_folder_is_a_file_stops_with_a_clear_error(tmp_
 
 def test_a_full_disk_during_torch_save_is_one_line_and_keeps_the_previous_state(mounted):
     folder = mounted("size=64k")
-    state = folder / ".run.resume.pt"
-    checkpoint.save(state, {"epoch": 1, "weights": torch.zeros(100)})
+    job_state = State(folder / "run.json", "f")
+    state = job_state.path
+    job_state.save({"epoch": 1, "weights": torch.zeros(100)})
     with pytest.raises(DataError) as refused:
-        checkpoint.save(state, {"epoch": 2, "weights": torch.zeros(100_000)})  # 400 KB
+        job_state.save({"epoch": 2, "weights": torch.zeros(100_000)})  # 400 KB
     assert str(refused.value) == (
         f"{state}: cannot write the output (No space left on device)"
         " (expected a writable output folder with free space)"
     )
-    assert torch.load(state, weights_only=True)["epoch"] == 1
-    assert [p.name for p in folder.iterdir()] == [state.name]
+    assert torch.load(state, weights_only=True)["data"]["epoch"] == 1
+    assert [p.name for p in state.parent.iterdir()] == [state.name]

@@ -20,8 +20,7 @@ import torch
 from transformers import GPT2Config
 
 from gpuflow.fluency.ppl_model import load_causal_lm
-from gpuflow.resume import read_state
-from gpuflow.scaling import checkpoint
+from gpuflow.job.state import State, read_state
 from gpuflow.scaling.train import EncodedTexts
 from gpuflow.ssvae.data import load_prepared
 from tests.conftest import BIN, REPO, snakemake, workflow_env
@@ -50,7 +49,7 @@ def test_no_eval_exec_unsafe_yaml_or_pickle_in_src():
 def test_remote_model_code_runs_only_when_the_config_says_so():
     for path, text in python_sources().items():
         assert "trust_remote_code=True" not in text, path
-    schema = (REPO / "workflow" / "schemas" / "fluency.schema.yaml").read_text()
+    schema = (REPO / "src" / "gpuflow" / "settings" / "schemas" / "fluency.schema.yaml").read_text()
     assert re.search(r"trust_remote_code:\s*\n(\s+.*\n)*?\s+default: false", schema)
 
 
@@ -64,14 +63,16 @@ class Payload:
         return (Path.touch, (self.target,))
 
 
-@pytest.mark.parametrize("loader", ["read_state", "scaling checkpoint"])
+@pytest.mark.parametrize("loader", ["read_state", "job state"])
 def test_a_resume_state_holding_code_is_refused_and_the_run_starts_over(tmp_path, capsys, loader):
-    state = tmp_path / "train_state.pt"
-    torch.save({"fingerprint": "f", "epoch": Payload(tmp_path / "pwned")}, state)
+    job_state = State(tmp_path / "run.json", "f")
+    state = job_state.path
+    state.parent.mkdir(parents=True)
+    torch.save({"fingerprint": "f", "data": {"epoch": Payload(tmp_path / "pwned")}}, state)
     if loader == "read_state":
         assert read_state(state, "cpu") is None
     else:
-        assert checkpoint.load(state, "f", torch.device("cpu")) is None
+        assert job_state.load(torch.device("cpu")) is None
     assert not planted(tmp_path)
     assert f"ignoring {state}: unreadable resume state" in capsys.readouterr().out
 

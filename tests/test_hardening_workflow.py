@@ -238,9 +238,9 @@ def tmp_file_under(folder: str) -> Callable[[Path], bool]:
     return ready
 
 
-SSVAE_STATE = "results/ssvae/frac~0.1/corrupt~0.0/alpha~1/train_state.pt"
-SCALING_STATE = "results/scaling/runs/short/nodes~1/world~2/.run.resume.pt"
-SWEEP_PROGRESS = "results/sweep/shards/method~gnc/rank~2/width~4/shard~0.progress.jsonl"
+SSVAE_STATE = "results/ssvae/jobs/frac~0.1/corrupt~0.0/alpha~1/seed~0/metrics.json.state.pt"
+SCALING_STATE = "results/scaling/jobs/runs/short/nodes~1/world~2/run.json.state.pt"
+SWEEP_PROGRESS = "results/sweep/jobs/shards/method~gnc/rank~2/width~4/shard~0.csv.seeds.jsonl"
 FLUENCY_LOG = "results/fluency/logs/perplexity/shard~0.log"
 
 
@@ -319,7 +319,7 @@ def test_no_temporary_files_or_resume_states_are_left_after_the_rerun(faulted):
     workdir, _ = faulted
     results = workdir / "results"
     assert not list(results.rglob(".*.tmp-*"))
-    assert not list(results.rglob("train_state.pt")) and not list(results.rglob("*.resume.pt"))
+    assert not list(results.rglob("*.state.pt")) and not list(results.rglob("*.seeds.jsonl"))
 
 
 def frame(workdir: Path, name: str, columns: list[str], key: list[str]) -> pd.DataFrame:

@@ -14,6 +14,7 @@ import yaml
 from snakemake.jobs import Reason
 
 from gpuflow.errors import GpuflowError
+from gpuflow.job.paths import RECORD, job_file
 from gpuflow.ops import snakemake_adapter
 from gpuflow.ops.plan import Job, plan_jobs, size_of
 from gpuflow.ops.snakemake_adapter import SUPPORTED, check_version, snakemake_version, why_it_runs
@@ -195,7 +196,7 @@ def test_the_plan_shows_what_earlier_jobs_of_a_rule_used_and_flags_low_use(
     monkeypatch.setenv("GPUFLOW_TELEMETRY_INTERVAL_S", "0.1")
     earlier = tmp_path / "results" / "probe" / "gpu~7.json"  # a job of another grid
     run_gpuflow("probe", "--hold", "2", "--out", str(earlier))  # mostly idle: low CPU use
-    recorded = json.loads(earlier.with_name("gpu~7.json.telemetry.json").read_text())
+    recorded = json.loads(job_file(earlier, RECORD).read_text())
     rows = plan(run_gpuflow, tmp_path)
     seen = rows["probe_gpu"]["telemetry"]
     assert seen["jobs_measured"] == 1 and seen["util_kind"] == "cpu"

@@ -15,6 +15,7 @@ import psutil
 import pytest
 import torch
 
+from gpuflow.job.paths import STATE, job_file
 from gpuflow.settings.blocks import family_schema, select
 from tests.conftest import BIN, gpuflow, workflow_env
 
@@ -117,7 +118,7 @@ def kill_tree(process: subprocess.Popen[bytes]) -> None:
 
 def kill_after_a_checkpoint(data: Path, out: Path, config: dict[str, Any], world: int) -> int:
     """Start a run, SIGKILL it once its first resume state exists; the epoch that state holds."""
-    state = out / ".run.resume.pt"
+    state = job_file(out / "run.json", STATE)
     process = subprocess.Popen(
         train_command(data, out, config, world), env=workflow_env(),
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -127,7 +128,7 @@ def kill_after_a_checkpoint(data: Path, out: Path, config: dict[str, Any], world
         time.sleep(0.02)
     kill_tree(process)
     assert state.exists() and not (out / "run.json").exists(), "the run was not killed mid-way"
-    return torch.load(state, weights_only=True)["epoch"]
+    return torch.load(state, weights_only=True)["data"]["epoch"]
 
 
 def weights(path: Path) -> dict[str, torch.Tensor]:
@@ -202,7 +203,7 @@ def test_a_killed_run_resumes_after_its_last_finished_epoch_and_finishes_like_an
     unbroken = train(data, tmp_path / "unbroken", config, world=2)
 
     out = tmp_path / "killed"
-    state = out / ".run.resume.pt"
+    state = job_file(out / "run.json", STATE)
     finished = kill_after_a_checkpoint(data, out, config, world=2)
     assert 1 <= finished < 4
 
@@ -230,7 +231,7 @@ def test_a_state_resumes_under_other_runtime_settings_but_not_on_other_data(tmp_
     reshuffled = prepare(tmp_path / "other", {**TINY_DATA, "n_train": 1536, "n_val": 64, "seed": 1})
     config = settings(epochs=4)
     killed = tmp_path / "killed"
-    state = killed / ".run.resume.pt"
+    state = job_file(killed / "run.json", STATE)
     finished = kill_after_a_checkpoint(data, killed, config, world=1)
 
     runtime = settings(epochs=4, eval_batch_size=7, num_workers=1)
@@ -240,7 +241,9 @@ def test_a_state_resumes_under_other_runtime_settings_but_not_on_other_data(tmp_
         (tmp_path / "data_seed", reshuffled, config, False),
     ):
         out.mkdir()
-        shutil.copy(state, out / state.name)
+        copy = job_file(out / "run.json", STATE)
+        copy.parent.mkdir(parents=True)
+        shutil.copy(state, copy)
         result = subprocess.run(
             train_command(split, out, run_config, world=1), capture_output=True, text=True,
             env=workflow_env(), timeout=300,
@@ -266,7 +269,7 @@ def test_a_crashed_rank_is_restarted_by_torchrun_and_resumes_from_the_last_epoch
     data = prepare(tmp_path / "data", {**TINY_DATA, "n_train": 1536, "n_val": 64})
     config = settings(epochs=3)
     out = tmp_path / "run"
-    state = out / ".run.resume.pt"
+    state = job_file(out / "run.json", STATE)
     command = train_command(data, out, config, world=2)
     command.insert(command.index("--standalone") + 1, "--max-restarts=1")
     launcher = subprocess.Popen(
@@ -277,7 +280,7 @@ def test_a_crashed_rank_is_restarted_by_torchrun_and_resumes_from_the_last_epoch
         time.sleep(0.02)
     victim = worker_of_rank(launcher, 1)
     assert victim is not None and not (out / "run.json").exists(), "no rank 1 to crash mid-run"
-    finished = torch.load(state, weights_only=True)["epoch"]
+    finished = torch.load(state, weights_only=True)["data"]["epoch"]
     victim.kill()  # one rank dies; the other rank and the torchrun agent live on
 
     output = launcher.communicate(timeout=300)[0].decode()

@@ -47,7 +47,7 @@ def test_a_tiny_scaling_study_produces_every_output(run_snakemake, tmp_path: Pat
     assert "[imdb]" in report and "[short]" in report and "COMPARISON" in report
     for name in ("epoch_time", "speedup_efficiency", "throughput", "accuracy", "compute_comm"):
         assert_drawn_figure(out / "figures" / f"{name}.png")
-    assert not list(out.glob("runs/*/*/*/.*resume.pt"))
+    assert not list(out.glob("jobs/**/*.state.pt"))
 
 
 def paper_plan(run_snakemake, tmp_path: Path) -> str:

@@ -15,8 +15,10 @@ from typing import Any
 
 import pytest
 
+from gpuflow.job.paths import RECORD, job_of
 from gpuflow.settings.blocks import family_schema, keys_of_kind
 from gpuflow.settings.validate import load_config, merge_config
+from gpuflow.sweep.seedlog import seeds_path
 from tests.conftest import REPO, job_counts, snakemake, tiny_config
 
 pytestmark = pytest.mark.workflow
@@ -187,7 +189,7 @@ def test_every_job_records_cpu_use_and_peak_memory_and_the_reports_show_them(fin
     records = {
         str(path.relative_to(results)): record
         for path in results.rglob("*.json")
-        if not path.name.endswith(".telemetry.json")
+        if "jobs" not in path.relative_to(results).parts
         for record in run_records(json.loads(path.read_text()))
     }
     writers = {name.split("/")[0] for name in records}
@@ -198,7 +200,8 @@ def test_every_job_records_cpu_use_and_peak_memory_and_the_reports_show_them(fin
         assert cpu["cpu_seconds"] > 0 and cpu["util_percent_mean"] > 0, (name, cpu)
         assert cpu["peak_rss_mb"] > 50, (name, cpu)  # every such step imports torch
         assert record["telemetry"]["gpu"]["absent"].startswith("NVML init failed"), name
-    files = list(results.rglob("*.telemetry.json"))
+    assert not list(results.rglob("*.telemetry.json")), "no job file beside the outputs"
+    files = list(results.glob("*/jobs/**/*.record.json"))
     for path in files:
         summary = json.loads(path.read_text())
         assert summary["status"] == "finished" and summary["interval_s"] == 0.5, path
@@ -212,10 +215,7 @@ def test_every_job_records_cpu_use_and_peak_memory_and_the_reports_show_them(fin
         text = report.read_text()
         section = text[text.index("## Jobs: devices used") :]
         folder = results / family
-        names = [
-            str(p.relative_to(folder))[: -len(".telemetry.json")]
-            for p in folder.rglob("*.telemetry.json")
-        ]
+        names = [job_of(p.relative_to(folder), RECORD) for p in folder.rglob("*.record.json")]
         shown = [name for name in names if f"| {name} | finished |" in section]
         assert len(shown) >= 2, (family, names, section)
         assert "% cpu |" in section and " MB |" in section, section
@@ -226,7 +226,7 @@ def test_a_forced_sweep_shard_computes_every_seed_again(finished, tmp_path):
     shutil.copytree(finished, workdir, symlinks=True)
     cell = "results/sweep/shards/method~gd/rank~2/width~4"
     shard = workdir / cell
-    assert not (shard / "shard~0.progress.jsonl").exists(), "progress goes with the table"
+    assert not seeds_path(shard / "shard~0.csv").exists(), "the seed log goes with the table"
     snakemake(workdir, TINY, f"{cell}/shard~0.csv", "--forcerun", "sweep_shard")
     record = json.loads((shard / "shard~0.run.json").read_text())
     assert record["computed"] == [0, 1, 2] and record["resumed"] == 0

@@ -56,7 +56,7 @@ def profile_run(slurm_cluster, tmp_path_factory):
 
 
 def zip_records(folder: Path) -> list[tuple[Path, dict[str, Any]]]:
-    # the probes' records, not their jobs' telemetry files beside them
+    # the probes' own records (their job records are in jobs/)
     paths = sorted(p for p in folder.glob("*.json") if not p.name.endswith(".telemetry.json"))
     return list(zip(paths, harness.read_records(paths), strict=True))
 

@@ -30,7 +30,7 @@ pytest_plugins = ["tests.slurm.fixtures"]
 
 SSVAE = "results/ssvae/frac~0.2/corrupt~0.0/alpha~10/seed~0/metrics.json"
 LOG = "results/ssvae/logs/train/frac~0.2/corrupt~0.0/alpha~10.log"
-STATE = "results/ssvae/frac~0.2/corrupt~0.0/alpha~10/train_state.pt"
+STATE = "results/ssvae/jobs/frac~0.2/corrupt~0.0/alpha~10/seed~0/metrics.json.state.pt"
 EPOCHS = 40  # of 1-5 s here: the orphan outlives the recovery steps
 TRAIN = "rule_ssvae_train"
 

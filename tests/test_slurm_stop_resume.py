@@ -29,6 +29,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
+from gpuflow.job.paths import SEEDS, job_file
 from tests.conftest import snakemake, tiny_config
 from tests.slurm import grid_faults, harness
 
@@ -37,7 +38,7 @@ pytest_plugins = ["tests.slurm.fixtures"]
 
 SSVAE = "results/ssvae/frac~0.2/corrupt~0.0/alpha~10/seed~0/metrics.json"
 LOG = "results/ssvae/logs/train/frac~0.2/corrupt~0.0/alpha~10.log"
-STATE = "results/ssvae/frac~0.2/corrupt~0.0/alpha~10/train_state.pt"
+STATE = "results/ssvae/jobs/frac~0.2/corrupt~0.0/alpha~10/seed~0/metrics.json.state.pt"
 EPOCHS = 120  # of 1-5 s here: a 1-minute limit cannot hold them
 SHARDS = "results/sweep/shards/method~gd/rank~2/width~4"
 SHARD_FILES = [f"{SHARDS}/shard~{i}.{ext}" for i in range(3) for ext in ("csv", "run.json")]
@@ -206,7 +207,7 @@ def test_a_job_ended_after_writing_its_outputs_is_retried_without_computing_agai
     assert [job["state"] for job in jobs] == ["CANCELLED", "COMPLETED"]
     record = json.loads((runs["cluster"] / LINGERING).with_suffix(".run.json").read_text())
     assert record["computed"] == [] and record["resumed"] == 1, record
-    kept = runs["cluster"] / f"{SHARDS}/shard~3.progress.jsonl"
+    kept = job_file(runs["cluster"] / f"{SHARDS}/shard~3.csv", SEEDS)
     assert not kept.exists(), "the run drops the kept progress once the outputs are accepted"
 
 

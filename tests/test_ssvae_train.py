@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 import torch
 
+from gpuflow.job.paths import STATE, job_file
+from gpuflow.job.state import State
 from gpuflow.settings.blocks import family_schema, select
 from gpuflow.ssvae.batches import epoch_indices
 from gpuflow.ssvae.data import split_embedded
@@ -141,9 +143,7 @@ def test_the_unlabelled_bound_sums_the_labelled_bound_over_classes_plus_entropy(
 def test_a_dataloader_with_workers_gives_the_numbers_of_device_resident_data(data_path, tmp_path):
     settings = {**TINY, "epochs": 2, "eval_frequency": 1}
     runs = [Run("m2", 0.05, 0.0, 1.0, s) for s in (0, 1)]
-    resident = train(
-        runs, data_path, settings, [tmp_path / "a0.json", tmp_path / "a1.json"], tmp_path / "a.pt"
-    )
+    resident = train(runs, data_path, settings, [tmp_path / "a0.json", tmp_path / "a1.json"])
     loaded = train(
         runs,
         data_path,
@@ -155,7 +155,6 @@ def test_a_dataloader_with_workers_gives_the_numbers_of_device_resident_data(dat
             "pin_memory": True,
         },
         [tmp_path / "b0.json", tmp_path / "b1.json"],
-        tmp_path / "b.pt",
     )
     for a, b in zip(resident, loaded, strict=True):
         assert a["curve"] == b["curve"]
@@ -168,7 +167,6 @@ def test_eval_frequency_evaluates_every_kth_epoch_and_always_the_last(data_path,
         data_path,
         settings,
         [tmp_path / "m.json"],
-        tmp_path / "s.pt",
     )
     evaluated = [row["epoch"] for row in metrics["curve"] if "test_accuracy" in row]
     assert evaluated == [2, 4, 5]
@@ -208,8 +206,6 @@ def train_command(data_path, out_dir, epochs):
         "--threads",
         "1",
         *step_arguments(settings),
-        "--state",
-        str(out_dir / "train_state.pt"),
         "--out",
         str(out_dir / "seed~4.json"),
         str(out_dir / "seed~9.json"),
@@ -231,7 +227,7 @@ def test_a_run_killed_after_a_checkpoint_resumes_to_identical_metrics(data_path,
     subprocess.run(
         train_command(data_path, whole, epochs), check=True, env=workflow_env(), capture_output=True
     )
-    state = killed / "train_state.pt"
+    state = job_file(killed / "seed~4.json", STATE)
     process = subprocess.Popen(
         train_command(data_path, killed, epochs),
         env=workflow_env(),
@@ -244,7 +240,7 @@ def test_a_run_killed_after_a_checkpoint_resumes_to_identical_metrics(data_path,
     os.kill(process.pid, signal.SIGKILL)
     process.wait()
     assert process.returncode == -signal.SIGKILL
-    saved = torch.load(state, weights_only=True)
+    saved = torch.load(state, weights_only=True)["data"]
     assert 1 <= saved["epoch"] < epochs and not (killed / "seed~4.json").exists()
     rerun = subprocess.run(
         train_command(data_path, killed, epochs),
@@ -263,7 +259,6 @@ def test_a_run_killed_after_a_checkpoint_resumes_to_identical_metrics(data_path,
 
 def test_a_state_from_other_settings_is_not_resumed(data_path, tmp_path):
     settings = {**TINY, "epochs": 1}
-    state = tmp_path / "s.pt"
     trainer = StackTrainer(
         [Run("baseline", 0.05, 0.0, None, 0)],
         dict(np.load(data_path)),
@@ -271,9 +266,9 @@ def test_a_state_from_other_settings_is_not_resumed(data_path, tmp_path):
         CPU,
     )
     trainer.epoch = 1
-    torch.save(trainer.state("another fingerprint"), state)
+    State(tmp_path / "m.json", "another fingerprint").save(trainer.state())
     (metrics,) = train(
-        [Run("baseline", 0.05, 0.0, None, 0)], data_path, settings, [tmp_path / "m.json"], state
+        [Run("baseline", 0.05, 0.0, None, 0)], data_path, settings, [tmp_path / "m.json"]
     )
     assert metrics["timing"]["resumed_from_epoch"] is None
 
@@ -282,21 +277,21 @@ class Interrupted(Exception):
     """Stands for a job killed right after its first checkpoint."""
 
 
-def interrupt_after_first_checkpoint(monkeypatch, runs, data_path, settings, state) -> None:
+def interrupt_after_first_checkpoint(monkeypatch, runs, data_path, settings, out) -> None:
     """Train until the first state is on disk, then stop, as a killed job would."""
     from gpuflow.ssvae import train as train_module
 
     write_state = train_module.save_state
 
-    def save_then_stop(path, saved):
-        write_state(path, saved)
+    def save_then_stop(state, saved):
+        write_state(state, saved)
         raise Interrupted
 
     with monkeypatch.context() as patched:
         patched.setattr(train_module, "save_state", save_then_stop)
         with pytest.raises(Interrupted):
-            train(runs, data_path, settings, [state.with_suffix(".json")], state)
-    assert state.exists()
+            train(runs, data_path, settings, [out])
+    assert job_file(out, STATE).exists()
 
 
 def test_a_state_resumes_under_other_runtime_settings_to_the_same_metrics(
@@ -304,11 +299,11 @@ def test_a_state_resumes_under_other_runtime_settings_to_the_same_metrics(
 ):
     settings = {**TINY, "epochs": 2, "eval_frequency": 1}
     runs = [Run("m2", 0.05, 0.0, 1.0, 0)]
-    (whole,) = train(runs, data_path, settings, [tmp_path / "whole.json"], tmp_path / "w.pt")
-    state = tmp_path / "s.pt"
-    interrupt_after_first_checkpoint(monkeypatch, runs, data_path, settings, state)
+    (whole,) = train(runs, data_path, settings, [tmp_path / "whole.json"])
+    out = tmp_path / "r.json"
+    interrupt_after_first_checkpoint(monkeypatch, runs, data_path, settings, out)
     runtime = {"eval_batch_size": 64, "data_on_device": False, "num_workers": 1}
-    (resumed,) = train(runs, data_path, {**settings, **runtime}, [tmp_path / "r.json"], state)
+    (resumed,) = train(runs, data_path, {**settings, **runtime}, [out])
     assert resumed["timing"]["resumed_from_epoch"] == 1
     assert resumed["test_accuracy"] == whole["test_accuracy"]
     for ours, theirs in zip(resumed["curve"], whole["curve"], strict=True):
@@ -325,7 +320,7 @@ def test_a_state_written_for_another_data_split_is_not_resumed(tmp_path, monkeyp
         paths.append(path)
     settings = {**TINY, "epochs": 2}
     runs = [Run("baseline", 0.05, 0.0, None, 0)]
-    state = tmp_path / "s.pt"
-    interrupt_after_first_checkpoint(monkeypatch, runs, paths[0], settings, state)
-    (metrics,) = train(runs, paths[1], settings, [tmp_path / "m.json"], state)
+    out = tmp_path / "m.json"
+    interrupt_after_first_checkpoint(monkeypatch, runs, paths[0], settings, out)
+    (metrics,) = train(runs, paths[1], settings, [out])
     assert metrics["timing"]["resumed_from_epoch"] is None

@@ -21,16 +21,15 @@ from typing import Any
 
 import pytest
 
+from gpuflow.job.paths import RECORD, job_file
+from gpuflow.job.progress import ProgressWriter, progress_path, write_progress
 from gpuflow.ops.plan import Job, plan_jobs
 from gpuflow.ops.snakemake_adapter import Marker, failed_jobs, snakemake_started
 from gpuflow.ops.status.collect import Seen, classify, telemetry_gpu_hours
 from gpuflow.ops.status.main import run_state
 from gpuflow.ops.status.progress import Progress, job_progress
 from gpuflow.ops.status.report import as_dict, render
-from gpuflow.progressfile import progress_path, write_progress
 from gpuflow.slurm.queue import SlurmJob
-from gpuflow.sweep.progress import ProgressFile
-from gpuflow.sweep.progress import progress_path as sweep_progress_path
 from tests.conftest import BIN, REPO, workflow_env
 
 SNAKEFILE = REPO / "tests" / "slurm" / "status" / "Snakefile"
@@ -113,7 +112,7 @@ def test_a_job_killed_with_its_run_is_left_incomplete_behind_a_stale_lock(tmp_pa
     config.write_text("steps: 60\nstep_seconds: 1\n", encoding="utf-8")
     command = run_command(tmp_path, config, backend, "--cores", "1", "results/out/slow.txt")
     run = subprocess.Popen(command, env=workflow_env(), start_new_session=True)
-    progress = tmp_path / "results" / "out" / "slow.txt.progress.json"
+    progress = progress_path(tmp_path / "results" / "out" / "slow.txt")
     deadline = time.monotonic() + 60
     while not progress.exists():
         assert run.poll() is None and time.monotonic() < deadline
@@ -240,55 +239,42 @@ def job(rule: str, output: str, log: str, **wildcards: str) -> Job:
     return Job(rule=rule, local=False, wildcards=wildcards, output=[output], log=[log])
 
 
-def test_sweep_shard_progress_counts_the_seeds_of_its_progress_file(tmp_path):
-    out = tmp_path / "shard~0.csv"
-    log = tmp_path / "shard.log"
-    log.write_text("method~gd: 5 seeds, 1 already done, computing 4: [1, 2, 3, 4]\n")
-    progress_file = ProgressFile(sweep_progress_path(out), {"method": "gd"}).open()
-    progress_file.add_ok(0, {"seed": 0})
-    progress_file.add_failed(1, "diverged")
-    progress_file.add_ok(2, {"seed": 2})
-    progress_file.close()
-    found = job_progress(job("sweep_shard", str(out), str(log)), tmp_path, {}, started=0.0)
-    assert (found.done, found.total, found.unit, found.resumed_at) == (3, 5, "seeds", 1)
+@pytest.mark.parametrize(
+    ("rule", "output", "unit"),
+    [
+        ("fluency_perplexity", "results/fluency/perplexity/shard~0.csv", "tokens"),
+        ("fluency_toxicity", "results/fluency/toxicity/shard~0.csv", "texts"),
+        ("sweep_shard", "results/sweep/shards/method~gd/rank~2/width~4/shard~0.csv", "seeds"),
+        ("ssvae_train", "results/ssvae/frac~0.1/corrupt~0.0/alpha~1/seed~0/metrics.json", "epochs"),
+        ("scaling_train", "results/scaling/runs/short/nodes~1/world~2/run.json", "epochs"),
+    ],
+)
+def test_every_long_step_s_progress_is_its_job_progress_file(tmp_path, rule, output, unit):
+    """One format for every family: status reads the file `gpuflow.job` writes, not a log."""
+    log = tmp_path / "step.log"
+    log.write_text("epoch 3/20 loss [1.0]\n1 seeds, 0 already done\n")  # never read
+    writer = ProgressWriter(progress_path(tmp_path / output), total=20, unit=unit, resumed_at=1)
+    writer.update(3)
+    found = job_progress(job(rule, output, str(log)), tmp_path)
+    assert (found.done, found.total, found.unit, found.resumed_at) == (3, 20, unit, 1)
+    assert found.source == str(progress_path(tmp_path / output))
+    progress_path(tmp_path / output).unlink()
+    assert job_progress(job(rule, output, str(log)), tmp_path) is None, "no log is read"
 
 
-def test_ssvae_progress_is_the_last_epoch_its_log_reports(tmp_path):
-    log = tmp_path / "train.log"
-    log.write_text(
-        "resumed from x/train_state.pt after epoch 1\n"
-        "epoch 1/20 loss [1144.422] test accuracy [0.067]\n"
-        "epoch 2/20 loss [1127.09] test accuracy [0.096]\n"
-        "epoch 3/20 loss [1110.567]\n"
-    )
-    found = job_progress(job("ssvae_train", str(tmp_path / "m.json"), str(log)), tmp_path, {}, 0)
-    assert (found.done, found.total, found.unit, found.resumed_at) == (3, 20, "epochs", 1)
-
-
-def test_scaling_progress_is_the_epochs_its_log_records_of_the_configured_epochs(tmp_path):
-    log = tmp_path / "train.log"
-    log.write_text(
-        "resuming after epoch 1 from x\n"
-        + "".join(json.dumps({"epoch": e, "train_loss": 0.5}) + "\n" for e in (2, 3))
-    )
-    config = {"scaling": {"configurations": {"short": {"train": {"epochs": 5}}}}}
-    train = job("scaling_train", str(tmp_path / "run.json"), str(log), cfg="short", world="2")
-    found = job_progress(train, tmp_path, config, started=0.0)
-    assert (found.done, found.total, found.resumed_at) == (3, 5, 1)
-
-
-def test_a_progress_json_beside_an_output_wins(tmp_path):
+def test_a_progress_file_of_any_output_of_the_job_is_found(tmp_path):
     out = tmp_path / "perplexity" / "shard~0.csv"
-    out.parent.mkdir()
     write_progress(progress_path(out), done=300, total=1000, unit="texts", started=10.0)
-    found = job_progress(job("fluency_perplexity", str(out), "-"), tmp_path, {}, started=0.0)
+    other = Job(rule="fluency_perplexity", local=False, output=["other.csv", str(out)], log=[])
+    found = job_progress(other, tmp_path)
     assert (found.done, found.total, found.unit, found.started) == (300, 1000, "texts", 10)
     assert found.eta_s(now=found.updated) == pytest.approx((found.updated - 10) * 700 / 300)
 
 
 def test_gpu_hours_used_come_from_a_telemetry_file_only_where_nvml_saw_the_gpus(tmp_path):
     output = tmp_path / "metrics.json"
-    telemetry = tmp_path / "metrics.json.telemetry.json"
+    telemetry = job_file(output, RECORD)
+    telemetry.parent.mkdir(parents=True)
     telemetry.write_text(json.dumps({"gpu": {"count": 2, "gpu_hours": 1.5}}))
     assert telemetry_gpu_hours(output) == 1.5
     telemetry.write_text(json.dumps({"gpu": {"absent": "NVML init failed", "count": 0}}))

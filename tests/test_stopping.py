@@ -12,6 +12,7 @@ import time
 import pytest
 import torch
 
+from gpuflow.job.paths import RECORD, STATE, job_file
 from tests.conftest import BIN, workflow_env
 from tests.test_ssvae_train import comparable, data_path, train_command
 
@@ -36,7 +37,7 @@ def test_a_warned_training_saves_after_its_epoch_stops_and_the_retry_resumes_the
     subprocess.run(
         train_command(data_path, whole, epochs), check=True, env=workflow_env(), capture_output=True
     )
-    state = stopped / "train_state.pt"
+    state = job_file(stopped / "seed~4.json", STATE)
     process = subprocess.Popen(
         train_command(data_path, stopped, epochs),
         env=workflow_env(),
@@ -47,7 +48,7 @@ def test_a_warned_training_saves_after_its_epoch_stops_and_the_retry_resumes_the
     wait_for(state, process)
     process.send_signal(signum)
     out, err = process.communicate(timeout=120)
-    saved = torch.load(state, weights_only=True)["epoch"]
+    saved = torch.load(state, weights_only=True)["data"]["epoch"]
     assert process.returncode == 2, err
     assert f"stopped by {signum.name} after epoch {saved} of {epochs}" in err
     assert f"epoch {saved}/{epochs}" in out, "the epoch in progress was finished, then saved"
@@ -80,6 +81,6 @@ def test_a_step_outside_a_loop_stops_at_once_with_one_line_and_writes_nothing(tm
     assert err.strip().splitlines() == [
         "gpuflow probe: error: stopped by SIGTERM before finishing (nothing saved)"
     ]
-    telemetry = tmp_path / "record.json.telemetry.json"
-    assert [p.name for p in tmp_path.iterdir()] == [telemetry.name]  # no output, its telemetry
-    assert json.loads(telemetry.read_text())["status"] == "stopped"
+    record = job_file(out, RECORD)
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == [record]  # no output, its record
+    assert json.loads(record.read_text())["status"] == "stopped"

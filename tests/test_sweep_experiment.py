@@ -7,7 +7,7 @@ import json
 import torch
 
 from gpuflow.sweep.experiment import make_problem, run_seed
-from gpuflow.sweep.progress import ProgressFile
+from gpuflow.sweep.seedlog import SeedLog, seeds_path
 
 DATA = {"seed": 0, "input_dim": 8, "output_dim": 8, "n_train": 4, "label_noise": 0.0}
 GD = {"lr": 0.5, "init_scale": 0.01, "loss_threshold": 0.5, "max_steps": 10000}
@@ -81,15 +81,16 @@ def test_guess_and_check_that_cannot_succeed_spends_the_budget_and_reports_its_b
     assert 0 < row["train_error"] < 1
 
 
-def test_the_progress_file_keeps_finished_seeds_and_cuts_a_torn_last_line(tmp_path):
-    path = tmp_path / "shard~0.progress.jsonl"
-    progress = ProgressFile(path, {"a": 1}).open()
+def test_the_seed_log_keeps_finished_seeds_and_cuts_a_torn_last_line(tmp_path):
+    out = tmp_path / "shard~0.csv"
+    path = seeds_path(out)
+    progress = SeedLog(out, {"a": 1}).open()
     progress.add_ok(0, {"seed": 0, "x": 0.5})
     progress.add_failed(1, "boom")
     progress.close()
     with open(path, "a", encoding="utf-8") as handle:
         handle.write('{"kind": "seed", "seed": 2, "sta')  # killed mid-write
-    again = ProgressFile(path, {"a": 1}).open()
+    again = SeedLog(out, {"a": 1}).open()
     assert again.done() == {0: {"seed": 0, "x": 0.5}}
     again.add_ok(2, {"seed": 2})
     again.close()
@@ -97,11 +98,11 @@ def test_the_progress_file_keeps_finished_seeds_and_cuts_a_torn_last_line(tmp_pa
     assert [line.get("seed") for line in lines] == [None, 0, 1, 2]
 
 
-def test_a_progress_file_written_for_other_settings_is_started_over(tmp_path):
-    path = tmp_path / "p.jsonl"
-    first = ProgressFile(path, {"a": 1}).open()
+def test_a_seed_log_written_for_other_settings_is_started_over(tmp_path):
+    out = tmp_path / "shard~0.csv"
+    first = SeedLog(out, {"a": 1}).open()
     first.add_ok(0, {"seed": 0})
     first.close()
-    second = ProgressFile(path, {"a": 2}).open()
+    second = SeedLog(out, {"a": 2}).open()
     second.close()
     assert second.started_over and second.done() == {}

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuflow.sweep.seedlog import seeds_path
 from tests.conftest import BIN, REPO, workflow_env
 
 # Guess-and-check that can never reach its threshold: every seed does the same, fixed work.
@@ -71,7 +72,7 @@ def table(path: Path) -> list[dict[str, str]]:
 
 
 def progress_lines(out: Path) -> list[dict]:
-    path = out.with_name(f"{out.stem}.progress.jsonl")
+    path = seeds_path(out)
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
@@ -145,7 +146,7 @@ def test_a_shard_killed_midway_reruns_only_the_missing_seeds_and_ends_identical(
     assert rerun.returncode == 0, rerun.stderr
     assert computed_seeds(rerun.stderr) == sorted(set(range(6)) - done_before)
     assert table(out) == reference
-    assert not out.with_name(f"{out.stem}.progress.jsonl").exists(), "the table holds it all now"
+    assert not seeds_path(out).exists(), "the table holds it all now"
 
 
 def test_a_worker_that_dies_hands_its_seeds_to_the_survivor_and_the_shard_completes(

@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from gpuflow.sweep.seedlog import seeds_path
 from tests.conftest import REPO, tiny_config
 from tests.figures import assert_drawn_figure
 
@@ -33,7 +34,7 @@ def test_the_sweep_runs_end_to_end_into_one_table_and_figures(tmp_path, run_snak
     for figure in ("test_error", "guesses"):
         assert_drawn_figure(tmp_path / f"results/sweep/figures/{figure}.png")
     shard_dir = tmp_path / "results/sweep/shards/method~gd/rank~2/width~4"
-    assert not (shard_dir / "shard~1.progress.jsonl").exists(), "progress goes with the table"
+    assert not seeds_path(shard_dir / "shard~1.csv").exists(), "the seed log goes with the table"
     log = (tmp_path / "results/sweep/logs/method~gd/rank~2/width~4/shard~0.log").read_text()
     assert "2/2" in log, "the progress bar is in the log"
     again = run_snakemake(tmp_path, TINY, "-n")

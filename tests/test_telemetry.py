@@ -1,7 +1,7 @@
 """Telemetry of every job, on real processes: the sampler counts a busy child's CPU time and a
 child's allocation in peak RSS; without NVML the GPU part says why; every step run through
-`gpuflow` leaves `<first output>.telemetry.json` (finished or failed) and holds its summary in
-its run record; the flags read real recorded numbers."""
+`gpuflow` leaves its job record (`jobs/<first output>.record.json`, finished or failed) and
+holds its summary in its run record; the flags read real recorded numbers."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ import time
 import pytest
 
 from gpuflow.cli import main as gpuflow_main
+from gpuflow.job.record import job_record, record_path
 from gpuflow.job.telemetry.flags import flag, likely_reason
-from gpuflow.job.telemetry.job import job_gpus, job_telemetry, note, telemetry_path
+from gpuflow.job.telemetry.job import job_gpus, note
 from gpuflow.job.telemetry.nvml import Gpus
 from gpuflow.job.telemetry.processes import ProcessTree
 from gpuflow.job.telemetry.sampler import Sampler
@@ -88,7 +89,7 @@ def test_a_step_writes_its_telemetry_file_and_run_record(tmp_path, monkeypatch, 
     monkeypatch.setenv("GPUFLOW_TELEMETRY_INTERVAL_S", str(INTERVAL))
     out = tmp_path / "record.json"
     assert gpuflow_main(["probe", "--out", str(out), "--hold", "0.3"]) == 0
-    telemetry = json.loads(telemetry_path(out).read_text())
+    telemetry = json.loads(record_path(out).read_text())
     assert telemetry["status"] == "finished"
     assert telemetry["interval_s"] == INTERVAL
     assert telemetry["samples"] >= 3
@@ -106,22 +107,22 @@ def test_a_failed_step_records_its_telemetry_too(tmp_path, capsys):
     files = {"texts": {"source": "files", "files": [str(bad)], "id_column": "id"}}
     argv = ["fluency-texts", "--settings", json.dumps(files), "--out", str(out)]
     assert gpuflow_main(argv) == 2
-    assert json.loads(telemetry_path(out).read_text())["status"].startswith("failed")
+    assert json.loads(record_path(out).read_text())["status"].startswith("failed")
     assert not out.exists()
 
 
 def test_only_rank_0_of_a_torchrun_job_samples(tmp_path, monkeypatch):
     monkeypatch.setenv("RANK", "1")
-    with job_telemetry([tmp_path / "out.json"]) as job:
+    with job_record("test", [tmp_path / "out.json"]) as job:
         assert job is None
-    assert not telemetry_path(tmp_path / "out.json").exists()
+    assert not record_path(tmp_path / "out.json").exists()
 
 
 def recorded_job(tmp_path, name: str, wait_s: float, work_s: float, steps: int) -> dict:
     """A real job of `steps` steps that waits `wait_s` for each batch and computes `work_s`,
     noting its measured waiting time and step time as the steps do."""
     out = tmp_path / name
-    with job_telemetry([out]):
+    with job_record("test", [out]):
         waited, started = 0.0, time.perf_counter()
         for _ in range(steps):
             if wait_s:
@@ -132,7 +133,7 @@ def recorded_job(tmp_path, name: str, wait_s: float, work_s: float, steps: int) 
             while time.perf_counter() < end:
                 pass
         note(data_wait_s=waited, step_s=(time.perf_counter() - started) / steps, batch_size=4)
-    return json.loads(telemetry_path(out).read_text())
+    return json.loads(record_path(out).read_text())
 
 
 def test_flags_name_data_loading_or_tiny_batches_from_the_jobs_own_timings(tmp_path, monkeypatch):

@@ -18,10 +18,8 @@ from types import ModuleType
 
 import gpuflow
 from gpuflow.errors import WRITE_ERRNOS, GpuflowError
-from gpuflow.job.gpulock import gpus_for_this_process
-from gpuflow.job.outputlock import exclusive_outputs, locks_this_process, step_outputs
-from gpuflow.job.stopping import install as install_stop_handlers
-from gpuflow.job.telemetry.job import job_telemetry
+from gpuflow.job import Job
+from gpuflow.job.outputlock import step_outputs
 
 
 def step_modules() -> Iterator[ModuleType]:
@@ -44,20 +42,16 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run one step; a GpuflowError becomes one clear line on stderr and exit status 2.
 
-    SIGTERM and SIGUSR1 (SLURM's end of time, preemption, or its warning) stop the step
-    cleanly (gpuflow.job.stopping). The step holds the lock of each of its outputs
-    (gpuflow.job.outputlock) while it runs, so a second run of the same job fails at once. When the
-    step needs device locks (whole-node mode, see gpuflow.job.gpulock) they are taken here, before
-    the step imports torch. A sampler thread records the job's GPU and CPU use while it runs
-    (gpuflow.job.telemetry.job), started after the device locks set CUDA_VISIBLE_DEVICES.
+    The step runs inside one job context (gpuflow.job.Job, reachable as `gpuflow.job.current()`
+    and `args.job`): it holds the step's output locks and device locks (taken here, before the
+    step imports torch), stops cleanly on SIGTERM and SIGUSR1, gives the step its resume state
+    and progress file, and writes the job record when the step ends.
     """
     args = build_parser().parse_args(argv)
-    install_stop_handlers()
-    outputs = step_outputs(args) if locks_this_process() else []
     try:
-        with exclusive_outputs(outputs), gpus_for_this_process(), job_telemetry(outputs) as job:
-            code = int(args.run(args) or 0)
-            return job.finish(code) if job is not None else code
+        with Job(args.step, step_outputs(args)) as job:
+            args.job = job
+            return job.finish(int(args.run(args) or 0))
     except GpuflowError as error:
         print(f"gpuflow {args.step}: error: {error}", file=sys.stderr)
         return 2

@@ -71,7 +71,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="remove the resume states the workflow kept for jobs whose outputs now exist",
     )
     clean_states.add_argument("--directory", default=".", help="working directory of the workflow")
-    clean_states.set_defaults(run=lazy("gpuflow.finished_states:clean_main"))
+    clean_states.set_defaults(run=lazy("gpuflow.job.finished_states:clean_main"))
 
     with_gpus = subparsers.add_parser(
         "with-gpus",

@@ -13,7 +13,9 @@ from snakemake.logging import logger
 
 from gpuflow.settings.validate import check_files_exist
 from gpuflow.errors import GpuflowError
-from gpuflow.finished_states import RECORDS_ENV, clean, records_folder
+from gpuflow.job.finished_states import RECORDS_ENV, clean, records_folder
+from gpuflow.settings.validate import check_files_exist
+from gpuflow.job.finished_states import RECORDS_ENV, clean, records_folder
 from gpuflow.modelref import check_model_reference
 from gpuflow.settings.blocks import schema_families, split_json
 from gpuflow.job.stopping import ignore_warning
@@ -51,7 +53,7 @@ LOW_UTILISATION = TELEMETRY["low_utilisation_percent"]
 
 # Steps keep their resume states past their outputs until the run has accepted those (a SLURM
 # job can still time out after writing them, and its retry then resumes); see
-# gpuflow.finished_states. Jobs re-parse this file in the same folder and record there.
+# gpuflow.job.finished_states. Jobs re-parse this file in the same folder and record there.
 os.environ[RECORDS_ENV] = str(records_folder("."))
 
 

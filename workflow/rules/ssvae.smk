@@ -21,8 +21,7 @@ SSVAE_TRAIN_SHELL = (
     "GPUFLOW_GPUS={resources.gpu} gpuflow ssvae-train --model m2 --data {input.data:q} --frac {wildcards.frac}"
     " --corrupt {wildcards.corrupt} --alpha {wildcards.alpha} --seeds {params.seeds}"
     " --settings {params.settings} --runtime {resources.runtime_settings}"
-    " --out {output.metrics:q} --state {params.state:q}"
-    " --threads {threads} > {log:q} 2>&1"
+    " --out {output.metrics:q} --threads {threads} > {log:q} 2>&1"
 )
 
 
@@ -73,7 +72,6 @@ if SSVAE_STACKED:
         params:
             seeds=" ".join(SSVAE_GRID["seeds"]),
             settings=ssvae_train_settings(),
-            state=lambda w: f"{SSVAE_DIR}/{SSVAE_POINT.format(**w)}/train_state.pt",
         shell:
             SSVAE_TRAIN_SHELL
 
@@ -99,7 +97,6 @@ else:
         params:
             seeds=lambda w: w.seed,
             settings=ssvae_train_settings(),
-            state=lambda w: f"{SSVAE_DIR}/{SSVAE_POINT.format(**w)}/seed~{w.seed}/train_state.pt",
         shell:
             SSVAE_TRAIN_SHELL
 
@@ -124,12 +121,11 @@ rule ssvae_baseline:
     params:
         seeds=" ".join(SSVAE_GRID["seeds"]),
         settings=ssvae_train_settings(),
-        state=lambda w: f"{SSVAE_DIR}/{SSVAE_BASELINE_POINT.format(**w)}/train_state.pt",
     shell:
         "GPUFLOW_GPUS={resources.gpu} gpuflow ssvae-train --model baseline --data {input.data:q} --frac {wildcards.frac}"
         " --corrupt {wildcards.corrupt} --seeds {params.seeds} --settings {params.settings}"
         " --runtime {resources.runtime_settings}"
-        " --out {output.metrics:q} --state {params.state:q} --threads {threads} > {log:q} 2>&1"
+        " --out {output.metrics:q} --threads {threads} > {log:q} 2>&1"
 
 
 rule ssvae_aggregate:

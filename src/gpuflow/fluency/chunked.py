@@ -2,14 +2,14 @@
 
 A scoring step (perplexity segments, toxicity texts) cuts its items into batches fixed by the
 input and its settings, and groups consecutive batches into chunks of at least `chunk_weight`
-(tokens or texts). After each chunk, the per-item scores so far go atomically into a resume
-state beside the output: hidden, and no Snakemake output (Snakemake deletes the outputs of a
-failed job). When SLURM (or a user) asks the step to stop (gpuflow.job.stopping), it finishes the
+(tokens or texts). After each chunk, the per-item scores so far go atomically into the job's
+resume state (gpuflow.job.state; no Snakemake output: Snakemake deletes the outputs of a failed
+job). When SLURM (or a user) asks the step to stop (gpuflow.job.stopping), it finishes the
 batches in hand, saves, and ends with one line; the next run skips every batch already scored,
 so it scores each remaining batch exactly as an uninterrupted run would. A state from other
 texts, model, results settings or gpuflow version (its fingerprint differs) is ignored with one
-line. `<output>.progress.json` (gpuflow.progressfile) tells how far the step is. Both files go
-once the output is written.
+line. The job's progress file (gpuflow.job.progress) tells how far the step is. Both go once
+the output is written (kept until the workflow has accepted it).
 """
 
 from __future__ import annotations
@@ -24,23 +24,20 @@ import numpy as np
 import torch
 
 import gpuflow
-from gpuflow.finished_states import release
-from gpuflow.job.atomic import save_torch
-from gpuflow.job.stopping import requested, stop_if_requested
-from gpuflow.progressfile import ProgressWriter, progress_path
-from gpuflow.resume import read_state
+from gpuflow.job import current
+from gpuflow.job.paths import STATE, job_file
+from gpuflow.job.progress import ProgressWriter
 
 
 def state_path(out: str | Path) -> Path:
-    """The resume state of output `out`: `.<name>.resume.pt` in the same folder."""
-    out = Path(out)
-    return out.with_name(f".{out.name}.resume.pt")
+    """The resume state of the job writing output `out` (gpuflow.job.paths)."""
+    return job_file(out, STATE)
 
 
 def finish(out: str | Path) -> None:
     """Output `out` and its run record are written: release its resume state and progress file."""
     run_record = Path(out).with_suffix(".run.json")
-    release([state_path(out), progress_path(out)], outputs=[out, run_record])
+    current([out]).release(outputs=[out, run_record])
 
 
 def texts_digest(text_ids: Sequence[Any], texts: Sequence[str]) -> str:
@@ -96,8 +93,10 @@ class ChunkedScores:
         unit: str,
     ):
         n_items = sum(len(b) for b in batches)
-        self.state_file = None if out is None else state_path(out)
-        self.fingerprint = fingerprint
+        self.job = current([] if out is None else [out])
+        self.state = None if out is None else self.job.state(fingerprint=fingerprint)
+        self.state_file = None if self.state is None else self.state.path
+        self.unit = unit
         self.batches, self.weights = list(batches), np.asarray(weights, dtype=np.int64)
         self.chunks = plan_chunks(weights, chunk_weight)
         self.chunk_of = np.zeros(len(self.batches), dtype=np.int64)
@@ -108,25 +107,12 @@ class ChunkedScores:
         self.batch_done = np.zeros(len(self.batches), dtype=bool)
         self.resumed_chunks, self.resumed_weight = 0, 0
         self.unsaved = False
-        self.progress = (
-            None
-            if out is None
-            else ProgressWriter(progress_path(out), int(self.weights.sum()), unit)
-        )
+        self.progress: ProgressWriter | None = None
 
     def _load(self) -> tuple[np.ndarray, dict[str, np.ndarray]] | None:
         """The done flags and score columns saved for this output, or None (and why)."""
-        if self.state_file is None:
-            return None
-        state = read_state(self.state_file, "cpu")
+        state = None if self.state is None else self.state.load("cpu")
         if state is None:
-            return None
-        if state.get("fingerprint") != self.fingerprint:
-            print(
-                f"ignoring {self.state_file}: it belongs to other texts, model or settings;"
-                " starting over",
-                flush=True,
-            )
             return None
         try:
             done = state["done"].numpy().copy()
@@ -152,6 +138,9 @@ class ChunkedScores:
         self.batch_done = np.array([bool(self.done[b].all()) for b in self.batches], dtype=bool)
         self.resumed_chunks = self.chunks_done()
         self.resumed_weight = int(self.weights[self.batch_done].sum())
+        if self.state is not None:
+            total = int(self.weights.sum())
+            self.progress = self.job.progress(total, self.unit, resumed_at=self.resumed_weight)
         if saved is not None:
             print(
                 f"resumed from {self.state_file} with {self.resumed_chunks} of"
@@ -189,27 +178,27 @@ class ChunkedScores:
     def save(self) -> None:
         """Write the scores so far atomically (a kill mid-write keeps the previous state)."""
         self.unsaved = False
-        if self.state_file is None:
+        if self.state is None:
             return
-        state = {
-            "fingerprint": self.fingerprint,
-            "done": torch.from_numpy(self.done),
-            "values": {name: torch.from_numpy(v) for name, v in self.values.items()},
-        }
-        save_torch(self.state_file, state)
+        self.state.save(
+            {
+                "done": torch.from_numpy(self.done),
+                "values": {name: torch.from_numpy(v) for name, v in self.values.items()},
+            }
+        )
 
     def stop_if_requested(self) -> None:
         """Save what is unsaved and end the step (Stopped) when a stop was requested.
 
         A request after the last batch changes nothing: the step writes its output.
         """
-        if requested() is None or self.batch_done.all():
+        if not self.job.stop_requested() or self.batch_done.all():
             return
         if self.unsaved:
             self.save()
         self._show_progress(force=True)
         where = "" if self.state_file is None else f" in {self.state_file}"
-        stop_if_requested(
+        self.job.stop_if_requested(
             f"after {self.chunks_done()} of {len(self.chunks)} chunks (state saved{where})"
         )
 

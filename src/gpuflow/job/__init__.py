@@ -1,1 +1,10 @@
-"""The step lifecycle of every family: outputs, locks, state, progress, stops, record."""
+"""gpuflow.job: the lifecycle every step runs inside (see `context`).
+
+Modules: `context` (the Job a step asks for everything), `paths` (where job files live),
+`state` (resume states), `progress` (progress files), `record` (the job record),
+`finished_states` (states kept until the run accepts the outputs), `divergence` (NaN guard).
+"""
+
+from gpuflow.job.context import Job, current
+
+__all__ = ["Job", "current"]

@@ -7,9 +7,9 @@ per chunk) and node-hours if jobs are packed `--gpus-per-node` GPUs to a node; t
 why each job would run: its outputs are missing, left incomplete by a killed or failed job (the
 part a re-run after a partial failure redoes), changed, or downstream of those.
 
-Beside it, per rule, what earlier jobs of the rule used (their telemetry files,
-`<output>.telemetry.json`, any wildcard values): GPU-hours, mean utilisation, and the flag of
-rules below config `telemetry.low_utilisation_percent` with the most likely reason.
+Beside it, per rule, what earlier jobs of the rule used (their job records,
+`<family>/jobs/<output>.record.json`, any wildcard values): GPU-hours, mean utilisation, and the
+flag of rules below config `telemetry.low_utilisation_percent` with the most likely reason.
 
 Expected time per job comes from earlier `benchmark:` files of the same rule (any wildcard
 values), scaled by size-like numeric wildcards (SIZE_WILDCARDS) when the job's value differs;
@@ -145,7 +145,7 @@ class Benchmarks:
 
 
 class Telemetry:
-    """Earlier jobs' telemetry files per rule, read once."""
+    """Earlier jobs' records per rule (their telemetry), read once."""
 
     def __init__(self, directory: str, threshold: float):
         self.directory = Path(directory)
@@ -154,7 +154,7 @@ class Telemetry:
 
     def of_rule(self, job: Job) -> dict[str, Any]:
         """GPU-hours used, mean utilisation and flag of the rule's earlier jobs."""
-        from gpuflow.job.telemetry.job import SUFFIX
+        from gpuflow.job.paths import RECORD, job_file
         from gpuflow.job.telemetry.tables import read_file, rule_summary
 
         if job.rule not in self.cache:
@@ -162,7 +162,11 @@ class Telemetry:
                 name
                 for output in job.output
                 for name in glob.glob(
-                    str(self.directory / (wildcard_pattern(output, job.wildcards)[0] + SUFFIX))
+                    str(
+                        job_file(
+                            self.directory / wildcard_pattern(output, job.wildcards)[0], RECORD
+                        )
+                    )
                 )
             }
             summaries = [s for s in map(read_file, sorted(paths)) if s is not None]
@@ -275,10 +279,10 @@ def render(rows: list[dict[str, Any]], per_node: int, seconds: float) -> str:
 
 
 def telemetry_lines(rows: list[dict[str, Any]]) -> list[str]:
-    """Per rule, what its earlier jobs used (from their telemetry files), flagged."""
+    """Per rule, what its earlier jobs used (from their job records), flagged."""
     measured = [row for row in rows if row.get("telemetry", {}).get("jobs_measured")]
     if not measured:
-        return ["Earlier jobs: no telemetry files of these rules yet."] if rows else []
+        return ["Earlier jobs: no job records of these rules yet."] if rows else []
     lines = [
         "",
         f"{'earlier jobs of the rule':<28} {'jobs':>5} {'GPU-h used':>10} {'mean util':>12}  flag",

@@ -24,17 +24,11 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
 
-import gpuflow
-from gpuflow.divergence import check_finite
 from gpuflow.errors import ConfigError
-from gpuflow.finished_states import release
+from gpuflow.job import current
 from gpuflow.job.atomic import save_torch, write_json
 from gpuflow.job.devices import describe_device, run_record, threads_per_worker
-from gpuflow.job.stopping import defer as defer_stop
-from gpuflow.job.stopping import requested as stop_requested
-from gpuflow.job.stopping import stop_if_requested
-from gpuflow.job.telemetry.job import note
-from gpuflow.scaling import checkpoint, comm, distributed
+from gpuflow.scaling import comm, distributed
 from gpuflow.scaling.distributed import Context
 from gpuflow.scaling.model import build_model, parameter_counts
 from gpuflow.settings.blocks import family_schema, family_settings, select
@@ -230,15 +224,11 @@ class Trainer:
             self.optimizer, lr_schedule(train["warmup_steps"], total_steps)
         )
         self.scaler = torch.amp.GradScaler(ctx.device.type, enabled=self.precision == "fp16")
-        self.state_file = checkpoint.state_path(args.out_json)
-        self.fingerprint = checkpoint.fingerprint(
-            {
-                "settings": results,
-                "world_size": ctx.world_size,
-                "n_used": self.n_used,
-                "data": checkpoint.file_digest(args.train, args.val, args.data_info),
-                "version": gpuflow.__version__,
-            }
+        self.job = current([args.out_json, args.out_model])
+        self.state = self.job.state(
+            inputs=[args.train, args.val, args.data_info],
+            settings=results,
+            identity={"world_size": ctx.world_size, "n_used": self.n_used},
         )
         self.history: list[dict[str, Any]] = []
         self.resumed_at: list[int] = []
@@ -255,7 +245,7 @@ class Trainer:
 
     def resume(self) -> int:
         """Load the resume state when there is one; return the first epoch still to run."""
-        state = checkpoint.load(self.state_file, self.fingerprint, self.ctx.device)
+        state = self.state.load(self.ctx.device)
         if state is None:
             return 0
         self.model.load_state_dict(state["model"])
@@ -265,16 +255,14 @@ class Trainer:
         self.history = state["history"]
         self.resumed_at = [*state["resumed_at"], state["epoch"]]
         if self.ctx.rank == 0:
-            print(f"resuming after epoch {state['epoch']} from {self.state_file}")
+            print(f"resuming after epoch {state['epoch']} from {self.state.path}")
         return state["epoch"]
 
     def save_state(self, epoch: int) -> None:
         """Rank 0 writes the resume state after `epoch` finished epochs; all wait for it."""
         if self.ctx.rank == 0:
-            checkpoint.save(
-                self.state_file,
+            self.state.save(
                 {
-                    "fingerprint": self.fingerprint,
                     "epoch": epoch,
                     "model": self.model.state_dict(),
                     "optimizer": self.optimizer.state_dict(),
@@ -375,9 +363,12 @@ class Trainer:
     def fit(self) -> list[dict[str, Any]]:
         """Run the remaining epochs, saving the resume state after each; return all epochs."""
         start_epoch = self.resume()
+        epochs = self.settings["train"]["epochs"]
+        progress = self.job.progress(total=epochs, unit="epochs", resumed_at=start_epoch)
+        progress.update(start_epoch, force=True)
         first_step = True
-        defer_stop()
-        for epoch in range(start_epoch, self.settings["train"]["epochs"]):
+        self.job.defer_stops()
+        for epoch in range(start_epoch, epochs):
             record = self.train_epoch(epoch, first_step)
             first_step = False
             begin = time.perf_counter()
@@ -388,11 +379,10 @@ class Trainer:
                 val_accuracy=accuracy,
                 after_resume=bool(self.resumed_at) and epoch == start_epoch,
             )
-            check_finite(
+            self.job.check_finite(
                 f"{self.args.name} world={self.ctx.world_size}",
                 epoch + 1,
                 {"train_loss": record["train_loss"], "val_loss": val_loss},
-                self.state_file,
             )
             self.history.append(record)
             if self.ctx.rank == 0:
@@ -403,12 +393,10 @@ class Trainer:
                     flush=True,
                 )
             self.save_state(epoch + 1)
-            stop_if_requested(
-                f"after epoch {epoch + 1}, state in {self.state_file}",
-                anyone=distributed.all_reduce(
-                    [float(stop_requested() is not None)], self.ctx, op="max"
-                )[0]
-                > 0,
+            stop = distributed.all_reduce([float(self.job.stop_requested())], self.ctx, op="max")
+            progress.update(epoch + 1, force=epoch + 1 == epochs or stop[0] > 0)
+            self.job.stop_if_requested(
+                f"after epoch {epoch + 1}, state in {self.state.path}", anyone=stop[0] > 0
             )
         return self.history
 
@@ -421,7 +409,7 @@ class Trainer:
             return
         step_ms = 1000 * sum(e["train_seconds"] for e in epochs) / steps
         exposed_ms = sum(e["comm_exposed_ms"] for e in epochs) / len(epochs)
-        note(
+        self.job.note(
             data_wait_s=sum(e.get("data_wait_seconds", 0.0) for e in self.history),
             comm_exposed_share=min(1.0, exposed_ms / step_ms) if step_ms else 0.0,
             step_s=step_ms / 1000,
@@ -500,7 +488,7 @@ def main(args: argparse.Namespace) -> None:
         if ctx.rank == 0:
             save_torch(args.out_model, trainer.model.state_dict())
             write_json(args.out_json, result)
-            release([trainer.state_file], outputs=[args.out_model, args.out_json])
+            trainer.job.release(outputs=[args.out_model, args.out_json])
         distributed.barrier(ctx)
     finally:
         dist.destroy_process_group()

@@ -26,7 +26,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     train.add_argument("--seeds", type=int, nargs="+", required=True, help="runs to stack")
     add_settings_arguments(train, "ssvae")
     train.add_argument("--out", nargs="+", required=True, help="metrics.json per seed")
-    train.add_argument("--state", required=True, help="resumable training state (.pt)")
     train.add_argument("--threads", type=int, default=0, help="CPU threads (0: torch default)")
     train.set_defaults(run=lazy("gpuflow.ssvae.train:main"))
 

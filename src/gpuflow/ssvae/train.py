@@ -2,15 +2,14 @@
 
 Each run has its own seed, labelled subset, corruption, initialisation, data order, noise and
 (in effect) Adam state. The training state (model, optimizer, generators, epoch, curve so far)
-is written atomically beside the outputs after every epoch; a re-run with the same settings
-continues from it, and the state is removed once every metrics.json is written.
+is the job's resume state (gpuflow.job), saved after every epoch with the job's progress file; a
+re-run with the same data and settings continues from it, and both go once every metrics.json is
+written (kept until the workflow has accepted them).
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,16 +19,11 @@ import numpy as np
 import torch
 from torch import nn
 
-import gpuflow
-from gpuflow.divergence import check_finite
 from gpuflow.errors import ConfigError
-from gpuflow.finished_states import release
-from gpuflow.job.atomic import save_torch, write_json
+from gpuflow.job import Job, current
+from gpuflow.job.atomic import write_json
 from gpuflow.job.devices import run_record, worker_devices
-from gpuflow.job.stopping import defer as defer_stop
-from gpuflow.job.stopping import stop_if_requested
-from gpuflow.job.telemetry.job import note as note_timings
-from gpuflow.resume import read_state
+from gpuflow.job.state import State
 from gpuflow.settings.blocks import family_schema, family_settings, keys_of_kind
 from gpuflow.ssvae.batches import Batches, Plan, RunIndex, epoch_indices, make_plan
 from gpuflow.ssvae.data import load_prepared
@@ -171,9 +165,9 @@ class StackTrainer:
         self.data_wait_s = 0.0  # this process only (host time waiting for the next batch)
 
     # --- state -------------------------------------------------------------------------
-    def state(self, fingerprint: str) -> dict[str, Any]:
+    def state(self) -> dict[str, Any]:
+        """What a resumed run needs to continue exactly where this one is."""
         return {
-            "fingerprint": fingerprint,
             "epoch": self.epoch,
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
@@ -278,53 +272,24 @@ class StackTrainer:
         return self.plan.steps * per_step
 
 
-def data_digest(data: dict[str, np.ndarray]) -> str:
-    """A hash of the arrays' names, dtypes, shapes and content."""
-    digest = hashlib.sha256()
-    for name in sorted(data):
-        array = np.ascontiguousarray(data[name])
-        digest.update(f"{name}:{array.dtype}:{array.shape}".encode())
-        digest.update(array.tobytes())
-    return digest.hexdigest()
-
-
-def fingerprint(runs: list[Run], settings: dict[str, Any], data: dict[str, np.ndarray]) -> str:
-    """What a saved state must match to be resumed: the runs, every results-affecting setting,
-    the data's content and the package version (runtime settings may change in between)."""
-    text = json.dumps(
-        [
-            [r.describe() for r in runs],
-            results_settings(settings),
-            data_digest(data),
-            gpuflow.__version__,
-        ],
-        sort_keys=True,
+def resume_state(
+    job: Job, runs: list[Run], settings: dict[str, Any], data_path: str | Path
+) -> State:
+    """The job's resume state, matching only the same runs, data file content and
+    results-affecting settings (runtime settings may change in between)."""
+    return job.state(
+        inputs=[data_path],
+        settings=results_settings(settings),
+        identity=[r.describe() for r in runs],
     )
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
-def save_state(path: Path, state: dict[str, Any]) -> None:
-    save_torch(path, state)
+def save_state(state: State, data: dict[str, Any]) -> None:
+    """Save the trainer's state after an epoch (atomically)."""
+    state.save(data)
 
 
-def load_state(path: Path, fp: str) -> dict[str, Any] | None:
-    """The saved state if it belongs to these runs and settings, else None.
-
-    Loaded on the CPU: generator states must be CPU tensors, and load_state_dict copies the
-    weights and Adam moments onto the parameters' device.
-    """
-    state = read_state(path, "cpu")
-    if state is None:
-        return None
-    if state.get("fingerprint") != fp:
-        print(f"ignoring {path}: it belongs to other runs or settings", flush=True)
-        return None
-    return state
-
-
-def check_runs_finite(
-    runs: list[Run], epoch: int, row: dict[str, np.ndarray], state_path: Path
-) -> None:
+def check_runs_finite(job: Job, runs: list[Run], epoch: int, row: dict[str, np.ndarray]) -> None:
     """Stop (TrainingDivergedError) when a run's loss term of this epoch is NaN or infinite.
 
     The parts are checked before their sum, so the message names the term that went first.
@@ -332,7 +297,7 @@ def check_runs_finite(
     terms = ("train_labelled", "train_unlabelled", "train_ce", "train_loss")
     for r, run in enumerate(runs):
         name = " ".join(f"{k}={v}" for k, v in run.describe().items())
-        check_finite(name, epoch, {k: row[k][r] for k in terms}, state_path)
+        job.check_finite(name, epoch, {k: row[k][r] for k in terms})
 
 
 def train(
@@ -340,47 +305,53 @@ def train(
     data_path: str | Path,
     settings: dict[str, Any],
     outs: list[str | Path],
-    state_path: str | Path,
 ) -> list[dict[str, Any]]:
-    """Train the stacked runs to the end (resuming when a state exists); write each metrics.json.
+    """Train the stacked runs to the end (resuming from the job's state when it matches); write
+    each metrics.json.
 
-    `settings` holds every key of `train_settings`.
+    `settings` holds every key of `train_settings`. The state is loaded on the CPU: generator
+    states must be CPU tensors, and load_state_dict copies the weights and Adam moments onto
+    the parameters' device.
     """
     started = time.perf_counter()
     if len(outs) != len(runs):
         raise ConfigError("--out", f"{len(outs)} outputs for {len(runs)} runs", "one per run")
+    job = current(outs)
     data = load_prepared(data_path)
     devices = choose_devices(settings["device"], settings["gpu_ids"], settings["no_multi_gpu"])
     trainer = StackTrainer(runs, data, settings, devices)
-    fp, state_path = fingerprint(runs, settings, data), Path(state_path)
-    state = load_state(state_path, fp)
+    state = resume_state(job, runs, settings, data_path)
+    saved = state.load("cpu")
     resumed_from = None
-    if state is not None:
-        trainer.load_state(state)
+    if saved is not None:
+        trainer.load_state(saved)
         resumed_from = trainer.epoch
-        print(f"resumed from {state_path} after epoch {trainer.epoch}", flush=True)
+        print(f"resumed from {state.path} after epoch {trainer.epoch}", flush=True)
     epochs, every = settings["epochs"], settings["eval_frequency"]
+    progress = job.progress(total=epochs, unit="epochs", resumed_at=trainer.epoch)
+    progress.update(trainer.epoch, force=True)
     last_eval: dict[str, np.ndarray] = {}
-    defer_stop()
+    job.defer_stops()
     while trainer.epoch < epochs:
         t0 = time.perf_counter()
         row = trainer.train_epoch()
         if trainer.device.type == "cuda":
             torch.cuda.synchronize(trainer.device)
         trainer.train_time_s += time.perf_counter() - t0
-        check_runs_finite(runs, trainer.epoch, row, state_path)
+        check_runs_finite(job, runs, trainer.epoch, row)
         evaluated = trainer.epoch % every == 0 or trainer.epoch == epochs
         if evaluated:
             row.update(last_eval := trainer.evaluate())
         for r, curve in enumerate(trainer.curve):
             curve.append({"epoch": trainer.epoch, **{k: float(v[r]) for k, v in row.items()}})
-        save_state(state_path, trainer.state(fp))
+        save_state(state, trainer.state())
+        progress.update(trainer.epoch, force=trainer.epoch == epochs or job.stop_requested())
         accuracy = f" test accuracy {np.round(row['test_accuracy'], 4)}" if evaluated else ""
         print(
             f"epoch {trainer.epoch}/{epochs} loss {np.round(row['train_loss'], 3)}{accuracy}",
             flush=True,
         )
-        stop_if_requested(f"after epoch {trainer.epoch} of {epochs}, state in {state_path}")
+        job.stop_if_requested(f"after epoch {trainer.epoch} of {epochs}, state in {state.path}")
     if not last_eval:  # resumed after the last epoch's checkpoint: the curve holds it
         last_eval = {
             k: np.array([c[-1][k] for c in trainer.curve])
@@ -388,13 +359,14 @@ def train(
             if k.startswith("test_")
         }
     metrics = write_metrics(
-        trainer, runs, settings, outs, last_eval, resumed_from, started, devices
+        job, trainer, runs, settings, outs, last_eval, resumed_from, started, devices
     )
-    release([state_path], outputs=outs)
+    job.release(outputs=outs)
     return metrics
 
 
 def write_metrics(
+    job: Job,
     trainer: StackTrainer,
     runs: list[Run],
     settings: dict[str, Any],
@@ -406,7 +378,7 @@ def write_metrics(
 ) -> list[dict[str, Any]]:
     examples = trainer.examples_per_epoch() * trainer.epoch
     per_run_rate = examples / trainer.train_time_s if trainer.train_time_s else None
-    note_timings(
+    job.note(
         data_wait_s=trainer.data_wait_s,
         step_s=trainer.train_time_s / max(1, trainer.epoch * trainer.plan.steps),
         batch_size=trainer.plan.unlabelled_batch,
@@ -459,4 +431,4 @@ def main(args: argparse.Namespace) -> None:
     if args.model == "m2" and alpha is None:
         raise ConfigError("--alpha", "required for M2 runs")
     runs = [Run(args.model, float(args.frac), float(args.corrupt), alpha, s) for s in args.seeds]
-    train(runs, args.data, settings, args.out, args.state)
+    train(runs, args.data, settings, args.out)

@@ -1,7 +1,8 @@
 """`gpuflow sweep-shard`: one (method, teacher rank, student width) over a range of seeds.
 
-Seeds already in the shard's progress file are skipped; the rest run in one worker per device
-(gpuflow.sweep.pool). Each finished seed is appended durably to the progress file; the table
+Seeds already in the shard's seed log are skipped; the rest run in one worker per device
+(gpuflow.sweep.pool). Each finished seed is appended durably to the seed log (the job's resume
+state, gpuflow.sweep.seedlog) and counted in the job's progress file; the table
 (CSV, one row per seed, in seed order) and the run record (JSON) are written atomically once
 every seed is done. Failed seeds are recorded and do not stop the others; the step then fails
 naming them (a re-run tries them again).
@@ -19,15 +20,13 @@ from typing import Any
 from tqdm import tqdm
 
 from gpuflow.errors import ConfigError, GpuflowError
-from gpuflow.finished_states import release
+from gpuflow.job import current
 from gpuflow.job.atomic import write_json, write_text
-from gpuflow.job.stopping import defer as defer_stop
-from gpuflow.job.stopping import stop_if_requested
 from gpuflow.settings.blocks import family_settings
 from gpuflow.sweep.columns import COLUMNS
 from gpuflow.sweep.experiment import METHODS
 from gpuflow.sweep.pool import Outcome, SeedPool
-from gpuflow.sweep.progress import ProgressFile, progress_path
+from gpuflow.sweep.seedlog import SeedLog
 
 TARGET = "gpuflow.sweep.experiment:run_seed"
 
@@ -44,7 +43,7 @@ def parse_seeds(text: str) -> list[int]:
 
 
 def shard_settings(args: argparse.Namespace, sweep: dict[str, Any]) -> dict[str, Any]:
-    """Everything a seed's result depends on (also the progress file's identity)."""
+    """Everything a seed's result depends on (also the seed log's identity)."""
     data = sweep["data"]
     if args.teacher_rank > min(data["input_dim"], data["output_dim"]):
         raise ConfigError(
@@ -85,12 +84,13 @@ def main(args: argparse.Namespace) -> int:
     sweep = family_settings("sweep", args.settings, args.runtime)
     settings = shard_settings(args, sweep)
     devices = worker_devices(sweep["device"], sweep["cpu_workers"])
-    progress = ProgressFile(progress_path(args.out), settings).open()
+    job = current([args.out, args.run_out])
+    seed_log = SeedLog(args.out, settings).open()
     started = time.perf_counter()
     try:
-        if progress.started_over:
-            log(f"{progress.path}: {progress.reason}, starting over")
-        rows = {s: r for s, r in progress.done().items() if s in seeds}
+        if seed_log.started_over:
+            log(f"{seed_log.path}: {seed_log.reason}, starting over")
+        rows = {s: r for s, r in seed_log.done().items() if s in seeds}
         todo = [s for s in seeds if s not in rows]
         name = f"{args.method} rank={args.teacher_rank} width={args.student_width}"
         log(
@@ -99,27 +99,30 @@ def main(args: argparse.Namespace) -> int:
         )
         failed: dict[int, str] = {}
         bar = tqdm(total=len(seeds), initial=len(rows), desc=name, file=sys.stderr, mininterval=1)
+        progress = job.progress(total=len(seeds), unit="seeds", resumed_at=len(rows))
+        progress.update(len(rows), force=True)
 
         def report(outcome: Outcome) -> None:
             if outcome.row is not None:
-                rows[outcome.seed] = progress.add_ok(outcome.seed, outcome.row)
+                rows[outcome.seed] = seed_log.add_ok(outcome.seed, outcome.row)
             else:
                 failed[outcome.seed] = outcome.error or "unknown error"
-                progress.add_failed(outcome.seed, failed[outcome.seed])
+                seed_log.add_failed(outcome.seed, failed[outcome.seed])
                 log(f"seed {outcome.seed} failed:\n{outcome.error}")
             bar.update(1)
-            stop_if_requested(f"after {len(rows)} of {len(seeds)} seeds (in {progress.path})")
+            progress.update(len(rows) + len(failed), force=job.stop_requested())
+            job.stop_if_requested(f"after {len(rows)} of {len(seeds)} seeds (in {seed_log.path})")
 
         pool = SeedPool(TARGET, settings, [str(d) for d in devices], log=log)
-        defer_stop()
+        job.defer_stops()
         pool.run(todo, report)
         bar.close()
     finally:
-        progress.close()
+        seed_log.close()
     if failed:
         raise GpuflowError(
             f"{len(failed)} of {len(seeds)} seed(s) failed: {sorted(failed)}"
-            f" (errors above and in {progress.path}; a re-run retries only them)"
+            f" (errors above and in {seed_log.path}; a re-run retries only them)"
         )
     write_text(args.out, table_text([rows[s] for s in seeds]))
     write_json(
@@ -133,6 +136,6 @@ def main(args: argparse.Namespace) -> int:
             "wall_s": time.perf_counter() - started,
         },
     )
-    release([progress.path], outputs=[args.out, args.run_out])
+    job.release(outputs=[args.out, args.run_out])
     log(f"{name}: wrote {args.out} ({len(seeds)} rows)")
     return 0

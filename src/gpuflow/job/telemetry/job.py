@@ -1,4 +1,4 @@
-"""One sampler per job, started by `gpuflow.cli` around the step, and its telemetry file.
+"""One sampler per job, started by the job context (`gpuflow.job`) around the step.
 
 Which process samples: the one that holds the step's output locks (RANK unset or 0, see
 `gpuflow.job.outputlock.locks_this_process`) and has outputs. Under torchrun (LOCAL_RANK set) that
@@ -14,24 +14,16 @@ config `telemetry.interval_s`), else the schema's default.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
-from gpuflow.errors import GpuflowError
-from gpuflow.job.atomic import write_json
-from gpuflow.job.stopping import Stopped
 from gpuflow.job.telemetry.sampler import Sampler
 from gpuflow.job.telemetry.settings import INTERVAL_ENV, telemetry_settings
 
-SUFFIX = ".telemetry.json"
 
-
-class Job:
+class JobTelemetry:
     """The running job's sampler, its status and the timings its step noted."""
 
-    active: Job | None = None
+    active: JobTelemetry | None = None
 
     def __init__(self, sampler: Sampler) -> None:
         self.sampler = sampler
@@ -45,12 +37,6 @@ class Job:
 
     def summary(self) -> dict[str, Any]:
         return {"status": self.status, **self.sampler.summary(), "timings": dict(self.timings)}
-
-
-def telemetry_path(output: str | Path) -> Path:
-    """The telemetry file of a job whose first output is `output`."""
-    output = Path(output)
-    return output.with_name(output.name + SUFFIX)
 
 
 def interval_s() -> float:
@@ -76,54 +62,15 @@ def job_gpus(environ: dict[str, str] | None = None) -> str | None:
     return None
 
 
-def _tree_root() -> int:
+def tree_root() -> int:
+    """The process whose tree is sampled: torchrun's agent under torchrun, else this one."""
     return os.getppid() if "LOCAL_RANK" in os.environ else os.getpid()
 
 
-def _nodes() -> int:
+def node_count() -> int:
+    """Nodes of this SLURM job (1 outside one)."""
     nodes = os.environ.get("SLURM_JOB_NUM_NODES") or os.environ.get("SLURM_NNODES") or "1"
     return int(nodes) if nodes.isdigit() else 1
-
-
-@contextmanager
-def job_telemetry(outputs: list[Path]) -> Iterator[Job | None]:
-    """Sample this job while the block runs; write `<first output>.telemetry.json` at its end.
-
-    The file is written when the step finishes, fails or stops on a signal (see `_write`).
-    Yields None in a process that does not sample (see the module doc).
-    """
-    if not outputs or os.environ.get("RANK", "0") != "0":
-        yield None
-        return
-    job = Job(Sampler(_tree_root(), interval_s(), job_gpus(), _nodes()).start())
-    Job.active = job
-    try:
-        yield job
-        if job.status == "running":
-            job.status = "finished"
-    except Stopped:
-        job.status = "stopped"
-        raise
-    except BaseException as error:
-        job.status = f"failed ({type(error).__name__})"
-        raise
-    finally:
-        Job.active = None
-        job.sampler.stop()
-        _write(telemetry_path(outputs[0]), job, quiet=job.status != "finished")
-
-
-def _write(path: Path, job: Job, quiet: bool) -> None:
-    """Write the final summary. After a failed step it goes only into an existing folder (no
-    folder is made for a job that wrote nothing), and a failed write stays silent: the step's
-    own error is the one line to read."""
-    if quiet and not path.parent.is_dir():
-        return
-    try:
-        write_json(path, job.summary())
-    except (OSError, GpuflowError):
-        if not quiet:
-            raise
 
 
 def current() -> dict[str, Any] | None:
@@ -132,13 +79,13 @@ def current() -> dict[str, Any] | None:
     The process tree is read first, so a record written between two samples counts the CPU
     time up to now (a job shorter than one interval would record none).
     """
-    if Job.active is None:
+    if JobTelemetry.active is None:
         return None
-    Job.active.sampler.sample_processes()
-    return Job.active.summary()
+    JobTelemetry.active.sampler.sample_processes()
+    return JobTelemetry.active.summary()
 
 
 def note(**timings: float) -> None:
     """Record the step's own timings (data_wait_s, comm_exposed_s, step_s, batch_size...)."""
-    if Job.active is not None:
-        Job.active.timings.update({k: float(v) for k, v in timings.items()})
+    if JobTelemetry.active is not None:
+        JobTelemetry.active.timings.update({k: float(v) for k, v in timings.items()})

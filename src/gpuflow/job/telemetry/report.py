@@ -10,7 +10,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--telemetry",
         default=None,
-        help="folder whose jobs' telemetry files the report shows (omit: no such section)",
+        help="family folder whose job records the report shows (omit: no such section)",
     )
     parser.add_argument(
         "--low-utilisation",

@@ -2,32 +2,24 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from gpuflow.job.paths import RECORD, job_of
+from gpuflow.job.record import read_record as read_file
 from gpuflow.job.telemetry.flags import flag, utilisation
-from gpuflow.job.telemetry.job import SUFFIX
 
 
 def read_folder(folder: str | Path) -> dict[str, dict[str, Any]]:
-    """Every telemetry file under `folder`, by job (its first output, relative to `folder`)."""
-    folder = Path(folder)
+    """Every job record under `folder` (its `jobs/` folders), by job (its first output,
+    relative to the family folder)."""
     found = {}
-    for path in sorted(folder.rglob(f"*{SUFFIX}")):
-        summary = read_file(path)
+    for path in sorted(Path(folder).rglob(f"*.{RECORD}")):
+        job = job_of(path.relative_to(folder), RECORD)
+        summary = read_file(path) if job is not None else None
         if summary is not None:
-            found[str(path.relative_to(folder))[: -len(SUFFIX)]] = summary
+            found[job] = summary
     return found
-
-
-def read_file(path: str | Path) -> dict[str, Any] | None:
-    """One telemetry file, or None when it is unreadable (a job of an older gpuflow)."""
-    try:
-        summary = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return summary if isinstance(summary, dict) else None
 
 
 def _pct(value: float | None) -> str:
@@ -78,7 +70,7 @@ def jobs_section(folder: str | Path, threshold: float) -> str:
     """The report section: GPU-hours and utilisation of every job under `folder`, flagged."""
     jobs = read_folder(folder)
     if not jobs:
-        return f"## Jobs: devices used\n\nNo telemetry files under {folder}.\n"
+        return f"## Jobs: devices used\n\nNo job records under {folder}.\n"
     rows = [job_row(name, summary, threshold) for name, summary in jobs.items()]
     total = sum((s.get("gpu") or {}).get("gpu_hours", 0.0) for s in jobs.values())
     absent = {(s.get("gpu") or {}).get("absent") for s in jobs.values()} - {None}

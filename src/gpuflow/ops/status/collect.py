@@ -22,8 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuflow.job.outputlock import SINCE_FORMAT, lock_path, read_holder
-from gpuflow.job.telemetry.job import telemetry_path
-from gpuflow.job.telemetry.tables import read_file
+from gpuflow.job.record import read_record, record_path
 from gpuflow.ops.plan import Benchmarks, Job, Planned, benchmark_seconds
 from gpuflow.ops.snakemake_adapter import FailedJob, Marker
 from gpuflow.ops.status.progress import Progress, job_progress
@@ -187,8 +186,8 @@ def job_hours(status: JobStatus, seen: Seen) -> float:
 
 
 def telemetry_gpu_hours(output: Path) -> float | None:
-    """GPU-hours a job's telemetry file records, if it saw its GPUs (NVML answered)."""
-    summary = read_file(telemetry_path(output)) or {}
+    """GPU-hours a job's record (its telemetry) holds, if it saw its GPUs (NVML answered)."""
+    summary = read_record(record_path(output)) or {}
     gpu = summary.get("gpu") or {}
     return float(gpu["gpu_hours"]) if gpu.get("count") else None
 
@@ -196,7 +195,7 @@ def telemetry_gpu_hours(output: Path) -> float | None:
 def account(status: JobStatus, seen: Seen, planned: Planned, benchmarks: Benchmarks) -> None:
     """Progress of a running job; GPU-hours spent; job-hours and GPU-hours still expected.
 
-    Spent: a finished job's telemetry file, else GPUs x its wall time (job_hours); a running
+    Spent: a finished job's record, else GPUs x its wall time (job_hours); a running
     job's GPUs x the time since it started.
 
     Still expected: a running job's ETA, else the plan's expected time per job (earlier
@@ -206,7 +205,7 @@ def account(status: JobStatus, seen: Seen, planned: Planned, benchmarks: Benchma
     first = seen.directory / job.output[0]
     if status.state == "running":
         started = status.started or seen.now
-        status.progress = job_progress(job, seen.directory, planned.config, started)
+        status.progress = job_progress(job, seen.directory)
         status.gpu_h_spent = gpus * max(seen.now - started, 0.0) / 3600
     elif status.state == "done" and gpus:
         measured = telemetry_gpu_hours(first)

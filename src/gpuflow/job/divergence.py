@@ -2,7 +2,7 @@
 
 A NaN or infinite loss would otherwise flow into the metrics as if it were a result. Training
 checks each epoch's loss terms before it saves that epoch's state, so the resume state left
-beside the outputs is the last good one, for inspection (a re-run resumes from it).
+(gpuflow.job.state) is the last good one, for inspection (a re-run resumes from it).
 """
 
 from __future__ import annotations

@@ -1,12 +1,17 @@
-"""A shard's progress file: one JSON line per finished seed, appended durably.
+"""A shard's seed log, its resume state: one JSON line per finished seed, appended durably.
+
+It is the job's `seeds.jsonl` file (gpuflow.job.paths); how far the shard is goes into the
+job's progress file like every other step's.
 
 The first line records the settings and the gpuflow version; a file written for other settings
 or by another version is started over. Each seed line is flushed and fsynced before the next
 seed is reported, so a job killed at any moment loses at most the seeds still running. A torn
 last line (killed mid-write) is cut off. The file goes once the shard's table is written, so a
-forced re-run (`--forcerun sweep_shard`) computes every seed again.
-The file has one writer at a time: it is read, cut and appended only under its output lock
-(gpuflow.job.outputlock), so a second job on the same shard fails instead of overwriting it.
+forced re-run (`--forcerun sweep_shard`) computes every seed again (kept until the run has
+accepted the table, gpuflow.job.finished_states).
+The file has one writer at a time: it is read, cut and appended only under the lock of the
+shard's table (gpuflow.job.outputlock; the job holds it already when run through `gpuflow`), so a
+second job on the same shard fails instead of overwriting it.
 """
 
 from __future__ import annotations
@@ -19,19 +24,20 @@ from typing import Any, TextIO
 
 import gpuflow
 from gpuflow.job.outputlock import exclusive_output
+from gpuflow.job.paths import SEEDS, job_file
 
 
-def progress_path(out: str | Path) -> Path:
-    """The progress file beside a shard's output: `shard~0.csv` -> `shard~0.progress.jsonl`."""
-    out = Path(out)
-    return out.with_name(f"{out.stem}.progress.jsonl")
+def seeds_path(out: str | Path) -> Path:
+    """The seed log of the shard whose table is `out` (its job's `seeds.jsonl` file)."""
+    return job_file(out, SEEDS)
 
 
-class ProgressFile:
-    """Durable record of the seeds a shard has finished (ok or failed)."""
+class SeedLog:
+    """Durable record of the seeds the shard writing table `out` has finished (ok or failed)."""
 
-    def __init__(self, path: str | Path, settings: dict[str, Any]):
-        self.path = Path(path)
+    def __init__(self, out: str | Path, settings: dict[str, Any]):
+        self.out = Path(out)
+        self.path = seeds_path(out)
         self.settings = json.loads(json.dumps(settings, sort_keys=True))
         self.records: dict[int, dict[str, Any]] = {}
         self.started_over = False
@@ -39,14 +45,14 @@ class ProgressFile:
         self._handle: TextIO | None = None
         self._lock = ExitStack()
 
-    def open(self) -> ProgressFile:
+    def open(self) -> SeedLog:
         """Read what an earlier run left (if written for the same settings), then open to append.
 
         A file that cannot be read back (not UTF-8, a line that is not a seed record) is
         reported in `started_over` / `reason` and started over, as is one for other settings.
         """
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock.enter_context(exclusive_output(self.path))
+        self._lock.enter_context(exclusive_output(self.out))
         lines = self._read_whole_lines()
         try:
             header, records = self._parse(lines)
@@ -129,7 +135,8 @@ class ProgressFile:
         os.fsync(self._handle.fileno())
 
     def close(self) -> None:
-        """Close the file (it stays beside the outputs for the next run) and free its lock."""
+        """Close the file (it stays for the next run until the table is accepted) and free the
+        lock."""
         if self._handle is not None:
             self._handle.close()
             self._handle = None

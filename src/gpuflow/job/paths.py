@@ -1,0 +1,46 @@
+"""Where a job keeps its own files: one place per family, never beside its outputs.
+
+A job is named by its first output. Its files go under the family's `jobs/` folder, at the
+output's path inside the family: `results/ssvae/frac~0.01/alpha~1.0/seed~3/metrics.json` keeps
+`results/ssvae/jobs/frac~0.01/alpha~1.0/seed~3/metrics.json.progress.json`. The family folder is
+the output's ancestor right under a folder named `results`; an output elsewhere (a step run by
+hand into any folder) keeps its files in `jobs/` beside it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+JOBS = "jobs"
+RECORD, PROGRESS, STATE = "record.json", "progress.json", "state.pt"
+SEEDS = "seeds.jsonl"
+KINDS = (RECORD, PROGRESS, STATE, SEEDS)
+
+
+def family_root(output: str | Path) -> Path:
+    """The folder whose `jobs/` holds the files of a job writing `output` (see the module doc)."""
+    output = Path(output)
+    for folder in output.parents:
+        if folder.parent.name == "results":
+            return folder
+    return output.parent
+
+
+def job_file(first_output: str | Path, kind: str) -> Path:
+    """The `kind` file (one of KINDS) of the job whose first output is `first_output`."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown job file kind {kind!r}: one of {KINDS}")
+    output = Path(first_output)
+    root = family_root(output)
+    return root / JOBS / output.relative_to(root).parent / f"{output.name}.{kind}"
+
+
+def job_of(path: str | Path, kind: str) -> str | None:
+    """The first output (relative to the family folder) whose `kind` file is `path` (a path
+    inside a `jobs/` folder), or None when `path` is not one."""
+    parts = Path(path).parts
+    suffix = f".{kind}"
+    if JOBS not in parts or not parts[-1].endswith(suffix):
+        return None
+    rest = parts[len(parts) - parts[::-1].index(JOBS) :]
+    return str(Path(*rest))[: -len(suffix)] if rest else None

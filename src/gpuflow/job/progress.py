@@ -1,0 +1,87 @@
+"""How far a running step is: the one progress file format `gpuflow status` reads.
+
+Every long step (SSVAE and scaling epochs, sweep seeds, perplexity tokens, toxicity texts)
+writes `job_file(first output, "progress.json")` holding {"done", "total", "unit", "started",
+"updated", "resumed_at"}: times in unix seconds, `resumed_at` the units already done when this
+attempt started (a resumed job), so the ETA comes from this attempt's own rate. It is written
+atomically, at most every few seconds, and goes with the job's resume state.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from gpuflow.job.atomic import write_json
+from gpuflow.job.paths import PROGRESS, job_file
+
+EVERY_S = 2.0
+KEYS = ("done", "total", "unit", "started", "updated", "resumed_at")
+
+
+def progress_path(first_output: str | Path) -> Path:
+    """The progress file of the job whose first output is `first_output`."""
+    return job_file(first_output, PROGRESS)
+
+
+def write_progress(
+    path: str | Path,
+    done: float,
+    total: float,
+    unit: str,
+    started: float | None = None,
+    resumed_at: float = 0,
+) -> None:
+    """Write the progress file atomically (`started` defaults to now)."""
+    now = time.time()
+    record = {
+        "done": done,
+        "total": total,
+        "unit": unit,
+        "started": now if started is None else started,
+        "updated": now,
+        "resumed_at": resumed_at,
+    }
+    write_json(path, record)
+
+
+def read_progress(path: str | Path) -> dict[str, Any] | None:
+    """The progress record at `path`, or None when there is none or it is not one."""
+    try:
+        record = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or not set(KEYS) <= record.keys():
+        return None
+    return record
+
+
+class ProgressWriter:
+    """Writes one job's progress at most every `every_s` seconds (and always the first time).
+
+    A writer without a path (a non-writing DDP rank, scoring outside a step) writes nothing.
+    """
+
+    def __init__(
+        self,
+        path: Path | None,
+        total: float,
+        unit: str,
+        resumed_at: float = 0,
+        every_s: float | None = None,
+    ):
+        self.path, self.total, self.unit = path, total, unit
+        self.every_s = EVERY_S if every_s is None else every_s
+        self.resumed_at = resumed_at
+        self.started = time.time()
+        self._last = -float("inf")
+
+    def update(self, done: float, force: bool = False) -> None:
+        """Record `done` of `total`, unless the file was written less than `every_s` ago."""
+        if self.path is None:
+            return
+        if force or time.monotonic() - self._last >= self.every_s:
+            write_progress(self.path, done, self.total, self.unit, self.started, self.resumed_at)
+            self._last = time.monotonic()

@@ -1,0 +1,89 @@
+"""The job record: one file per job with what it used, written when its step ends.
+
+`job_file(first output, "record.json")` holds the telemetry summary (status, GPU and CPU use,
+the step's own timings, see gpuflow.job.telemetry) and where the job ran (step, outputs, host,
+SLURM job, start and end). Reports, `gpuflow plan` and `gpuflow status` read it.
+
+It is written when the step finishes, fails or stops on a signal. Which process samples and
+writes it: the one that holds the step's output locks (see gpuflow.job.telemetry.job).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from gpuflow.errors import GpuflowError
+from gpuflow.job.atomic import write_json
+from gpuflow.job.paths import RECORD, job_file
+from gpuflow.job.stopping import Stopped
+from gpuflow.job.telemetry.job import JobTelemetry, interval_s, job_gpus, node_count, tree_root
+from gpuflow.job.telemetry.sampler import Sampler
+
+
+def record_path(first_output: str | Path) -> Path:
+    """The record file of the job whose first output is `first_output`."""
+    return job_file(first_output, RECORD)
+
+
+def read_record(path: str | Path) -> dict[str, Any] | None:
+    """One record file, or None when it is unreadable (a job of an older gpuflow)."""
+    try:
+        record = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+@contextmanager
+def job_record(step: str, outputs: list[Path]) -> Iterator[JobTelemetry | None]:
+    """Sample this job while the block runs; write its record at the end.
+
+    Yields None in a process that does not sample (no outputs, or a DDP rank other than 0).
+    """
+    if not outputs or os.environ.get("RANK", "0") != "0":
+        yield None
+        return
+    telemetry = JobTelemetry(Sampler(tree_root(), interval_s(), job_gpus(), node_count()).start())
+    JobTelemetry.active = telemetry
+    identity = {
+        "step": step,
+        "outputs": [str(o) for o in outputs],
+        "host": socket.gethostname(),
+        "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+        "started": time.time(),
+    }
+    try:
+        yield telemetry
+        if telemetry.status == "running":
+            telemetry.status = "finished"
+    except Stopped:
+        telemetry.status = "stopped"
+        raise
+    except BaseException as error:
+        telemetry.status = f"failed ({type(error).__name__})"
+        raise
+    finally:
+        JobTelemetry.active = None
+        telemetry.sampler.stop()
+        record = {**identity, "ended": time.time(), **telemetry.summary()}
+        _write(outputs[0], record, quiet=telemetry.status != "finished")
+
+
+def _write(first_output: Path, record: dict[str, Any], quiet: bool) -> None:
+    """Write the record. After a failed step it is written only when the output's folder exists
+    (none is made for a job that wrote nothing), and a failed write stays silent: the step's
+    own error is the one line to read."""
+    if quiet and not Path(first_output).parent.is_dir():
+        return
+    try:
+        write_json(record_path(first_output), record)
+    except (OSError, GpuflowError):
+        if not quiet:
+            raise

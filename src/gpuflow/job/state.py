@@ -1,0 +1,136 @@
+"""Resume states: one format and one path scheme for every family.
+
+A job's state is `job_file(first output, "state.pt")`: a torch file holding
+{"fingerprint", "gpuflow", "data"}. The fingerprint covers the content of the job's input files,
+its results-affecting settings, anything else that makes two runs the same run, and the gpuflow
+version; a state with another fingerprint is ignored with one line and the run starts over.
+
+A state file is only a shortcut: when it is truncated, corrupted or not a state at all (a disk
+filled up, a copy went wrong, someone replaced it), the run reports it and starts from scratch
+instead of failing. Files are read with `weights_only=True`, so a file holding code is refused.
+States are saved atomically and kept until the run has accepted the outputs
+(gpuflow.job.finished_states).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import gpuflow
+from gpuflow.job.paths import STATE, job_file
+
+
+def file_digest(paths: Iterable[str | Path]) -> str:
+    """A hash of the files' content, in order."""
+    digest = hashlib.sha256()
+    for path in paths:
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def make_fingerprint(
+    inputs: Iterable[str | Path] = (), settings: Any = None, identity: Any = None
+) -> str:
+    """What a state must match to be resumed: the content of `inputs`, the results-affecting
+    `settings`, any other `identity` of the run (JSON-able) and the gpuflow version."""
+    text = json.dumps(
+        {
+            "inputs": file_digest(inputs),
+            "settings": settings,
+            "identity": identity,
+            "gpuflow": gpuflow.__version__,
+        },
+        sort_keys=True,
+        default=str,
+    )
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def read_state(path: Path, map_location: Any) -> dict[str, Any] | None:
+    """The torch file saved at `path`, or None (with a line in the log) when it cannot be used."""
+    import torch
+
+    if not path.is_file():
+        return None
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as error:  # any reader error means the same: start over
+        reason = (str(error).strip().splitlines() or [""])[0][:200]
+        print(
+            f"ignoring {path}: unreadable resume state ({type(error).__name__}: {reason});"
+            " starting over",
+            flush=True,
+        )
+        return None
+    if not isinstance(state, dict):
+        print(f"ignoring {path}: not a resume state; starting over", flush=True)
+        return None
+    return state
+
+
+def legacy_paths(first_output: str | Path) -> list[Path]:
+    """Where gpuflow versions before `gpuflow.job` kept this job's state, beside its outputs."""
+    out = Path(first_output)
+    return [
+        out.with_name(f".{out.name}.resume.pt"),
+        out.with_name(f".{out.stem}.resume.pt"),
+        out.parent / "train_state.pt",
+        out.parent.parent / "train_state.pt",
+    ]
+
+
+class State:
+    """The resume state of one job: `load()` it when it matches, `save(...)` after each unit."""
+
+    def __init__(self, first_output: str | Path, fingerprint: str):
+        self.first_output = Path(first_output)
+        self.path = job_file(first_output, STATE)
+        self.fingerprint = fingerprint
+
+    def load(self, map_location: Any = "cpu") -> dict[str, Any] | None:
+        """The saved data when the state exists and matches, else None (and one line why)."""
+        state = read_state(self.path, map_location)
+        if state is None:
+            self._mention_legacy()
+            return None
+        if "data" not in state or not isinstance(state["data"], dict):
+            print(f"ignoring {self.path}: not a resume state of this gpuflow; starting over")
+            return None
+        if state.get("fingerprint") != self.fingerprint:
+            print(
+                f"ignoring {self.path}: it belongs to other inputs, settings or gpuflow version;"
+                " starting over",
+                flush=True,
+            )
+            return None
+        return state["data"]
+
+    def _mention_legacy(self) -> None:
+        for old in legacy_paths(self.first_output):
+            if old.is_file():
+                print(
+                    f"ignoring {old}: a resume state of an older gpuflow (states now live in"
+                    f" {self.path.parent}/); starting over",
+                    flush=True,
+                )
+                return
+
+    def save(self, data: Mapping[str, Any]) -> None:
+        """Write `data` with the fingerprint atomically (a kill mid-write keeps the last one)."""
+        from gpuflow.job.atomic import save_torch
+
+        save_torch(
+            self.path,
+            {"fingerprint": self.fingerprint, "gpuflow": gpuflow.__version__, "data": dict(data)},
+        )
+
+    def exists(self) -> bool:
+        """Whether a state file is there (matching or not)."""
+        return self.path.is_file()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -61,11 +62,10 @@ def test_an_ssvae_loss_that_becomes_nan_stops_naming_run_epoch_and_term(digits, 
 def test_a_ddp_loss_that_becomes_nan_stops_and_keeps_the_last_good_state(tmp_path):
     data, out = prepare(tmp_path / "data"), tmp_path / "run"
     out.mkdir()
-    # The warm-up ramps the learning rate to 100: epoch 1 survives, epoch 2 does not.
-    diverging = settings(learning_rate=100.0, warmup_steps=24, epochs=4)
-    result = subprocess.run(
-        train_command(data, out, diverging, 1), capture_output=True, text=True, env=workflow_env()
-    )
+    # Epoch 1 trains as usual; a weight turns NaN as epoch 2 starts (tests/scaling_faults.py).
+    step = train_command(data, out, settings(epochs=4), 1)[1:]
+    faulted = [sys.executable, "-m", "tests.scaling_faults", "2", "--", *step]
+    result = subprocess.run(faulted, capture_output=True, text=True, env=workflow_env(), cwd=REPO)
     state = job_file(out / "run.json", STATE)
     assert result.returncode == 2, result.stderr
     assert result.stderr.strip().splitlines()[-1] == (

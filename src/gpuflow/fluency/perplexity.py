@@ -48,8 +48,6 @@ from gpuflow.fluency.ppl_workers import WorkerJob, score_batches, worker_threads
 from gpuflow.fluency.texts import read_texts
 from gpuflow.job.atomic import write_csv, write_json
 from gpuflow.job.devices import run_record, worker_devices
-from gpuflow.job.stopping import defer as defer_stop
-from gpuflow.job.stopping import requested as stop_requested
 from gpuflow.settings.blocks import family_settings
 
 OUTPUT_COLUMNS = ["text_id", "nll_sum", "n_tokens", "ppl"]
@@ -174,7 +172,7 @@ def score_token_ids(
         seconds[worker] = seconds.get(worker, 0.0) + result.seconds
         bar.update(int(result.n_tokens.sum()))
 
-    defer_stop()
+    scores.job.defer_stops()
     with bar:
         deaths = score_batches(
             job,
@@ -182,7 +180,7 @@ def score_token_ids(
             [ordered[b.start : b.stop] for b in batches],
             todo,
             on_scored,
-            lambda: stop_requested() is not None,
+            scores.job.stop_requested,
             lambda line: tqdm.write(line, file=sys.stderr),
             wrap_forward,
         )

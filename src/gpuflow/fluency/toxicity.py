@@ -35,8 +35,6 @@ from gpuflow.fluency.chunked import (
 from gpuflow.fluency.texts import read_texts
 from gpuflow.job.atomic import write_csv, write_json
 from gpuflow.job.devices import run_record, worker_devices
-from gpuflow.job.stopping import defer as defer_stop
-from gpuflow.job.stopping import requested as stop_requested
 from gpuflow.job.workers import Done, WorkerPool
 from gpuflow.settings.blocks import family_settings
 
@@ -151,11 +149,11 @@ def main(args: argparse.Namespace) -> int:
         scores.record(int(done.key), {"toxicity": done.result})
 
     pool = WorkerPool(lambda _: score, [str(device)], name="toxicity", item="batch", isolate=False)
-    defer_stop()
+    scores.job.defer_stops()
     pool.run(
         {batch: [items[i] for i in batches[batch]] for batch in todo},
         scored,
-        lambda: stop_requested() is not None,
+        scores.job.stop_requested,
     )
     scores.stop_if_requested()
     write_csv(

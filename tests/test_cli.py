@@ -59,8 +59,9 @@ def test_steps_that_only_read_tables_do_not_import_torch():
 
 def test_the_step_modules_do_not_import_the_cli():
     probe = (
-        "import sys, gpuflow.steps, gpuflow.fluency.steps, gpuflow.ssvae.steps, "
-        "gpuflow.scaling.steps, gpuflow.sweep.steps; print('gpuflow.cli' in sys.modules)"
+        "import sys, gpuflow.ops.steps, gpuflow.job.steps, gpuflow.settings.steps, "
+        "gpuflow.fluency.steps, gpuflow.ssvae.steps, gpuflow.scaling.steps, gpuflow.sweep.steps;"
+        " print('gpuflow.cli' in sys.modules)"
     )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert result.stdout.strip() == "False", result.stderr

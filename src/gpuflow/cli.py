@@ -1,8 +1,7 @@
 """`gpuflow <step> ...`: every workflow step, callable by hand inside or outside Snakemake.
 
 Steps are registered by `register(subparsers)` functions in the `steps` module of each package
-(families, `ops`, ...; `gpuflow.steps` for the shared ones), with `gpuflow.registry.lazy` entry
-points.
+(the families, `job`, `settings`, `ops`), with `gpuflow.registry.lazy` entry points.
 Registration imports only argparse-level code, so `gpuflow --help` stays fast; each step imports
 torch and friends when it runs.
 """
@@ -23,7 +22,7 @@ from gpuflow.job.outputlock import step_outputs
 
 
 def step_modules() -> Iterator[ModuleType]:
-    """`gpuflow.steps` and every `steps` module of gpuflow's packages, in name order."""
+    """The `steps` module of every gpuflow package, in name order."""
     packages = pkgutil.walk_packages(gpuflow.__path__, prefix="gpuflow.")
     for name in sorted(info.name for info in packages if info.name.endswith(".steps")):
         yield importlib.import_module(name)

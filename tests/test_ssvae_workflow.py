@@ -45,16 +45,16 @@ def test_stacked_mode_trains_all_seeds_of_a_grid_point_in_one_job_and_per_run_mo
 
 @pytest.mark.workflow
 def test_the_tiny_grid_runs_to_tables_figures_and_a_summary(finished_all):
-    """The grid point of the session's finished run of every family (`.test/all`): 10% of the
+    """The grid of the session's finished run of every family (`.test/all`): 5% and 10% of the
     4,000 training digits labelled, half of those labels corrupted, 2 seeds, 12 epochs."""
     root = finished_all / "results" / "ssvae"
-    metrics = json.loads((root / "frac~0.1/corrupt~0.5/alpha~1/seed~1/metrics.json").read_text())
-    assert metrics["n_labelled"] == 400 and metrics["n_corrupted"] == 200
+    metrics = json.loads((root / "frac~0.05/corrupt~0.5/alpha~1/seed~1/metrics.json").read_text())
+    assert metrics["n_labelled"] == 200 and metrics["n_corrupted"] == 100
     assert len(metrics["curve"]) == 12 and metrics["run_record"]["devices"] == ["cpu"]
     assert metrics["timing"]["samples_per_s"] > 0
-    assert not (root / "frac~0.1/corrupt~0.5/alpha~1/train_state.pt").exists()
+    assert not (root / "frac~0.05/corrupt~0.5/alpha~1/train_state.pt").exists()
     runs = pd.read_csv(root / "runs.csv")
-    assert len(runs) == 2 + 2 and set(runs["model"]) == {"m2", "baseline"}
+    assert len(runs) == 4 + 4 and set(runs["model"]) == {"m2", "baseline"}
     assert runs.loc[runs["model"] == "m2", "gain_over_baseline"].notna().all()
     summary = pd.read_csv(root / "summary.csv")
     assert (summary["n_seeds"] == 2).all()

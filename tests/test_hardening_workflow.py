@@ -379,13 +379,13 @@ def test_a_second_instance_in_the_same_folder_gets_the_lock_message(reference, t
     shutil.copytree(reference, workdir, symlinks=True)
     shard = "results/sweep/shards/method~gd/rank~2/width~4/shard~0.csv"
     slow = grid_faults.install(tmp_path / "faulty-bin", {"shard~0.csv": "slow:20"})
-    first = start(workdir, "--forcerun", "sweep_shard", shard, env=slow)
+    first = start(workdir, shard, "--forcerun", "sweep_shard", env=slow)
     try:
         deadline = time.monotonic() + 120
         while not list((workdir / ".snakemake" / "locks").glob("*.lock")):
             assert first.poll() is None and time.monotonic() < deadline, "no lock taken"
             time.sleep(0.02)
-        second = snakemake(workdir, TINY_ALL, "--forcerun", "sweep_shard", shard, check=False)
+        second = snakemake(workdir, TINY_ALL, shard, "--forcerun", "sweep_shard", check=False)
     finally:
         status = first.wait(timeout=600)
     assert second.returncode != 0
@@ -413,8 +413,9 @@ def test_corrupted_resume_states_are_reported_and_the_jobs_start_over(reference,
         "results/scaling/runs/short/nodes~1/world~1/run.json",
         "results/sweep/shards/method~gd/rank~2/width~4/shard~0.csv",
     ]
+    # The targets come first: --forcerun takes every word after it as a rule name.
     snakemake(
-        workdir, TINY_ALL, "--forcerun", "ssvae_train", "scaling_train", "sweep_shard", *targets
+        workdir, TINY_ALL, *targets, "--forcerun", "ssvae_train", "scaling_train", "sweep_shard"
     )
     logs = workdir / "results"
     ssvae = (logs / "ssvae/logs/train/frac~0.1/corrupt~0.5/alpha~1.log").read_text()

@@ -101,7 +101,8 @@ def run_gpuflow() -> Callable[..., subprocess.CompletedProcess[str]]:
 def finished_all(tmp_path_factory) -> Path:
     """One undisturbed run of every family on `.test/all`, shared by the whole session.
 
-    Tests treat it as read-only: dry runs and reports may use it in place; anything that runs,
+    The suites that only read a family's results read them here (FINISHED_ALL_MODULES). Tests
+    treat it as read-only: dry runs and reports may use it in place; anything that runs,
     deletes or corrupts jobs works on a copy (shutil.copytree(..., symlinks=True)).
     """
     workdir = tmp_path_factory.mktemp("finished-all")
@@ -125,18 +126,40 @@ def xdist_group_of(nodeid: str) -> str:
     return path
 
 
-FINISHED_ALL_MODULES = ("test_hardening_workflow.py", "test_settings_workflow.py")
+# Every suite that reads `finished_all`: the run is made once, on the worker that runs them.
+FINISHED_ALL_MODULES = (
+    "test_fluency_workflow.py",
+    "test_ssvae_workflow.py",
+    "test_scaling_workflow.py",
+    "test_sweep_workflow.py",
+    "test_settings_workflow.py",
+    "test_hardening_workflow.py",
+)
+# The two longest groups, started first, one on each worker; the others follow, most tests first.
+FIRST_GROUPS = ("slurm", "finished_all")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The live-SLURM group first: it is the longest, mostly waiting on SLURM, so it overlaps the
-    rest of the suite on the other worker."""
-    items.sort(key=lambda item: xdist_group_of(item.nodeid) != "slurm")
+    """The live-SLURM group first (the longest, mostly waiting on SLURM, so it overlaps the rest
+    of the suite on the other worker), the shared finished run second, then the other groups by
+    their number of tests, most first (the order pytest-xdist would choose)."""
+    groups = [xdist_group_of(item.nodeid) for item in items]
+    sizes = {group: groups.count(group) for group in set(groups)}
+
+    def rank(group: str) -> tuple[int, int]:
+        first = FIRST_GROUPS.index(group) if group in FIRST_GROUPS else len(FIRST_GROUPS)
+        return first, -sizes[group]
+
+    order = sorted(range(len(items)), key=lambda i: rank(groups[i]))
+    items[:] = [items[i] for i in order]
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """pytest-xdist schedules whole groups (`xdist_group_of`) on one worker each."""
+    """pytest-xdist schedules whole groups (`xdist_group_of`) on one worker each, in the order of
+    `pytest_collection_modifyitems` (not re-sorted by their number of tests)."""
     from xdist.scheduler import LoadScopeScheduling
+
+    config.option.loadscopereorder = False
 
     class GroupScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:

@@ -39,7 +39,7 @@ TINY_ALL = tiny_config("all")
 # them, so those jobs run again (of the DDP runs, the 2-process one the faults need).
 RERUN_OUTPUTS = [
     "results/fluency/perplexity/shard~0.csv",
-    "results/ssvae/frac~0.1/corrupt~0.0/alpha~1/seed~0/metrics.json",
+    "results/ssvae/frac~0.1/corrupt~0.5/alpha~1/seed~0/metrics.json",
     "results/scaling/runs/short/nodes~1/world~2/*",
     "results/sweep/shards/method~*/rank~2/width~4/shard~0.*",
     "results/fluency/[!lt]*.*",
@@ -238,7 +238,7 @@ def tmp_file_under(folder: str) -> Callable[[Path], bool]:
     return ready
 
 
-SSVAE_STATE = "results/ssvae/jobs/frac~0.1/corrupt~0.0/alpha~1/seed~0/metrics.json.state.pt"
+SSVAE_STATE = "results/ssvae/jobs/frac~0.1/corrupt~0.5/alpha~1/seed~0/metrics.json.state.pt"
 SCALING_STATE = "results/scaling/jobs/runs/short/nodes~1/world~2/run.json.state.pt"
 SWEEP_PROGRESS = "results/sweep/jobs/shards/method~gnc/rank~2/width~4/shard~0.csv.seeds.jsonl"
 FLUENCY_LOG = "results/fluency/logs/perplexity/shard~0.log"
@@ -301,12 +301,37 @@ def test_every_fault_fired_and_the_rerun_finished(faulted, reference):
     assert "Nothing to be done" in dry.stdout + dry.stderr
 
 
+# Fluency files the faulted re-run must leave as they were: of its perplexity shards only the
+# deleted one (shard~0) runs again.
+FLUENCY_KEPT = ["texts.csv", "lm", "shards", "toxicity", "perplexity/shard~1.*"]
+
+
+def modification_times(workdir: Path, patterns: list[str]) -> dict[str, int]:
+    """The mtime of every file matched by `patterns` (under results/fluency, folders whole)."""
+    root = workdir / "results" / "fluency"
+    paths = [p for pattern in patterns for p in root.glob(pattern)]
+    files = [f for p in paths for f in ([p] if p.is_file() else p.rglob("*")) if f.is_file()]
+    return {str(f.relative_to(root)): f.stat().st_mtime_ns for f in files}
+
+
+def test_a_killed_perplexity_shard_runs_again_alone(reference, faulted):
+    """The texts, their shards, the LM, the toxicity scores and the other perplexity shard are
+    the reference's files, untouched (the copy keeps their times); the killed shard is new."""
+    workdir, events = faulted
+    assert "perplexity job killed while loading the model" in events
+    kept = modification_times(reference, FLUENCY_KEPT)
+    assert "perplexity/shard~1.csv" in kept and "toxicity/shard~0.csv" in kept, sorted(kept)
+    assert modification_times(workdir, FLUENCY_KEPT) == kept
+    rerun = "results/fluency/perplexity/shard~0.csv"
+    assert (workdir / rerun).stat().st_mtime_ns > (reference / rerun).stat().st_mtime_ns
+
+
 def test_killed_training_resumed_from_its_state_instead_of_starting_over(faulted):
     workdir, _ = faulted
-    ssvae = workdir / "results/ssvae/logs/train/frac~0.1/corrupt~0.0/alpha~1.log"
+    ssvae = workdir / "results/ssvae/logs/train/frac~0.1/corrupt~0.5/alpha~1.log"
     assert "resumed from" in ssvae.read_text()
     metrics = json.loads(
-        (workdir / "results/ssvae/frac~0.1/corrupt~0.0/alpha~1/seed~0/metrics.json").read_text()
+        (workdir / "results/ssvae/frac~0.1/corrupt~0.5/alpha~1/seed~0/metrics.json").read_text()
     )
     assert metrics["timing"]["resumed_from_epoch"] >= 1
     run = json.loads((workdir / "results/scaling/runs/short/nodes~1/world~2/run.json").read_text())
@@ -336,7 +361,7 @@ def test_results_after_faults_equal_the_undisturbed_run(reference, faulted):
         pd.testing.assert_frame_equal(
             frame(reference, name, columns, key), frame(workdir, name, columns, key)
         )
-    point = "ssvae/frac~0.1/corrupt~0.0/alpha~1/seed~0/metrics.json"
+    point = "ssvae/frac~0.1/corrupt~0.5/alpha~1/seed~0/metrics.json"
     expected, got = (json.loads((w / "results" / point).read_text()) for w in (reference, workdir))
     assert got["curve"] == expected["curve"]
     assert got["test_accuracy"] == expected["test_accuracy"]
@@ -348,25 +373,27 @@ def test_results_after_faults_equal_the_undisturbed_run(reference, faulted):
 
 
 def test_a_second_instance_in_the_same_folder_gets_the_lock_message(reference, tmp_path):
-    """The first run's sweep shards take 20 s more (a `slow` fault), so it surely holds the lock
-    while the second starts: a run of fast jobs could end before the second looks."""
+    """The first run's forced sweep shard takes 20 s more (a `slow` fault), so it surely holds
+    the lock while the second starts: a run of fast jobs could end before the second looks."""
     workdir = tmp_path / "work"
     shutil.copytree(reference, workdir, symlinks=True)
+    shard = "results/sweep/shards/method~gd/rank~2/width~4/shard~0.csv"
     slow = grid_faults.install(tmp_path / "faulty-bin", {"shard~0.csv": "slow:20"})
-    first = start(workdir, "--forcerun", "sweep_shard", env=slow)
+    first = start(workdir, shard, "--forcerun", "sweep_shard", env=slow)
     try:
         deadline = time.monotonic() + 120
         while not list((workdir / ".snakemake" / "locks").glob("*.lock")):
             assert first.poll() is None and time.monotonic() < deadline, "no lock taken"
             time.sleep(0.02)
-        second = snakemake(workdir, TINY_ALL, "--forcerun", "sweep_shard", check=False)
+        second = snakemake(workdir, TINY_ALL, shard, "--forcerun", "sweep_shard", check=False)
     finally:
         status = first.wait(timeout=600)
     assert second.returncode != 0
     assert "Directory cannot be locked" in second.stdout + second.stderr
     assert status == 0
+    assert (workdir / shard).stat().st_mtime_ns > (reference / shard).stat().st_mtime_ns
     assert not incomplete_outputs(workdir, reference)
-    table, expected = (pd.read_csv(w / "results/sweep/table.csv") for w in (workdir, reference))
+    table, expected = (pd.read_csv(w / shard) for w in (workdir, reference))
     pd.testing.assert_frame_equal(table.drop(columns="wall_s"), expected.drop(columns="wall_s"))
 
 
@@ -382,15 +409,16 @@ def test_corrupted_resume_states_are_reported_and_the_jobs_start_over(reference,
     progress = workdir / SWEEP_PROGRESS.replace("method~gnc", "method~gd")
     progress.write_bytes(b'{"kind": "header", "settings": {"data": ' + b"\xff\xfe garbage\n")
     targets = [
-        "results/ssvae/frac~0.1/corrupt~0.0/alpha~1/seed~0/metrics.json",
+        "results/ssvae/frac~0.1/corrupt~0.5/alpha~1/seed~0/metrics.json",
         "results/scaling/runs/short/nodes~1/world~1/run.json",
         "results/sweep/shards/method~gd/rank~2/width~4/shard~0.csv",
     ]
+    # The targets come first: --forcerun takes every word after it as a rule name.
     snakemake(
-        workdir, TINY_ALL, "--forcerun", "ssvae_train", "scaling_train", "sweep_shard", *targets
+        workdir, TINY_ALL, *targets, "--forcerun", "ssvae_train", "scaling_train", "sweep_shard"
     )
     logs = workdir / "results"
-    ssvae = (logs / "ssvae/logs/train/frac~0.1/corrupt~0.0/alpha~1.log").read_text()
+    ssvae = (logs / "ssvae/logs/train/frac~0.1/corrupt~0.5/alpha~1.log").read_text()
     assert f"ignoring {SSVAE_STATE}: unreadable resume state" in ssvae
     scaling = (logs / "scaling/logs/train/short/nodes~1/world~1.log").read_text()
     assert f"ignoring {scaling_state}: unreadable resume state" in scaling

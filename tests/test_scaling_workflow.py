@@ -1,4 +1,5 @@
-"""The scaling family end to end: a tiny real run, and the paper-scale SLURM plan."""
+"""The scaling family end to end: the results of the session's finished run of every family
+(`finished_all`, on `.test/all`), and the paper-scale SLURM plan."""
 
 from __future__ import annotations
 
@@ -15,14 +16,13 @@ from snakemake_executor_plugin_slurm.partitions import get_best_partition, read_
 from snakemake_executor_plugin_slurm.submit_string import get_submit_command
 from snakemake_executor_plugin_slurm.utils import set_gres_string
 
-from tests.conftest import REPO, tiny_config
+from tests.conftest import REPO
 from tests.figures import assert_drawn_figure
 
 
 @pytest.mark.workflow
-def test_a_tiny_scaling_study_produces_every_output(run_snakemake, tmp_path: Path):
-    run_snakemake(tmp_path, tiny_config("scaling"))
-    out = tmp_path / "results" / "scaling"
+def test_a_tiny_scaling_study_produces_every_output(finished_all: Path):
+    out = finished_all / "results" / "scaling"
     summary = pd.read_csv(out / "comprehensive_summary.csv")
     ddp = summary[summary["method"] == "transformer-ddp"]
     assert sorted(zip(ddp["configuration"], ddp["world_size"], strict=True)) == [
@@ -39,7 +39,7 @@ def test_a_tiny_scaling_study_produces_every_output(run_snakemake, tmp_path: Pat
     run = json.loads((out / "runs/short/nodes~1/world~2/run.json").read_text())
     assert run["backend"] == "gloo" and run["precision"] == "fp32"
     assert run["run_record"]["host"] and len(run["ranks"]) == 2
-    assert len(pd.read_csv(out / "epochs.csv")) == 8
+    assert len(pd.read_csv(out / "epochs.csv")) == 2 * (2 + 4)  # world sizes x imdb's + short's
     assert r"\toprule" in (out / "summary_table.tex").read_text()
     cost = pd.read_csv(out / "cost_table.csv")
     assert {"gpu_hours", "speedup_per_extra_gpu_hour"} <= set(cost.columns)

@@ -98,6 +98,11 @@ def runtime_overrides(family: str, config: dict[str, Any]) -> tuple[dict[str, An
     return {family: overrides}, names
 
 
+def test_a_finished_run_of_every_family_has_nothing_left_to_do(finished):
+    result = snakemake(finished, TINY, "-n")
+    assert "Nothing to be done" in result.stdout + result.stderr, result.stdout[-3000:]
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_changing_every_runtime_key_of_a_family_plans_no_job(finished, family):
     config = effective_config()
@@ -129,14 +134,14 @@ RESULTS_CHANGES = [
     (
         {"fluency": {"perplexity": {"stride": 20}}},
         {
-            "fluency_perplexity": 1, "fluency_merge": 1, "fluency_stats": 1,
+            "fluency_perplexity": 2, "fluency_merge": 1, "fluency_stats": 1,
             "fluency_figures": 1, "fluency_report": 1, "fluency_tables": 1, "all": 1,
         },
     ),
     (
         {"ssvae": {"data": {"split_seed": 1}}},
         {
-            "ssvae_data": 1, "ssvae_train": 1, "ssvae_baseline": 1, "ssvae_aggregate": 1,
+            "ssvae_data": 1, "ssvae_train": 2, "ssvae_baseline": 2, "ssvae_aggregate": 1,
             "ssvae_figures": 1, "ssvae_report": 1, "ssvae_tables": 1, "all": 1,
         },
     ),
@@ -155,7 +160,7 @@ RESULTS_CHANGES = [
     (
         {"sweep": {"gd": {"lr": 0.25}}},
         {
-            "sweep_shard": 1, "sweep_aggregate": 1, "sweep_figures": 1, "sweep_tables": 1,
+            "sweep_shard": 2, "sweep_aggregate": 1, "sweep_figures": 1, "sweep_tables": 1,
             "all": 1,
         },
     ),

@@ -36,7 +36,7 @@ def install(folder: Path, faults: dict[str, str]) -> dict[str, str]:
     path = os.pathsep.join((str(folder), str(Path(sys.executable).parent), os.environ["PATH"]))
     return {
         "PATH": path,
-        "PYTHONPATH": str(REPO),
+        "PYTHONPATH": os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH")))),
         FAULTS_ENV: json.dumps(faults),
         MARKS_ENV: str(marks),
     }

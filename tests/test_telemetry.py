@@ -117,9 +117,10 @@ def test_a_step_writes_its_telemetry_file_and_run_record(tmp_path, monkeypatch, 
     assert telemetry["gpu"]["count"] == (nvml_device_count() or 0)
     record = json.loads(out.read_text())
     assert record["telemetry"]["status"] == "running"  # the record is written mid-step
-    # by then the step has imported torch: seconds of CPU time, counted up to the record
+    # the CPU time the step used up to the record (parsing, writing; torch too where the process
+    # had not imported it yet) is counted
     cpu = record["telemetry"]["cpu"]
-    assert cpu["cpu_seconds"] > 0.2 and cpu["util_percent_mean"] > 0, cpu
+    assert cpu["cpu_seconds"] > 0 and cpu["util_percent_mean"] > 0, cpu
 
 
 def test_a_failed_step_records_its_telemetry_too(tmp_path, capsys):

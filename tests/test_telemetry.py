@@ -117,10 +117,14 @@ def test_a_step_writes_its_telemetry_file_and_run_record(tmp_path, monkeypatch, 
     assert telemetry["gpu"]["count"] == (nvml_device_count() or 0)
     record = json.loads(out.read_text())
     assert record["telemetry"]["status"] == "running"  # the record is written mid-step
-    # the CPU time the step used up to the record (parsing, writing; torch too where the process
-    # had not imported it yet) is counted
-    cpu = record["telemetry"]["cpu"]
-    assert cpu["cpu_seconds"] > 0 and cpu["util_percent_mean"] > 0, cpu
+    # the record holds the sampler's figures so far: this machine's cores, and no more CPU time
+    # than the whole step's (the first sample only sets the baseline, so it may still be 0)
+    cpu, final = record["telemetry"]["cpu"], telemetry["cpu"]
+    assert cpu["allotted_cores"] == final["allotted_cores"] == len(os.sched_getaffinity(0))
+    assert 0 <= cpu["cpu_seconds"] <= final["cpu_seconds"], (cpu, final)
+    assert cpu["util_percent_mean"] == pytest.approx(
+        100 * cpu["cores_busy_mean"] / cpu["allotted_cores"]
+    )
 
 
 def test_a_failed_step_records_its_telemetry_too(tmp_path, capsys):

@@ -155,7 +155,8 @@ class Telemetry:
     def of_rule(self, job: Job) -> dict[str, Any]:
         """GPU-hours used, mean utilisation and flag of the rule's earlier jobs."""
         from gpuflow.job.paths import RECORD, job_file
-        from gpuflow.job.telemetry.tables import read_file, rule_summary
+        from gpuflow.job.record import read_record
+        from gpuflow.job.telemetry.tables import rule_summary
 
         if job.rule not in self.cache:
             paths = {
@@ -169,7 +170,7 @@ class Telemetry:
                     )
                 )
             }
-            summaries = [s for s in map(read_file, sorted(paths)) if s is not None]
+            summaries = [s for s in map(read_record, sorted(paths)) if s is not None]
             self.cache[job.rule] = rule_summary(summaries, self.threshold)
         return self.cache[job.rule]
 

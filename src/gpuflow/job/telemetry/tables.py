@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuflow.job.paths import RECORD, job_of
-from gpuflow.job.record import read_record as read_file
+from gpuflow.job.record import read_record
 from gpuflow.job.telemetry.flags import flag, utilisation
 
 
@@ -16,7 +16,7 @@ def read_folder(folder: str | Path) -> dict[str, dict[str, Any]]:
     found = {}
     for path in sorted(Path(folder).rglob(f"*.{RECORD}")):
         job = job_of(path.relative_to(folder), RECORD)
-        summary = read_file(path) if job is not None else None
+        summary = read_record(path) if job is not None else None
         if summary is not None:
             found[job] = summary
     return found

@@ -23,7 +23,6 @@ from typing import Any
 import numpy as np
 import torch
 
-import gpuflow
 from gpuflow.job import current
 from gpuflow.job.paths import STATE, job_file
 from gpuflow.job.progress import ProgressWriter
@@ -53,13 +52,6 @@ def model_identity(reference: str) -> list[Any]:
         return [reference]
     files = sorted(p for p in folder.iterdir() if p.is_file())
     return [reference, *[[p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in files]]
-
-
-def fingerprint(parts: dict[str, Any]) -> str:
-    """What a state must match to be resumed: `parts` (texts, model, results settings) and
-    the gpuflow version."""
-    text = json.dumps({**parts, "gpuflow": gpuflow.__version__}, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def plan_chunks(batch_weights: Sequence[int], chunk_weight: int) -> list[range]:

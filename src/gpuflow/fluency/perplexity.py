@@ -28,7 +28,6 @@ from tqdm import tqdm
 from gpuflow.errors import ConfigError, DataError
 from gpuflow.fluency.chunked import (
     ChunkedScores,
-    fingerprint,
     finish,
     model_identity,
     texts_digest,
@@ -48,6 +47,7 @@ from gpuflow.fluency.ppl_workers import WorkerJob, score_batches, worker_threads
 from gpuflow.fluency.texts import read_texts
 from gpuflow.job.atomic import write_csv, write_json
 from gpuflow.job.devices import run_record, worker_devices
+from gpuflow.job.state import make_fingerprint
 from gpuflow.settings.blocks import family_settings
 
 OUTPUT_COLUMNS = ["text_id", "nll_sum", "n_tokens", "ppl"]
@@ -249,8 +249,8 @@ def main(args: argparse.Namespace) -> int:
     stats: dict[str, Any] = {"segments": 0, "oom_splits": 0, "final_token_budget": 0}
     nll, n_tokens = np.zeros(0), np.zeros(0, dtype=np.int64)
     if token_ids:
-        state_fingerprint = fingerprint(
-            {
+        state_fingerprint = make_fingerprint(
+            identity={
                 "texts": texts_digest(frame["text_id"], frame["text"]),
                 "model": model_identity(args.model),
                 "trust_remote_code": settings.trust_remote_code,

@@ -27,7 +27,6 @@ import torch
 from gpuflow.errors import ConfigError, GpuflowError
 from gpuflow.fluency.chunked import (
     ChunkedScores,
-    fingerprint,
     finish,
     model_identity,
     texts_digest,
@@ -35,6 +34,7 @@ from gpuflow.fluency.chunked import (
 from gpuflow.fluency.texts import read_texts
 from gpuflow.job.atomic import write_csv, write_json
 from gpuflow.job.devices import run_record, worker_devices
+from gpuflow.job.state import make_fingerprint
 from gpuflow.job.workers import Done, WorkerPool
 from gpuflow.settings.blocks import family_settings
 
@@ -124,8 +124,8 @@ def main(args: argparse.Namespace) -> int:
         model = model_identity(toxicity["model_path"])
         score, name = huggingface_scorer(toxicity["model_path"], toxicity["toxic_label"], device)
         batches = length_batches(items, toxicity["batch_size"])
-    state = fingerprint(
-        {
+    state = make_fingerprint(
+        identity={
             "texts": texts_digest(texts["text_id"], items),
             "scorer": name,
             "model": model,

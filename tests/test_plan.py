@@ -190,12 +190,10 @@ def test_rows_follow_the_order_rules_are_defined_in_through_includes(tmp_path):
     assert {job.rule for job in planned.jobs if job.local} == {"all", "second"}
 
 
-def test_the_plan_shows_what_earlier_jobs_of_a_rule_used_and_flags_low_use(
-    run_gpuflow, tmp_path, monkeypatch
-):
-    monkeypatch.setenv("GPUFLOW_TELEMETRY_INTERVAL_S", "0.1")
+def test_the_plan_shows_what_earlier_jobs_of_a_rule_used_and_flags_low_use(run_gpuflow, tmp_path):
     earlier = tmp_path / "results" / "probe" / "gpu~7.json"  # a job of another grid
-    run_gpuflow("probe", "--hold", "2", "--out", str(earlier))  # mostly idle: low CPU use
+    runtime = json.dumps({"telemetry": {"interval_s": 0.1}})
+    run_gpuflow("probe", "--hold", "2", "--out", str(earlier), "--runtime", runtime)  # mostly idle
     recorded = json.loads(job_file(earlier, RECORD).read_text())
     rows = plan(run_gpuflow, tmp_path)
     seen = rows["probe_gpu"]["telemetry"]

@@ -106,9 +106,9 @@ def test_the_gpu_part_lists_what_nvml_sees_or_says_why_there_is_none():
 
 
 def test_a_step_writes_its_telemetry_file_and_run_record(tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv("GPUFLOW_TELEMETRY_INTERVAL_S", str(INTERVAL))
     out = tmp_path / "record.json"
-    assert gpuflow_main(["probe", "--out", str(out), "--hold", "0.3"]) == 0
+    runtime = json.dumps({"telemetry": {"interval_s": INTERVAL}})
+    assert gpuflow_main(["probe", "--out", str(out), "--hold", "0.3", "--runtime", runtime]) == 0
     telemetry = json.loads(record_path(out).read_text())
     assert telemetry["status"] == "finished"
     assert telemetry["interval_s"] == INTERVAL
@@ -140,7 +140,7 @@ def test_a_failed_step_records_its_telemetry_too(tmp_path, capsys):
 
 def test_only_rank_0_of_a_torchrun_job_samples(tmp_path, monkeypatch):
     monkeypatch.setenv("RANK", "1")
-    with job_record("test", [tmp_path / "out.json"]) as job:
+    with job_record("test", [tmp_path / "out.json"], INTERVAL) as job:
         assert job is None
     assert not record_path(tmp_path / "out.json").exists()
 
@@ -149,7 +149,7 @@ def recorded_job(tmp_path, name: str, wait_s: float, work_s: float, steps: int) 
     """A real job of `steps` steps that waits `wait_s` for each batch and computes `work_s`,
     noting its measured waiting time and step time as the steps do."""
     out = tmp_path / name
-    with job_record("test", [out]):
+    with job_record("test", [out], INTERVAL):
         waited, started = 0.0, time.perf_counter()
         for _ in range(steps):
             if wait_s:
@@ -163,8 +163,7 @@ def recorded_job(tmp_path, name: str, wait_s: float, work_s: float, steps: int) 
     return json.loads(record_path(out).read_text())
 
 
-def test_flags_name_data_loading_or_tiny_batches_from_the_jobs_own_timings(tmp_path, monkeypatch):
-    monkeypatch.setenv("GPUFLOW_TELEMETRY_INTERVAL_S", str(INTERVAL))
+def test_flags_name_data_loading_or_tiny_batches_from_the_jobs_own_timings(tmp_path):
     loading = recorded_job(tmp_path, "loading", wait_s=0.05, work_s=0.005, steps=10)
     tiny = recorded_job(tmp_path, "tiny", wait_s=0.0, work_s=0.0001, steps=2000)
     assert loading["cpu"]["util_percent_mean"] < 50

@@ -19,6 +19,8 @@ import gpuflow
 from gpuflow.errors import WRITE_ERRNOS, GpuflowError
 from gpuflow.job import Job
 from gpuflow.job.outputlock import step_outputs
+from gpuflow.job.telemetry.settings import take_job_settings
+from gpuflow.registry import add_job_settings_arguments
 
 
 def step_modules() -> Iterator[ModuleType]:
@@ -35,6 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="step", required=True, metavar="<step>")
     for module in step_modules():
         module.register(subparsers)
+    for step_parser in subparsers.choices.values():
+        add_job_settings_arguments(step_parser)
     return parser
 
 
@@ -43,12 +47,13 @@ def main(argv: list[str] | None = None) -> int:
 
     The step runs inside one job context (gpuflow.job.Job, reachable as `gpuflow.job.current()`
     and `args.job`): it holds the step's output locks and device locks (taken here, before the
-    step imports torch), stops cleanly on SIGTERM and SIGUSR1, gives the step its resume state
+    step imports torch), takes the job's own settings (the `telemetry` part of `--settings` and
+    `--runtime`), stops cleanly on SIGTERM and SIGUSR1, gives the step its resume state
     and progress file, and writes the job record when the step ends.
     """
     args = build_parser().parse_args(argv)
     try:
-        with Job(args.step, step_outputs(args)) as job:
+        with Job(args.step, step_outputs(args), take_job_settings(args)) as job:
             args.job = job
             return job.finish(int(args.run(args) or 0))
     except GpuflowError as error:

@@ -38,7 +38,8 @@ def add_settings_arguments(parser: argparse.ArgumentParser, family: str) -> None
     """`--settings` (results keys) and `--runtime` (runtime keys) of config[family], as JSON.
 
     Keys left out take the schema's defaults (gpuflow/settings/schemas/), the only place defaults
-    live.
+    live. Each may also hold a `telemetry` part: the job's own settings, which gpuflow.cli takes
+    off before the step reads its family's keys.
     """
     parser.add_argument(
         "--settings",
@@ -50,3 +51,16 @@ def add_settings_arguments(parser: argparse.ArgumentParser, family: str) -> None
         default="{}",
         help=f"JSON: runtime-only keys of config['{family}'] (device, workers, batch sizes)",
     )
+
+
+def add_job_settings_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--settings` and `--runtime` on a step that takes no family settings: it reads only their
+    `telemetry` part, the job's own settings (every step takes them; gpuflow.cli adds these)."""
+    for option, kind in (("settings", "results"), ("runtime", "runtime")):
+        if parser.get_default(option) is None:
+            parser.add_argument(
+                f"--{option}",
+                default="{}",
+                help=f"JSON: {kind} keys of the job's own settings, as"
+                ' {"telemetry": {...}} (config telemetry)',
+            )

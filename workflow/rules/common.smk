@@ -14,12 +14,9 @@ from snakemake.logging import logger
 from gpuflow.settings.validate import check_files_exist
 from gpuflow.errors import GpuflowError
 from gpuflow.job.finished_states import RECORDS_ENV, clean, records_folder
-from gpuflow.settings.validate import check_files_exist
-from gpuflow.job.finished_states import RECORDS_ENV, clean, records_folder
 from gpuflow.data.modelref import check_model_reference
 from gpuflow.settings.blocks import schema_families, split_json
 from gpuflow.job.stopping import ignore_warning
-from gpuflow.job.telemetry.settings import interval_environment, telemetry_settings
 
 CONDA_ENV = "../../envs/gpuflow.yaml"
 
@@ -43,13 +40,11 @@ def check_results_folder():
 
 check_results_folder()
 
-# Every job's telemetry sampler reads its interval from the environment (a runtime key: never a
-# param, so changing it re-runs nothing); cluster jobs re-parse this file and set it the same.
-# Workflows with a config schema of their own (the SLURM tests') get the schema's defaults.
-TELEMETRY = telemetry_settings(config.get("telemetry"))
-os.environ.update(interval_environment(TELEMETRY))
-# The flag threshold changes only what reports say: a param of the report rules and no other.
-LOW_UTILISATION = TELEMETRY["low_utilisation_percent"]
+# The job's own settings (config `telemetry`) travel in every step's --runtime JSON (the
+# sampling interval: never a param, so changing it re-runs nothing) and in the report rules'
+# --settings (the flag threshold changes only what reports say). Workflows with a config
+# schema of their own (the SLURM tests') pass none: their jobs get the schema's defaults.
+JOB_SETTINGS = config.get("telemetry", {})
 
 # Steps keep their resume states past their outputs until the run has accepted those (a SLURM
 # job can still time out after writing them, and its retry then resumes); see
@@ -139,11 +134,6 @@ def rule_resources(family, rule_name):
     }
 
 
-def output_folder(wildcards, output):
-    """The folder of a rule's first output (a param, e.g. where a report finds its jobs)."""
-    return os.path.dirname(output[0])
-
-
 def as_json(value):
     """A config value as a shell-quoted JSON argument."""
     return shlex.quote(json.dumps(value, sort_keys=True))
@@ -154,16 +144,19 @@ def quoted(values):
     return " ".join(shlex.quote(str(v)) for v in values)
 
 
-def results_json(family, values):
+def results_json(family, values, job_settings=False):
     """The results-affecting keys of `values` (a part of config[family]), shell-quoted JSON.
 
-    Passed as a rule's `params`, so changing one re-runs exactly the jobs that use it.
+    Passed as a rule's `params`, so changing one re-runs exactly the jobs that use it. With
+    `job_settings` (report rules only) it holds the job's results keys too (`telemetry`).
     """
-    return shlex.quote(split_json(family, values, "results"))
+    job = JOB_SETTINGS if job_settings else None
+    return shlex.quote(split_json(family, values, "results", job))
 
 
 def runtime_json(family):
-    """Every runtime-only key of config[family] (resources aside), shell-quoted JSON.
+    """Every runtime-only key of config[family] (resources aside) and of the job's own
+    settings (`telemetry` part), shell-quoted JSON.
 
     It travels as the string resource `runtime_settings` (`--runtime
     {resources.runtime_settings}`): resources are no rerun trigger (params, input, code,
@@ -173,4 +166,11 @@ def runtime_json(family):
     hand, pass the same JSON to `--runtime`.
     """
     values = {k: v for k, v in config[family].items() if k != "resources"}
-    return shlex.quote(split_json(family, values, "runtime"))
+    return shlex.quote(split_json(family, values, "runtime", JOB_SETTINGS))
+
+
+def job_json(kind):
+    """The job's own `kind` keys (config `telemetry`) alone, shell-quoted JSON: `--runtime` of a
+    rule that takes no family settings (a resource, as runtime_json), `--settings` of a report.
+    """
+    return shlex.quote(split_json("telemetry", {}, kind, JOB_SETTINGS))

@@ -54,7 +54,7 @@ rule fluency_texts:
     params:
         settings=fluency_texts_settings(),
     shell:
-        "gpuflow fluency-texts --settings {params.settings} --out {output.texts:q} > {log:q} 2>&1"
+        "gpuflow fluency-texts --settings {params.settings} --out {output.texts:q} --runtime {resources.runtime_settings} > {log:q} 2>&1"
 
 
 rule fluency_train_lm:
@@ -75,7 +75,7 @@ rule fluency_train_lm:
         train=as_json(FLUENCY["lm"]["train"]),
     shell:
         "gpuflow fluency-train-lm --exclude {input.scored:q} --settings {params.train}"
-        " --out {output.model:q} > {log:q} 2>&1"
+        " --out {output.model:q} --runtime {resources.runtime_settings} > {log:q} 2>&1"
 
 
 rule fluency_split:
@@ -87,8 +87,10 @@ rule fluency_split:
         f"{FLUENCY_DIR}/logs/split.log",
     conda:
         CONDA_ENV
+    resources:
+        runtime_settings=job_json("runtime"),
     shell:
-        "gpuflow fluency-split --texts {input.texts:q} --out {output.shards:q} > {log:q} 2>&1"
+        "gpuflow fluency-split --texts {input.texts:q} --out {output.shards:q} --runtime {resources.runtime_settings} > {log:q} 2>&1"
 
 
 rule fluency_perplexity:
@@ -154,13 +156,15 @@ rule fluency_merge:
         f"{FLUENCY_DIR}/logs/merge.log",
     conda:
         CONDA_ENV
+    resources:
+        runtime_settings=job_json("runtime"),
     params:
         groups=quoted(fluency_group_columns()),
         model=shlex.quote(fluency_model()),
     shell:
         "gpuflow fluency-merge --texts {input.texts:q} --perplexity {input.perplexity:q}"
         " --toxicity {input.toxicity:q} --group-columns {params.groups} --model-name {params.model}"
-        " --out {output.scores:q} --summary {output.summary:q} > {log:q} 2>&1"
+        " --out {output.scores:q} --summary {output.summary:q} --runtime {resources.runtime_settings} > {log:q} 2>&1"
 
 
 rule fluency_stats:
@@ -184,7 +188,7 @@ rule fluency_stats:
     shell:
         "gpuflow fluency-stats --scores {input.scores:q} --group-columns {params.groups}"
         " --settings {params.stats} --out-correlations {output.correlations:q}"
-        " --out-json {output.correlations_json:q} --out-binned {output.binned:q} > {log:q} 2>&1"
+        " --out-json {output.correlations_json:q} --out-binned {output.binned:q} --runtime {resources.runtime_settings} > {log:q} 2>&1"
 
 
 rule fluency_figures:
@@ -223,7 +227,7 @@ rule fluency_figures:
     shell:
         "gpuflow fluency-figures --scores {input.scores:q} --binned {input.binned:q}"
         " --group-columns {params.groups} --out-scatter {output.scatter:q}"
-        " --out-binned {output.binned:q} --out-by-group {output.by_group:q} > {log:q} 2>&1"
+        " --out-binned {output.binned:q} --out-by-group {output.by_group:q} --runtime {resources.runtime_settings} > {log:q} 2>&1"
 
 
 rule fluency_report:
@@ -242,14 +246,15 @@ rule fluency_report:
         f"{FLUENCY_DIR}/logs/report.log",
     conda:
         CONDA_ENV
+    resources:
+        runtime_settings=job_json("runtime"),
     params:
-        telemetry=output_folder,
-        low_utilisation=LOW_UTILISATION,
+        settings=job_json("results"),
     shell:
         "gpuflow fluency-report --summary {input.summary:q}"
         " --correlations {input.correlations:q} --binned {input.binned:q}"
-        " --telemetry {params.telemetry:q} --low-utilisation {params.low_utilisation}"
-        " --out {output.report:q} > {log:q} 2>&1"
+        " --settings {params.settings}"
+        " --out {output.report:q} --runtime {resources.runtime_settings} > {log:q} 2>&1"
 
 
 rule fluency_tables:
@@ -267,6 +272,8 @@ rule fluency_tables:
         f"{FLUENCY_DIR}/logs/tables.log",
     conda:
         CONDA_ENV
+    resources:
+        runtime_settings=job_json("runtime"),
     shell:
         "gpuflow report-tables --csv {input:q} --title 'Fluency-toxicity: summary tables'"
-        " --out {output.tables:q} > {log:q} 2>&1"
+        " --out {output.tables:q} --runtime {resources.runtime_settings} > {log:q} 2>&1"

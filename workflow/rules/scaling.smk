@@ -49,7 +49,7 @@ rule scaling_data:
     shell:
         "gpuflow scaling-data --name {wildcards.cfg} --settings {params.settings}"
         " --out-train {output.train:q} --out-val {output.val:q} --out-info {output.info:q}"
-        " > {log:q} 2>&1"
+        " --runtime {resources.runtime_settings} > {log:q} 2>&1"
 
 
 rule scaling_tokenize:
@@ -75,7 +75,7 @@ rule scaling_tokenize:
         "gpuflow scaling-tokenize --name {wildcards.cfg} --settings {params.settings}"
         " --train {input.train:q} --val {input.val:q}"
         " --out-tokenizer {output.tokenizer:q} --out-train {output.train:q}"
-        " --out-val {output.val:q} --out-stats {output.stats:q} > {log:q} 2>&1"
+        " --out-val {output.val:q} --out-stats {output.stats:q} --runtime {resources.runtime_settings} > {log:q} 2>&1"
 
 
 rule scaling_baseline:
@@ -103,7 +103,7 @@ rule scaling_baseline:
     shell:
         "gpuflow scaling-baseline --name {wildcards.cfg} --train {input.train:q}"
         " --val {input.val:q} --settings {params.settings} --threads {threads}"
-        " --out {output.record:q} > {log:q} 2>&1"
+        " --out {output.record:q} --runtime {resources.runtime_settings} > {log:q} 2>&1"
 
 
 rule scaling_train:
@@ -197,7 +197,7 @@ rule scaling_summary:
     shell:
         "gpuflow scaling-summary --runs {input.runs:q} --baselines {input.baselines:q}"
         " --out-summary {output.summary:q} --out-epochs {output.epochs:q}"
-        " --out-cost {output.cost:q} --out-tex {output.tex:q} > {log:q} 2>&1"
+        " --out-cost {output.cost:q} --out-tex {output.tex:q} --runtime {resources.runtime_settings} > {log:q} 2>&1"
 
 
 rule scaling_figures:
@@ -247,7 +247,7 @@ rule scaling_figures:
         "gpuflow scaling-figures --summary {input.summary:q} --epochs {input.epochs:q}"
         " --out-epoch-time {output.epoch_time:q} --out-speedup {output.speedup:q}"
         " --out-throughput {output.throughput:q} --out-accuracy {output.accuracy:q}"
-        " --out-comm {output.comm:q} > {log:q} 2>&1"
+        " --out-comm {output.comm:q} --runtime {resources.runtime_settings} > {log:q} 2>&1"
 
 
 rule scaling_report:
@@ -265,16 +265,17 @@ rule scaling_report:
         f"{SCALING_DIR}/logs/report.log",
     conda:
         CONDA_ENV
+    resources:
+        runtime_settings=job_json("runtime"),
     params:
         settings=results_json(
-            "scaling", {"efficiency_target": SCALING["efficiency_target"]}
+            "scaling",
+            {"efficiency_target": SCALING["efficiency_target"]},
+            job_settings=True,
         ),
-        telemetry=output_folder,
-        low_utilisation=LOW_UTILISATION,
     shell:
         "gpuflow scaling-report --summary {input.summary:q} --cost {input.cost:q}"
-        " --telemetry {params.telemetry:q} --low-utilisation {params.low_utilisation}"
-        " --settings {params.settings} --out {output.report:q} > {log:q} 2>&1"
+        " --settings {params.settings} --out {output.report:q} --runtime {resources.runtime_settings} > {log:q} 2>&1"
 
 
 rule scaling_tables:
@@ -292,6 +293,8 @@ rule scaling_tables:
         f"{SCALING_DIR}/logs/tables.log",
     conda:
         CONDA_ENV
+    resources:
+        runtime_settings=job_json("runtime"),
     shell:
         "gpuflow report-tables --csv {input:q} --title 'DDP scaling: summary tables'"
-        " --out {output.tables:q} > {log:q} 2>&1"
+        " --out {output.tables:q} --runtime {resources.runtime_settings} > {log:q} 2>&1"

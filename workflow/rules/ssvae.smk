@@ -48,7 +48,7 @@ rule ssvae_data:
     params:
         settings=results_json("ssvae", {"data": SSVAE["data"]}),
     shell:
-        "gpuflow ssvae-data --settings {params.settings} --out {output.data:q} > {log:q} 2>&1"
+        "gpuflow ssvae-data --settings {params.settings} --out {output.data:q} --runtime {resources.runtime_settings} > {log:q} 2>&1"
 
 
 if SSVAE_STACKED:
@@ -145,7 +145,7 @@ rule ssvae_aggregate:
         **rule_resources("ssvae", "ssvae_aggregate"),
     shell:
         "gpuflow ssvae-aggregate --metrics {input.m2:q} {input.baseline:q}"
-        " --out-runs {output.runs:q} --out-summary {output.summary:q} > {log:q} 2>&1"
+        " --out-runs {output.runs:q} --out-summary {output.summary:q} --runtime {resources.runtime_settings} > {log:q} 2>&1"
 
 
 rule ssvae_figures:
@@ -187,7 +187,7 @@ rule ssvae_figures:
     shell:
         "gpuflow ssvae-figures --runs {input.runs:q} --out-fraction {output.fraction:q}"
         " --out-heatmap {output.heatmap:q} --out-corruption {output.corruption:q}"
-        " --out-baseline {output.baseline:q} > {log:q} 2>&1"
+        " --out-baseline {output.baseline:q} --runtime {resources.runtime_settings} > {log:q} 2>&1"
 
 
 rule ssvae_report:
@@ -205,13 +205,14 @@ rule ssvae_report:
         f"{SSVAE_DIR}/logs/report.log",
     conda:
         CONDA_ENV
+    resources:
+        runtime_settings=job_json("runtime"),
     params:
-        telemetry=output_folder,
-        low_utilisation=LOW_UTILISATION,
+        settings=job_json("results"),
     shell:
         "gpuflow ssvae-report --runs {input.runs:q} --summary {input.summary:q}"
-        " --telemetry {params.telemetry:q} --low-utilisation {params.low_utilisation}"
-        " --out {output.report:q} > {log:q} 2>&1"
+        " --settings {params.settings}"
+        " --out {output.report:q} --runtime {resources.runtime_settings} > {log:q} 2>&1"
 
 
 rule ssvae_tables:
@@ -228,6 +229,8 @@ rule ssvae_tables:
         f"{SSVAE_DIR}/logs/tables.log",
     conda:
         CONDA_ENV
+    resources:
+        runtime_settings=job_json("runtime"),
     shell:
         "gpuflow report-tables --csv {input:q} --title 'SSVAE grid: summary tables'"
-        " --out {output.tables:q} > {log:q} 2>&1"
+        " --out {output.tables:q} --runtime {resources.runtime_settings} > {log:q} 2>&1"

@@ -66,7 +66,7 @@ rule sweep_aggregate:
         **rule_resources("sweep", "sweep_aggregate"),
     shell:
         "gpuflow sweep-aggregate --shards {input.shards:q} --out {output.table:q}"
-        " --summary {output.summary:q} > {log:q} 2>&1"
+        " --summary {output.summary:q} --runtime {resources.runtime_settings} > {log:q} 2>&1"
 
 
 rule sweep_figures:
@@ -95,7 +95,7 @@ rule sweep_figures:
         **rule_resources("sweep", "sweep_figures"),
     shell:
         "gpuflow sweep-figures --table {input.table:q} --out-test-error {output.test_error:q}"
-        " --out-guesses {output.guesses:q} > {log:q} 2>&1"
+        " --out-guesses {output.guesses:q} --runtime {resources.runtime_settings} > {log:q} 2>&1"
 
 
 rule sweep_tables:
@@ -112,6 +112,8 @@ rule sweep_tables:
         f"{SWEEP_DIR}/logs/tables.log",
     conda:
         CONDA_ENV
+    resources:
+        runtime_settings=job_json("runtime"),
     shell:
         "gpuflow report-tables --csv {input:q} --title 'Seed sweeps: summary tables'"
-        " --out {output.tables:q} > {log:q} 2>&1"
+        " --out {output.tables:q} --runtime {resources.runtime_settings} > {log:q} 2>&1"

@@ -341,6 +341,6 @@ def main(args: argparse.Namespace) -> int:
     binned = read_table(args.binned, BINNED_COLUMNS)
     if table.empty:
         raise DataError(args.correlations, "no rows", expected="fluency-stats output")
-    write_text(args.out, build_report(summary, table, binned) + telemetry_section(args))
+    write_text(args.out, build_report(summary, table, binned) + telemetry_section(args.out))
     print(f"wrote {args.out}", flush=True)
     return 0

@@ -27,20 +27,28 @@ from gpuflow.job.progress import ProgressWriter, progress_path
 from gpuflow.job.record import job_record
 from gpuflow.job.state import State, make_fingerprint
 from gpuflow.job.telemetry.job import note
+from gpuflow.job.telemetry.settings import telemetry_settings
 
 
 class Job:
     """One step's lifecycle. Use as a context manager (`with Job(step, outputs) as job`).
 
     A Job that is not entered (`current(outputs)` outside `gpuflow <step>`: a test, a library
-    call) locks and samples nothing but names the same files.
+    call) locks and samples nothing but names the same files. `settings`: the job's own
+    (config `telemetry`, see gpuflow.job.telemetry.settings); default: the schema's.
     """
 
     active: Job | None = None
 
-    def __init__(self, step: str, outputs: Sequence[str | Path]):
+    def __init__(
+        self,
+        step: str,
+        outputs: Sequence[str | Path],
+        settings: Mapping[str, Any] | None = None,
+    ):
         self.step = step
         self.outputs = [Path(o) for o in outputs]
+        self.settings = dict(settings) if settings is not None else telemetry_settings()
         self.writer = locks_this_process()  # False in torchrun ranks but 0: rank 0 writes
         self.telemetry: Any = None
         self._stack = ExitStack()
@@ -59,7 +67,8 @@ class Job:
         with ExitStack() as stack:
             stack.enter_context(exclusive_outputs(self.outputs if self.writer else []))
             stack.enter_context(gpus_for_this_process())
-            self.telemetry = stack.enter_context(job_record(self.step, self.outputs))
+            interval_s = float(self.settings["interval_s"])
+            self.telemetry = stack.enter_context(job_record(self.step, self.outputs, interval_s))
             self._stack = stack.pop_all()
         Job.active = self
         return self

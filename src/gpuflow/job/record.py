@@ -23,7 +23,7 @@ from gpuflow.errors import GpuflowError
 from gpuflow.job.atomic import write_json
 from gpuflow.job.paths import RECORD, job_file
 from gpuflow.job.stopping import Stopped
-from gpuflow.job.telemetry.job import JobTelemetry, interval_s, job_gpus, node_count, tree_root
+from gpuflow.job.telemetry.job import JobTelemetry, job_gpus, node_count, tree_root
 from gpuflow.job.telemetry.sampler import Sampler
 
 
@@ -42,15 +42,16 @@ def read_record(path: str | Path) -> dict[str, Any] | None:
 
 
 @contextmanager
-def job_record(step: str, outputs: list[Path]) -> Iterator[JobTelemetry | None]:
-    """Sample this job while the block runs; write its record at the end.
+def job_record(step: str, outputs: list[Path], interval_s: float) -> Iterator[JobTelemetry | None]:
+    """Sample this job every `interval_s` seconds while the block runs; write its record at the
+    end.
 
     Yields None in a process that does not sample (no outputs, or a DDP rank other than 0).
     """
     if not outputs or os.environ.get("RANK", "0") != "0":
         yield None
         return
-    telemetry = JobTelemetry(Sampler(tree_root(), interval_s(), job_gpus(), node_count()).start())
+    telemetry = JobTelemetry(Sampler(tree_root(), interval_s, job_gpus(), node_count()).start())
     JobTelemetry.active = telemetry
     identity = {
         "step": step,

@@ -324,9 +324,10 @@ def main(args: argparse.Namespace) -> None:
 
 def low_utilisation(config: dict[str, Any]) -> float:
     """The flag threshold of the planned workflow's config, else the schema's default."""
-    from gpuflow.job.telemetry.settings import telemetry_settings
+    from gpuflow.settings.blocks import defaulted
 
-    return float(telemetry_settings(config.get("telemetry"))["low_utilisation_percent"])
+    telemetry = defaulted(dict(config.get("telemetry") or {}), "telemetry")
+    return float(telemetry["low_utilisation_percent"])
 
 
 def perplexity_placement(config: dict[str, Any]) -> str | None:

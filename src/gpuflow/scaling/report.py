@@ -332,6 +332,6 @@ def main(args: argparse.Namespace) -> None:
     summary = pd.read_csv(args.summary)
     cost = pd.read_csv(args.cost)
     target = family_settings("scaling", args.settings)["efficiency_target"]
-    text = build_report(summary, cost, target) + telemetry_section(args)
+    text = build_report(summary, cost, target) + telemetry_section(args.out)
     write_text(args.out, text)
     print(text)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from gpuflow.job.telemetry.report import add_arguments as add_telemetry_arguments
 from gpuflow.registry import add_settings_arguments, lazy
 
 
@@ -78,5 +77,4 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     report.add_argument("--cost", required=True)
     add_settings_arguments(report, "scaling")
     report.add_argument("--out", required=True, help="performance_report.txt")
-    add_telemetry_arguments(report)
     report.set_defaults(run=lazy("gpuflow.scaling.report:main"))

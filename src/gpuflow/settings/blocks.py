@@ -92,9 +92,16 @@ def keys_of_kind(
             yield (*prefix, name)
 
 
-def split_json(family: str, values: dict[str, Any], kind: str) -> str:
-    """The `kind` keys of a family's config part as sorted, compact JSON (a rule's argument)."""
+def split_json(
+    family: str, values: dict[str, Any], kind: str, job_settings: dict[str, Any] | None = None
+) -> str:
+    """The `kind` keys of a family's config part as sorted, compact JSON (a rule's argument),
+    with the `kind` keys of `job_settings` (config `telemetry`, the job's own) as its
+    `telemetry` part (gpuflow.cli hands that part to the job context)."""
     kept = select(values, family_schema(family), kind)
+    job_part = select(job_settings or {}, family_schema("telemetry"), kind)
+    if job_part:
+        kept["telemetry"] = job_part
     return json.dumps(kept, sort_keys=True, separators=(",", ":"))
 
 

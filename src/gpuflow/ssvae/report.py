@@ -132,5 +132,5 @@ def summary_markdown(runs: pd.DataFrame, summary: pd.DataFrame) -> str:
 def main(args: argparse.Namespace) -> None:
     """`gpuflow ssvae-report`."""
     runs, summary = pd.read_csv(args.runs), pd.read_csv(args.summary)
-    write_text(args.out, summary_markdown(runs, summary) + telemetry_section(args))
+    write_text(args.out, summary_markdown(runs, summary) + telemetry_section(args.out))
     print(f"wrote {args.out}")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from gpuflow.job.telemetry.report import add_arguments as add_telemetry_arguments
 from gpuflow.registry import add_settings_arguments, lazy
 
 
@@ -47,5 +46,4 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     report.add_argument("--runs", required=True)
     report.add_argument("--summary", required=True)
     report.add_argument("--out", required=True)
-    add_telemetry_arguments(report)
     report.set_defaults(run=lazy("gpuflow.ssvae.report:main"))

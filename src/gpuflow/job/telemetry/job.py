@@ -7,8 +7,8 @@ rank is counted; on a multi-node job its node stands for the others (GPU-hours c
 node's devices, utilisation is node 0's). `gpuflow with-gpus` has no outputs and samples
 nothing: the step it starts does.
 
-The sampling interval comes from GPUFLOW_TELEMETRY_INTERVAL_S (the workflow sets it from
-config `telemetry.interval_s`), else the schema's default.
+The sampling interval is the job's setting `telemetry.interval_s` (see
+gpuflow.job.telemetry.settings), held by the job context.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import os
 from typing import Any
 
 from gpuflow.job.telemetry.sampler import Sampler
-from gpuflow.job.telemetry.settings import INTERVAL_ENV, telemetry_settings
 
 
 class JobTelemetry:
@@ -37,14 +36,6 @@ class JobTelemetry:
 
     def summary(self) -> dict[str, Any]:
         return {"status": self.status, **self.sampler.summary(), "timings": dict(self.timings)}
-
-
-def interval_s() -> float:
-    """Seconds between samples: the environment's setting, else the schema default."""
-    value = os.environ.get(INTERVAL_ENV)
-    if value:
-        return float(value)
-    return float(telemetry_settings()["interval_s"])
 
 
 def job_gpus(environ: dict[str, str] | None = None) -> str | None:

@@ -1,41 +1,17 @@
-"""The telemetry section of each family's report: its arguments, and the section itself."""
+"""The telemetry section of each family's report."""
 
 from __future__ import annotations
 
-import argparse
+from pathlib import Path
+
+from gpuflow.job.paths import family_root
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """`--telemetry DIR` (the family's results folder) and `--low-utilisation PERCENT`."""
-    parser.add_argument(
-        "--telemetry",
-        default=None,
-        help="family folder whose job records the report shows (omit: no such section)",
-    )
-    parser.add_argument(
-        "--low-utilisation",
-        type=float,
-        default=None,
-        help="flag jobs below this utilisation in percent (config telemetry."
-        "low_utilisation_percent; default: the schema's)",
-    )
-
-
-def threshold(value: float | None) -> float:
-    """The flag threshold: the given one, else the schema's default."""
-    if value is not None:
-        return value
-    from gpuflow.job.telemetry.settings import telemetry_settings
-
-    return float(telemetry_settings()["low_utilisation_percent"])
-
-
-def section(args: argparse.Namespace) -> str:
-    """The markdown section for the report, or '' without `--telemetry` (or when a caller's
-    namespace lacks these arguments)."""
-    folder = getattr(args, "telemetry", None)
-    if folder is None:
-        return ""
+def section(out: str | Path) -> str:
+    """The markdown section on the job records of the family that report `out` belongs to,
+    flagging jobs below the job's `telemetry.low_utilisation_percent`."""
+    from gpuflow.job import current
     from gpuflow.job.telemetry.tables import jobs_section
 
-    return "\n" + jobs_section(folder, threshold(getattr(args, "low_utilisation", None)))
+    threshold = float(current().settings["low_utilisation_percent"])
+    return "\n" + jobs_section(family_root(out), threshold)

@@ -1,20 +1,47 @@
-"""The telemetry settings (config `telemetry`), defaulted from the schema: the one place."""
+"""The job's own settings (config `telemetry`), defaulted from the schema: the one place.
+
+They reach a step as the `telemetry` part of its `--settings` (results keys: the flag threshold,
+which changes only what reports say) and `--runtime` (runtime keys: the sampling interval) JSON,
+as every family's settings do. `gpuflow.cli` takes that part off before the step reads its own,
+and the job context (`gpuflow.job.current().settings`) holds it.
+"""
 
 from __future__ import annotations
 
+import argparse
+import json
 from typing import Any
 
-from gpuflow.settings.blocks import defaulted
+from gpuflow.settings.blocks import family_settings
 
-INTERVAL_ENV = "GPUFLOW_TELEMETRY_INTERVAL_S"
-
-
-def telemetry_settings(values: dict[str, Any] | None = None) -> dict[str, Any]:
-    """`values` (a config's `telemetry` part, possibly absent), validated and defaulted from the
-    schema as every family's settings are."""
-    return defaulted(dict(values or {}), "telemetry")
+BLOCK = "telemetry"
 
 
-def interval_environment(settings: dict[str, Any]) -> dict[str, str]:
-    """The environment that gives every job's sampler the configured interval."""
-    return {INTERVAL_ENV: str(settings["interval_s"])}
+def telemetry_settings(settings: str = "{}", runtime: str = "{}") -> dict[str, Any]:
+    """config `telemetry` from its results (`settings`) and runtime JSON, checked and defaulted."""
+    return family_settings(BLOCK, settings, runtime)
+
+
+def take_job_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The job's settings from the `telemetry` part of `args.settings` and `args.runtime`,
+    which is removed from them: the step reads only its family's keys.
+
+    JSON that does not parse is left for the step, which names the error.
+    """
+    parts = {"settings": "{}", "runtime": "{}"}
+    for option in parts:
+        values = _object(getattr(args, option, None))
+        if values is not None and BLOCK in values:
+            parts[option] = json.dumps(values.pop(BLOCK))
+            setattr(args, option, json.dumps(values, sort_keys=True))
+    return telemetry_settings(parts["settings"], parts["runtime"])
+
+
+def _object(text: str | None) -> dict[str, Any] | None:
+    if not text:
+        return None
+    try:
+        values = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    return values if isinstance(values, dict) else None

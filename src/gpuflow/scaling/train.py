@@ -31,6 +31,7 @@ from gpuflow.job.devices import describe_device, run_record, threads_per_worker
 from gpuflow.job.divergence import SkippedSteps
 from gpuflow.scaling import comm, distributed
 from gpuflow.scaling.distributed import Context
+from gpuflow.scaling.kernels import adamw, load_optimizer_state, set_tf32, use_fused_adamw
 from gpuflow.scaling.model import build_model, parameter_counts
 from gpuflow.settings.blocks import family_schema, family_settings, select
 
@@ -217,9 +218,13 @@ class Trainer:
                 bucket_cap_mb=ddp["bucket_cap_mb"],
             )
             distributed.register_hook(self.ddp, ddp["compression"])
-        self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=train["learning_rate"], weight_decay=train["weight_decay"]
+        self.optimizer = adamw(
+            self.model.parameters(),
+            use_fused_adamw(settings["fused_adamw"], ctx.device),
+            lr=train["learning_rate"],
+            weight_decay=train["weight_decay"],
         )
+        self.tf32 = set_tf32(settings["tf32"], ctx.device)
         total_steps = train["epochs"] * self.steps_per_epoch
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lr_schedule(train["warmup_steps"], total_steps)
@@ -256,7 +261,7 @@ class Trainer:
         if state is None:
             return 0
         self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        load_optimizer_state(self.optimizer, state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
         self.history = state["history"]
@@ -465,6 +470,8 @@ class Trainer:
             "device": describe_device(ctx.device),
             "backend": ctx.backend,
             "precision": self.precision,
+            "fused_adamw": bool(self.optimizer.param_groups[0]["fused"]),
+            "tf32": self.tf32,
             "skipped_steps": self.skipped.total,
             "torch_threads_per_process": self.threads,
             "global_batch_size": plan.global_batch_size,
@@ -500,7 +507,8 @@ def run_settings(scaling: dict[str, Any], name: str) -> dict[str, Any]:
         )
     chosen = scaling["configurations"][name]
     shared = (
-        "device", "amp", "amp_overflow_limit", "warmup_epochs", "cpu_threads_per_process", "ddp",
+        "device", "amp", "amp_overflow_limit", "fused_adamw", "tf32", "warmup_epochs",
+        "cpu_threads_per_process", "ddp",
     )  # fmt: skip
     return {**{k: scaling[k] for k in shared}, "model": chosen["model"], "train": chosen["train"]}
 

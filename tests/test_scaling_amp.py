@@ -56,18 +56,22 @@ def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.parametrize(
-    ("world", "accumulation", "rank"), [(1, 1, -1), (2, 2, 1)], ids=["one-process", "ddp-rank-1"]
+    ("world", "accumulation", "rank", "fused"),
+    [(1, 1, -1, "never"), (2, 2, 1, "never"), (1, 1, -1, "always")],
+    ids=["one-process", "ddp-rank-1", "fused-adamw"],
 )
 def test_one_overflowing_fp16_step_is_skipped_counted_kept_out_of_the_loss_and_the_run_goes_on(
-    tiny_data: Path, tmp_path: Path, world: int, accumulation: int, rank: int
+    tiny_data: Path, tmp_path: Path, world: int, accumulation: int, rank: int, fused: str
 ):
-    # 96 texts in global batches of 16: 6 optimizer steps an epoch; step 3 overflows.
-    config = settings(epochs=2, accumulation_steps=accumulation)
+    # 96 texts in global batches of 16: 6 optimizer steps an epoch; step 3 overflows. Fused
+    # AdamW takes the scaler's inf check into its kernel (no host check): the same outcome.
+    config = {**settings(epochs=2, accumulation_steps=accumulation), "fused_adamw": fused}
     result = faulted_run(tiny_data, tmp_path, config, world, ["overflow", "3", "1", str(rank)])
     assert result.returncode == 0, result.stderr[-3000:]
 
     run = json.loads((tmp_path / "run.json").read_text())
     assert run["precision"] == "fp16" and run["world_size"] == world
+    assert run["fused_adamw"] is (fused == "always")
     assert run["skipped_steps"] == 1
     assert [e["skipped_steps"] for e in run["epochs"]] == [1, 0]
     # The scaler halved its scale once (65536 -> 32768) and never grew it back (2000 steps).

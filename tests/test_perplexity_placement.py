@@ -2,7 +2,7 @@
 
 On the CPU the shard path loads the model through accelerate's device map onto the CPU (the
 twin of a map over GPUs) and scores in one worker; it must give the per-text numbers of the
-replicated workers.
+replicated workers, and be shown to be one copy, placed by a device map, in one worker.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ import torch
 from gpuflow.cli import main as gpuflow_main
 from gpuflow.data.embedded import load_movie_reviews
 from gpuflow.errors import ConfigError
-from gpuflow.fluency.placement import batch_bytes, choose_placement, model_bytes
+from gpuflow.fluency import perplexity, ppl_model, ppl_workers
+from gpuflow.fluency.placement import batch_bytes, choose_placement, model_bytes, parameter_devices
 from gpuflow.fluency.ppl_model import load_config
 from gpuflow.fluency.train_lm import save_untrained_lm
 
@@ -64,6 +65,44 @@ def test_shard_gives_the_per_text_perplexities_of_replicate(tiny_lm, texts, tmp_
     np.testing.assert_allclose(shard["ppl"], replicate["ppl"], rtol=1e-6)
     record = json.loads((tmp_path / "shard.run.json").read_text())
     assert record["placement"] == "shard" and record["placement_reason"] == "as configured"
+
+
+def test_shard_loads_one_copy_through_a_device_map_over_the_slots_and_scores_in_one_worker(
+    tiny_lm, texts, tmp_path, monkeypatch
+):
+    pools, maps, copies = [], [], []
+    score_batches, load_sharded = perplexity.score_batches, ppl_workers.load_sharded
+    load_causal_lm = ppl_model.load_causal_lm
+
+    def seen_pool(job, devices, *args, **kwargs):
+        pools.append((list(devices), job.shard_over))
+        return score_batches(job, devices, *args, **kwargs)
+
+    def seen_load(*args, **kwargs):
+        maps.append(kwargs.get("device_map"))
+        return load_causal_lm(*args, **kwargs)
+
+    def seen_copy(*args, **kwargs):
+        copies.append(load_sharded(*args, **kwargs))
+        return copies[-1]
+
+    monkeypatch.setattr(perplexity, "score_batches", seen_pool)
+    monkeypatch.setattr(ppl_model, "load_causal_lm", seen_load)
+    monkeypatch.setattr(ppl_workers, "load_sharded", seen_copy)
+    score(tiny_lm, texts, tmp_path / "shard.csv", "shard", workers=2)
+
+    # One worker (with one device it scores in this process) holding one copy of the model,
+    # which it spreads over both CPU slots (the job's devices) ...
+    assert pools == [(["cpu"], ("cpu", "cpu"))]
+    assert len(copies) == 1
+    # ... loaded by accelerate through a device map onto the CPU, the twin of one over GPUs.
+    assert maps == [{"": "cpu"}]
+    assert parameter_devices(copies[0]) == {"cpu"}
+
+
+def test_parameter_devices_name_every_device_holding_part_of_the_model():
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2).to("meta"))
+    assert parameter_devices(model) == {"cpu", "meta"}
 
 
 def test_auto_replicates_on_cpu_workers_and_records_why(tiny_lm, texts, tmp_path):

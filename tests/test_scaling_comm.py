@@ -5,6 +5,10 @@ so that the all-reduce is most of a step and a wrong split would show. Tolerance
 loaded 2-core machine: every figure is a median over the probe window of the slowest rank's
 step, alternated in rounds with independently timed DDP steps on the same batches (medians
 over rounds of paired differences), and the comparisons accept 30% of a step + 5 ms.
+
+The total all-reduce is held against a bare all-reduce of the same bytes in buckets of the same
+size, timed by the test itself in every round, on batches whose compute outweighs it: the total
+must come out near that reference, neither a multiple of it nor the whole step.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from gpuflow.scaling import comm, distributed
 STEPS, ROUNDS = 4, 5
 DDP_SETTINGS = {"bucket_cap_mb": 4, "compression": "none"}
 RELATIVE_TOLERANCE, ABSOLUTE_TOLERANCE_MS = 0.30, 5.0
+LIGHT_ROWS, HEAVY_ROWS = 4, 128  # rows per batch: communication-heavy, compute-heavy steps
+TOTAL_RATIO = (0.5, 2.5)  # accepted total / bare all-reduce (median over rounds)
 
 
 def plain_ddp_step_ms(ddp: DistributedDataParallel, batches: list[torch.Tensor], ctx) -> float:
@@ -38,7 +44,22 @@ def plain_ddp_step_ms(ddp: DistributedDataParallel, batches: list[torch.Tensor],
     return 1000 * statistics.median(slowest.tolist())
 
 
-def worker(rank: int, port: int, out: str) -> None:
+def bare_allreduce_ms(model: torch.nn.Module, bucket_cap_mb: float) -> float:
+    """The slowest rank's time to all-reduce as many fp32 values as `model` has parameters, in
+    buckets of `bucket_cap_mb`, one after the other (gloo's all-reduce returns when done)."""
+    values = sum(p.numel() for p in model.parameters())
+    per_bucket = int(bucket_cap_mb * 2**20) // 4
+    buckets = [torch.ones(min(per_bucket, values - at)) for at in range(0, values, per_bucket)]
+    dist.barrier()
+    start = time.perf_counter()
+    for bucket in buckets:
+        dist.all_reduce(bucket)
+    seconds = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
+    dist.all_reduce(seconds, op=dist.ReduceOp.MAX)
+    return 1000 * seconds.item()
+
+
+def worker(rank: int, port: int, out: str, rows: int) -> None:
     os.environ.update(
         RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2",
         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
@@ -54,7 +75,7 @@ def worker(rank: int, port: int, out: str) -> None:
             model, bucket_cap_mb=DDP_SETTINGS["bucket_cap_mb"], gradient_as_bucket_view=True
         )
         generator = torch.Generator().manual_seed(rank)
-        batches = [torch.randn(4, 1024, generator=generator) for _ in range(STEPS)]
+        batches = [torch.randn(rows, 1024, generator=generator) for _ in range(STEPS)]
         plain_ddp_step_ms(ddp, batches[:2], ctx)  # warm-up: gloo buffers, allocator
         # Rounds alternate plain DDP steps with the probe on the same batches, so a change in
         # the machine's load hits both; medians over rounds.
@@ -65,7 +86,19 @@ def worker(rank: int, port: int, out: str) -> None:
                 ddp, batches, lambda b: ddp(b).square().mean().backward(), ctx, DDP_SETTINGS
             )
             predicted = probe.no_sync_step_ms + probe.exposed_ms
-            rounds.append({"plain_ms": plain_ms, "gap_ms": plain_ms - predicted, **probe.__dict__})
+            bare_ms = statistics.median(
+                bare_allreduce_ms(model, DDP_SETTINGS["bucket_cap_mb"]) for _ in range(3)
+            )
+            rounds.append(
+                {
+                    "plain_ms": plain_ms,
+                    "gap_ms": plain_ms - predicted,
+                    "bare_ms": bare_ms,
+                    "total_ratio": probe.total_ms / bare_ms,
+                    "step_ratio": probe.sync_step_ms / bare_ms,
+                    **probe.__dict__,
+                }
+            )
         if rank == 0:
             median = {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
             Path(out).write_text(json.dumps(median))
@@ -73,13 +106,17 @@ def worker(rank: int, port: int, out: str) -> None:
         dist.destroy_process_group()
 
 
-def test_exposed_is_at_most_total_and_a_synced_step_is_the_no_sync_step_plus_exposed(tmp_path):
+def probe(tmp_path: Path, rows: int) -> dict[str, float]:
+    """Medians over the rounds of 2 gloo processes training on batches of `rows` rows."""
     out = tmp_path / "probe.json"
-    port = distributed._free_port()
     started = time.perf_counter()
-    mp.spawn(worker, args=(port, str(out)), nprocs=2, join=True)
+    mp.spawn(worker, args=(distributed._free_port(), str(out), rows), nprocs=2, join=True)
     assert time.perf_counter() - started < 120
-    result = json.loads(out.read_text())
+    return json.loads(out.read_text())
+
+
+def test_exposed_is_at_most_total_and_a_synced_step_is_the_no_sync_step_plus_exposed(tmp_path):
+    result = probe(tmp_path, LIGHT_ROWS)
 
     assert result["probe_steps"] == STEPS
     assert result["total_ms"] > 0
@@ -89,3 +126,14 @@ def test_exposed_is_at_most_total_and_a_synced_step_is_the_no_sync_step_plus_exp
     assert abs(result["gap_ms"]) <= tolerance, result
     # On this communication-heavy model the exposed all-reduce is a real part of the step.
     assert result["exposed_ms"] > 0.2 * result["plain_ms"], result
+
+
+def test_the_total_is_a_bare_all_reduce_of_the_gradient_bytes_not_a_multiple_nor_the_step(
+    tmp_path,
+):
+    result = probe(tmp_path, HEAVY_ROWS)
+    low, high = TOTAL_RATIO
+    # The step computes for several times the all-reduce's length (measured: 6 to 10 times), so
+    # the step's time lies well outside the band the total must fall in.
+    assert result["step_ratio"] > 1.5 * high, result
+    assert low <= result["total_ratio"] <= high, result

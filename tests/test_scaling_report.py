@@ -35,7 +35,7 @@ def fake_run(
         "precision": "bf16", "global_batch_size": 32, "per_gpu_batch_size": 32 // world,
         "accumulation_steps": 1, "steps_per_epoch": 100, "parameters": 1_000_000,
         "token_embedding_parameters": 800_000, "allreduce_mb_per_step": 3.8,
-        "torch_threads_per_process": 1,
+        "torch_threads_per_process": 1, "skipped_steps": 0,
         "run_record": {"host": "gpu01", "slurm_job_id": "42"}, "epochs": epochs,
     }  # fmt: skip
 
@@ -134,3 +134,13 @@ def test_diagnosis_and_predictions_use_the_exposed_all_reduce_and_quote_the_tota
     assert "accumulate 2 micro-steps per all-reduce" in text and "1.68x (compute" in text
     # Halving the 4 s total leaves 2 s, of which overlap still hides 3 s: nothing exposed.
     assert "predicted speedup 1.78x (half the total all-reduce" in text
+
+
+def test_steps_the_fp16_loss_scaler_skipped_are_counted_in_the_tables_and_the_report(runs):
+    overflowed = fake_run("tiny", 2, 5.0, 3.0)
+    overflowed["skipped_steps"] = 3
+    summary = build([fake_run("tiny", 1, 4.0, 0.0), overflowed], [])
+    assert summary.set_index("world_size")["skipped_steps"].to_dict() == {1: 0, 2: 3}
+    text = build_report(summary, cost_table(summary), target=0.7)
+    assert "at 2 GPUs the fp16 loss scaler skipped 3 optimizer step(s) for overflow" in text
+    assert "at 1 GPU the fp16" not in text

@@ -18,7 +18,7 @@ from types import TracebackType
 from typing import Any
 
 from gpuflow.job import stopping
-from gpuflow.job.divergence import check_finite
+from gpuflow.job.divergence import SkippedSteps, check_finite, check_skipped
 from gpuflow.job.finished_states import release
 from gpuflow.job.gpulock import gpus_for_this_process
 from gpuflow.job.outputlock import exclusive_outputs, locks_this_process
@@ -122,6 +122,11 @@ class Job:
     def check_finite(self, run: str, epoch: int, terms: Mapping[str, float]) -> None:
         """Stop (TrainingDivergedError) when a loss term of `run` at `epoch` is not finite."""
         check_finite(run, epoch, terms, self._state.path if self._state else None)
+
+    def check_skipped(self, run: str, epoch: int, skipped: SkippedSteps) -> None:
+        """Stop (TrainingDivergedError) when `run` skipped too many overflowing fp16 steps in a
+        row with the loss scale at its floor (gpuflow.job.divergence)."""
+        check_skipped(run, epoch, skipped, self._state.path if self._state else None)
 
     def defer_stops(self) -> None:
         """From now on a stop request waits for the loop's next `stop_if_requested`."""

@@ -1,21 +1,31 @@
-"""Stop a training run whose loss is no longer a number, naming the run, the epoch and the term.
+"""Stop a training run that diverged, naming the run, the epoch and what gave it away.
 
 A NaN or infinite loss would otherwise flow into the metrics as if it were a result. Training
 checks each epoch's loss terms before it saves that epoch's state, so the resume state left
 (gpuflow.job.state) is the last good one, for inspection (a re-run resumes from it).
+
+Under fp16 a loss scaler (torch.amp.GradScaler) skips every step whose gradients overflow and
+halves its scale; such a step changes no weight, so it is counted (`SkippedSteps`), kept out of
+the epoch's loss and never stops a run by itself. Only `limit` skipped steps in a row with the
+scale at its floor (`SCALE_FLOOR`) do: the scale no longer magnifies the gradients there, so
+they overflow on the model's own numbers, step after step, and no weight will move again.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from gpuflow.errors import GpuflowError
 
+SCALE_FLOOR = 1.0
+ADVICE = " (lower the learning rate or check the data)"
+
 
 class TrainingDivergedError(GpuflowError):
-    """A loss term became NaN or infinite."""
+    """A loss term became NaN or infinite, or every step overflows at the lowest loss scale."""
 
 
 def first_bad_term(terms: Mapping[str, float]) -> tuple[str, float] | None:
@@ -26,18 +36,52 @@ def first_bad_term(terms: Mapping[str, float]) -> tuple[str, float] | None:
     return None
 
 
+def kept_state(epoch: int, state: Path | None) -> str:
+    """What a stop at `epoch` leaves behind: the last good state, or none."""
+    if state is not None and state.is_file():
+        return f"the last good state (after epoch {epoch - 1}) is kept in {state}"
+    return "no earlier state to keep"
+
+
 def check_finite(run: str, epoch: int, terms: Mapping[str, float], state: Path | None) -> None:
     """Raise TrainingDivergedError when a loss term of `run` at `epoch` is not finite."""
     bad = first_bad_term(terms)
     if bad is None:
         return
     name, value = bad
-    kept = (
-        f"the last good state (after epoch {epoch - 1}) is kept in {state}"
-        if state is not None and state.is_file()
-        else "no earlier state to keep"
-    )
     raise TrainingDivergedError(
-        f"run {run}: loss term '{name}' is {value} at epoch {epoch}; training stopped, {kept}"
-        " (lower the learning rate or check the data)"
+        f"run {run}: loss term '{name}' is {value} at epoch {epoch}; training stopped, "
+        f"{kept_state(epoch, state)}" + ADVICE
+    )
+
+
+@dataclass
+class SkippedSteps:
+    """Optimizer steps a loss scaler skipped for overflow: all of them, and the current run of
+    consecutive ones taken with the scale at its floor (a divergence once it reaches `limit`)."""
+
+    limit: int
+    total: int = 0
+    at_floor: int = 0
+
+    def observe(self, skipped: bool, scale: float) -> None:
+        """Count one optimizer step, taken with loss scale `scale`, skipped or applied."""
+        self.total += skipped
+        self.at_floor = self.at_floor + 1 if skipped and scale <= SCALE_FLOOR else 0
+
+    @property
+    def diverged(self) -> bool:
+        """Whether `limit` steps in a row were skipped with the scale at its floor."""
+        return self.at_floor >= self.limit
+
+
+def check_skipped(run: str, epoch: int, skipped: SkippedSteps, state: Path | None) -> None:
+    """Raise TrainingDivergedError when `run` skipped `skipped.limit` steps in a row at the
+    floor of the loss scale during `epoch`."""
+    if not skipped.diverged:
+        return
+    raise TrainingDivergedError(
+        f"run {run}: {skipped.at_floor} optimizer steps in a row overflowed with the fp16 loss"
+        f" scale at its floor ({SCALE_FLOOR:g}) in epoch {epoch}; training stopped, "
+        f"{kept_state(epoch, state)}" + ADVICE
     )

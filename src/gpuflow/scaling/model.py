@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -36,10 +37,30 @@ class TextClassifier(nn.Module):
         """Class logits [batch, classes] of `ids` [batch, length]; `mask` marks real tokens."""
         positions = torch.arange(ids.shape[1], device=ids.device)
         hidden = self.token(ids) + self.position(positions)[None]
-        hidden = self.norm(self.encoder(hidden, src_key_padding_mask=~mask))
+        padding = padding_mask(mask, compute_dtype(hidden))
+        hidden = self.norm(self.encoder(hidden, src_key_padding_mask=padding))
         weights = mask.unsqueeze(-1).to(hidden.dtype)
         pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1.0)
         return self.head(pooled)
+
+
+def compute_dtype(tensor: torch.Tensor) -> torch.dtype:
+    """The dtype matmuls on `tensor` run in: autocast's where it is on, else the tensor's own."""
+    device = tensor.device.type
+    if torch.is_autocast_enabled(device):
+        return torch.get_autocast_dtype(device)
+    return tensor.dtype
+
+
+def padding_mask(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The additive key padding mask (0 on tokens, -inf on padding) in `dtype`.
+
+    Given the boolean mask, attention would build this in the residual stream's dtype, fp32
+    even under autocast, and scaled_dot_product_attention would then meet bf16 or fp16 queries
+    with an fp32 mask, which CUDA's memory-efficient kernel does not take: it falls back to
+    the math kernel. 0 and -inf are exact in every float dtype, so the values are the same.
+    """
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, -math.inf)
 
 
 def build_model(settings: dict[str, Any], vocab_size: int, n_classes: int) -> TextClassifier:

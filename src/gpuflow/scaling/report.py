@@ -285,6 +285,13 @@ def build_report(summary: pd.DataFrame, cost: pd.DataFrame, target: float) -> st
             f"{int(first['global_batch_size'])}, accumulation {int(first['accumulation_steps'])}; "
             f"precision {first['precision']}; {int(first['steps_per_epoch'])} steps per epoch."
         )
+        for _, run in group[group["skipped_steps"] > 0].iterrows():
+            where = workers(run["world_size"], run["device_type"], run["nodes"])
+            out.append(
+                f"  note: at {where} the fp16 "
+                f"loss scaler skipped {int(run['skipped_steps'])} optimizer step(s) for overflow; "
+                "they changed no weight and are left out of the training loss."
+            )
         spread = (group["epoch_seconds_std"] / group["epoch_seconds"]).max()
         if spread > NOISY:
             out.append(

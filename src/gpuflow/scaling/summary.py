@@ -24,13 +24,14 @@ EPOCH_COLUMNS = [
     "epoch", "measured", "after_resume", "train_seconds", "val_seconds", "samples",
     "tokens", "samples_per_second", "tokens_per_second", "train_loss", "val_loss",
     "val_accuracy", "cpu_seconds_per_process", "peak_memory_mb", "comm_probe_steps",
-    "sync_step_ms", "no_sync_step_ms", "comm_exposed_ms", "comm_total_ms",
+    "sync_step_ms", "no_sync_step_ms", "comm_exposed_ms", "comm_total_ms", "skipped_steps",
+    "loss_scale",
 ]  # fmt: skip
 RUN_COLUMNS = [
     "configuration", "world_size", "nodes", "processes_per_node", "device_type", "backend",
     "precision", "global_batch_size", "per_gpu_batch_size", "accumulation_steps",
     "steps_per_epoch", "parameters", "token_embedding_parameters", "allreduce_mb_per_step",
-    "torch_threads_per_process",
+    "torch_threads_per_process", "skipped_steps",
 ]  # fmt: skip
 
 

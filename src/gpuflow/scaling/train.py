@@ -28,8 +28,10 @@ from gpuflow.errors import ConfigError
 from gpuflow.job import current
 from gpuflow.job.atomic import save_torch, write_json
 from gpuflow.job.devices import describe_device, run_record, threads_per_worker
+from gpuflow.job.divergence import SkippedSteps
 from gpuflow.scaling import comm, distributed
 from gpuflow.scaling.distributed import Context
+from gpuflow.scaling.kernels import adamw, load_optimizer_state, set_tf32, use_fused_adamw
 from gpuflow.scaling.model import build_model, parameter_counts
 from gpuflow.settings.blocks import family_schema, family_settings, select
 
@@ -216,14 +218,19 @@ class Trainer:
                 bucket_cap_mb=ddp["bucket_cap_mb"],
             )
             distributed.register_hook(self.ddp, ddp["compression"])
-        self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=train["learning_rate"], weight_decay=train["weight_decay"]
+        self.optimizer = adamw(
+            self.model.parameters(),
+            use_fused_adamw(settings["fused_adamw"], ctx.device),
+            lr=train["learning_rate"],
+            weight_decay=train["weight_decay"],
         )
+        self.tf32 = set_tf32(settings["tf32"], ctx.device)
         total_steps = train["epochs"] * self.steps_per_epoch
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lr_schedule(train["warmup_steps"], total_steps)
         )
         self.scaler = torch.amp.GradScaler(ctx.device.type, enabled=self.precision == "fp16")
+        self.skipped = SkippedSteps(settings["amp_overflow_limit"])
         self.job = current([args.out_json, args.out_model])
         self.state = self.job.state(
             inputs=[args.train, args.val, args.data_info],
@@ -232,6 +239,11 @@ class Trainer:
         )
         self.history: list[dict[str, Any]] = []
         self.resumed_at: list[int] = []
+
+    @property
+    def run_name(self) -> str:
+        """How the NaN guard names this run."""
+        return f"{self.args.name} world={self.ctx.world_size}"
 
     def _threads(self) -> int:
         if self.ctx.device.type == "cuda":
@@ -249,10 +261,12 @@ class Trainer:
         if state is None:
             return 0
         self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        load_optimizer_state(self.optimizer, state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
         self.history = state["history"]
+        self.skipped.total = sum(e.get("skipped_steps", 0) for e in self.history)
+        self.skipped.at_floor = state.get("skipped_at_floor", 0)
         self.resumed_at = [*state["resumed_at"], state["epoch"]]
         if self.ctx.rank == 0:
             print(f"resuming after epoch {state['epoch']} from {self.state.path}")
@@ -270,6 +284,7 @@ class Trainer:
                     "scaler": self.scaler.state_dict(),
                     "history": self.history,
                     "resumed_at": self.resumed_at,
+                    "skipped_at_floor": self.skipped.at_floor,
                 },
             )
         distributed.barrier(self.ctx)
@@ -281,6 +296,23 @@ class Trainer:
         loss = torch.nn.functional.cross_entropy(logits.float(), batch["labels"])
         self.scaler.scale(loss / divisor).backward()
         return loss
+
+    def optimizer_step(self) -> bool:
+        """One optimizer step through the loss scaler; False when the scaler skipped it.
+
+        GradScaler skips a step whose gradients hold an inf or NaN and then lowers its scale;
+        only then does the scale drop, so comparing it before and after `update()` tells a
+        skipped step. Under DDP every rank checks the same all-reduced gradients and decides
+        alike. With the scaler off (fp32, bf16) the scale stays 1.0 and every step is applied.
+        """
+        scale = self.scaler.get_scale()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        skipped = self.scaler.get_scale() < scale
+        self.skipped.observe(skipped, scale)
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
+        return not skipped
 
     def measure_comm(self, batches: list[dict[str, Any]]) -> dict[str, Any]:
         """Total and exposed all-reduce per step on `batches`, measured apart from the epoch."""
@@ -313,7 +345,8 @@ class Trainer:
         if ctx.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(ctx.device)
         loss_sum = torch.zeros((), dtype=torch.float64, device=ctx.device)
-        tokens = 0
+        tokens, applied, skipped_before = 0, 0, self.skipped.total
+        step_losses: list[torch.Tensor] = []
         static = self.settings["ddp"]["static_graph"]
         distributed.barrier(ctx)
         start, cpu_start = time.perf_counter(), time.process_time()
@@ -330,19 +363,22 @@ class Trainer:
             first_step = False
             if len(probe_batches) < keep:
                 probe_batches.append(batch)
-            loss_sum += loss.detach().double()
+            step_losses.append(loss.detach())
             tokens += batch["tokens"]
             if last_micro:
-                self.scaler.step(self.optimizer)
-                self.scaler.update()
-                self.optimizer.zero_grad(set_to_none=True)
-                self.scheduler.step()
+                # A skipped step's losses (inf or NaN after an overflow) stay out of the mean.
+                if self.optimizer_step():
+                    for micro_loss in step_losses:
+                        loss_sum += micro_loss.double()
+                    applied += 1
+                step_losses = []
+                self.job.check_skipped(self.run_name, epoch + 1, self.skipped)
             mark = time.perf_counter()
         distributed.barrier(ctx)
         seconds = time.perf_counter() - start
         cpu = time.process_time() - cpu_start
-        micro_steps = self.steps_per_epoch * plan.accumulation_steps
-        sums = distributed.all_reduce([loss_sum.item(), tokens, cpu], ctx)
+        sums = distributed.all_reduce([loss_sum.item(), tokens, cpu, applied], ctx)
+        applied_micro_steps = sums[3] * plan.accumulation_steps
         (memory,) = distributed.all_reduce([peak_memory_mb(ctx.device)], ctx, "max")
         return {
             "epoch": epoch + 1,
@@ -355,7 +391,9 @@ class Trainer:
             "tokens": int(sums[1]),
             "samples_per_second": self.n_used / seconds,
             "tokens_per_second": sums[1] / seconds,
-            "train_loss": sums[0] / (micro_steps * ctx.world_size),
+            "train_loss": sums[0] / applied_micro_steps if applied_micro_steps else None,
+            "skipped_steps": self.skipped.total - skipped_before,
+            "loss_scale": self.scaler.get_scale(),
             "peak_memory_mb": memory,
             **self.measure_comm(probe_batches),
         }
@@ -379,10 +417,9 @@ class Trainer:
                 val_accuracy=accuracy,
                 after_resume=bool(self.resumed_at) and epoch == start_epoch,
             )
+            losses = {"train_loss": record["train_loss"], "val_loss": val_loss}
             self.job.check_finite(
-                f"{self.args.name} world={self.ctx.world_size}",
-                epoch + 1,
-                {"train_loss": record["train_loss"], "val_loss": val_loss},
+                self.run_name, epoch + 1, {k: v for k, v in losses.items() if v is not None}
             )
             self.history.append(record)
             if self.ctx.rank == 0:
@@ -422,7 +459,8 @@ class Trainer:
         bytes_per_element = 2 if ddp["compression"] != "none" else 4
         self.note_timings()
         ranks: list[Any] = [None] * ctx.world_size
-        dist.all_gather_object(ranks, {"rank": ctx.rank, **run_record([ctx.device])})
+        mine = {"rank": ctx.rank, "skipped_steps": self.skipped.total, **run_record([ctx.device])}
+        dist.all_gather_object(ranks, mine)
         return {
             "configuration": self.args.name,
             "world_size": ctx.world_size,
@@ -432,6 +470,9 @@ class Trainer:
             "device": describe_device(ctx.device),
             "backend": ctx.backend,
             "precision": self.precision,
+            "fused_adamw": bool(self.optimizer.param_groups[0]["fused"]),
+            "tf32": self.tf32,
+            "skipped_steps": self.skipped.total,
             "torch_threads_per_process": self.threads,
             "global_batch_size": plan.global_batch_size,
             "per_gpu_batch_size": plan.per_gpu_batch_size,
@@ -465,7 +506,10 @@ def run_settings(scaling: dict[str, Any], name: str) -> dict[str, Any]:
             f"one of {sorted(scaling['configurations'])}",
         )
     chosen = scaling["configurations"][name]
-    shared = ("device", "amp", "warmup_epochs", "cpu_threads_per_process", "ddp")
+    shared = (
+        "device", "amp", "amp_overflow_limit", "fused_adamw", "tf32", "warmup_epochs",
+        "cpu_threads_per_process", "ddp",
+    )  # fmt: skip
     return {**{k: scaling[k] for k in shared}, "model": chosen["model"], "train": chosen["train"]}
 
 

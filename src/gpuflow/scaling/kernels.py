@@ -1,0 +1,46 @@
+"""Runtime kernel choices of a scaling run: fused AdamW and TF32 matmuls.
+
+Neither changes what a step computes beyond float rounding, so both are runtime settings: a
+change re-runs nothing, and a resume state saved under one choice resumes under another.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+FUSED_ADAMW = ("auto", "always", "never")
+
+
+def use_fused_adamw(choice: str, device: torch.device) -> bool:
+    """Whether AdamW runs as one fused kernel: `auto` fuses on CUDA (one launch for all the
+    parameters instead of several per tensor), `always` also on CPU, `never` nowhere."""
+    return choice == "always" or (choice == "auto" and device.type == "cuda")
+
+
+def adamw(params: Any, fused: bool, **hyper: float) -> torch.optim.AdamW:
+    """AdamW with torch's fused kernel, or torch's default implementation for the device."""
+    return torch.optim.AdamW(params, **hyper, **({"fused": True} if fused else {}))
+
+
+def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+    """Load a saved optimizer state under this run's kernel choice.
+
+    torch takes every group's `fused` flag from the saved state (and places the step counters
+    for it), which would quietly undo a changed choice; the flag of the live optimizer wins.
+    """
+    groups = [
+        {**saved, "fused": live["fused"]}
+        for saved, live in zip(state["param_groups"], optimizer.param_groups, strict=True)
+    ]
+    optimizer.load_state_dict({**state, "param_groups": groups})
+
+
+def set_tf32(enabled: bool, device: torch.device) -> bool:
+    """Let CUDA matmuls of fp32 tensors run in TF32 when `enabled` and training on a GPU; returns
+    whether they do. TF32 has no CPU counterpart here: CPU matmuls stay IEEE fp32."""
+    if not (enabled and device.type == "cuda"):
+        return False
+    torch.backends.cuda.matmul.fp32_precision = "tf32"
+    return True

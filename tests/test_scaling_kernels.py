@@ -1,0 +1,78 @@
+"""Runtime kernel choices: fused AdamW (from the device, or forced) and TF32 on GPUs only."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from gpuflow.scaling.kernels import adamw, load_optimizer_state, set_tf32, use_fused_adamw
+from tests.test_scaling_ddp import prepare, settings, train, weights
+
+CPU, CUDA = torch.device("cpu"), torch.device("cuda", 0)
+
+
+def test_auto_fuses_adamw_on_gpus_only_and_the_choice_can_be_forced_either_way():
+    assert [use_fused_adamw("auto", d) for d in (CPU, CUDA)] == [False, True]
+    assert [use_fused_adamw("always", d) for d in (CPU, CUDA)] == [True, True]
+    assert [use_fused_adamw("never", d) for d in (CPU, CUDA)] == [False, False]
+
+
+def one_step(optimizer: torch.optim.Optimizer, model: torch.nn.Module) -> None:
+    model(torch.ones(2, 3)).square().sum().backward()
+    optimizer.step()
+    optimizer.zero_grad()
+
+
+def test_a_state_saved_unfused_resumes_fused_and_steps_like_the_unfused_optimizer():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 3)
+    plain = adamw(model.parameters(), fused=False, lr=0.1)
+    one_step(plain, model)
+    saved = copy.deepcopy(plain.state_dict())
+
+    twin = copy.deepcopy(model)
+    fused = adamw(model.parameters(), fused=True, lr=0.1)
+    unfused = adamw(twin.parameters(), fused=False, lr=0.1)
+    load_optimizer_state(fused, copy.deepcopy(saved))
+    load_optimizer_state(unfused, copy.deepcopy(saved))
+    # torch alone would take the saved group's flag (None) and quietly run unfused.
+    assert fused.param_groups[0]["fused"] is True
+    assert unfused.param_groups[0]["fused"] is None
+    one_step(fused, model)
+    one_step(unfused, twin)
+    torch.testing.assert_close(model.weight, twin.weight)
+    assert fused.state[model.weight]["step"].item() == 2
+
+
+def test_tf32_is_never_switched_on_for_a_cpu_run():
+    before = torch.backends.cuda.matmul.fp32_precision
+    assert set_tf32(True, CPU) is False
+    assert torch.backends.cuda.matmul.fp32_precision == before
+
+
+@pytest.fixture(scope="module")
+def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return prepare(tmp_path_factory.mktemp("tiny-data"))
+
+
+def test_a_run_with_fused_adamw_records_it_and_trains_to_the_numbers_of_the_default(
+    tiny_data: Path, tmp_path: Path
+):
+    default = train(tiny_data, tmp_path / "default", settings(), world=1)
+    config = {**settings(), "fused_adamw": "always", "tf32": True}
+    fused = train(tiny_data, tmp_path / "fused", config, world=1)
+    assert (default["fused_adamw"], fused["fused_adamw"]) == (False, True)
+    assert (default["tf32"], fused["tf32"]) == (False, False)  # a CPU run
+    for a, b in zip(default["epochs"], fused["epochs"], strict=True):
+        assert b["train_loss"] == pytest.approx(a["train_loss"], rel=1e-5)
+    reference, other = (
+        weights(tmp_path / "default" / "model.pt"),
+        weights(tmp_path / "fused" / "model.pt"),
+    )
+    for name, value in reference.items():
+        torch.testing.assert_close(other[name], value, rtol=0, atol=1e-5, msg=name)
+    assert json.loads((tmp_path / "fused" / "run.json").read_text())["fused_adamw"] is True

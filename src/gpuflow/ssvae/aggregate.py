@@ -1,4 +1,8 @@
-"""One tidy row per run (M2 and baseline) and the mean, std and 95% CI over seeds."""
+"""One tidy row per run (M2 and baseline), the mean, std and 95% CI over seeds, and the curves.
+
+Where the data has a validation split, each run also gets its model selection: the evaluated
+epoch of best validation accuracy (the earliest of ties) and the test accuracy there.
+"""
 
 from __future__ import annotations
 
@@ -16,19 +20,40 @@ from gpuflow.job.atomic import write_csv
 
 GRID = ["model", "frac", "n_labelled", "corrupt", "alpha"]
 PAIR = ["frac", "corrupt", "seed"]
+CURVE = ("test_accuracy", "val_accuracy")
+
+
+def read_metrics(path: str | Path) -> dict[str, Any]:
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as error:
+        raise DataError(path, f"unreadable metrics: {error}") from error
+
+
+def selection(curve: list[dict[str, Any]]) -> dict[str, Any]:
+    """The epoch of best validation accuracy (earliest of ties) and the test accuracy there;
+    nothing for a curve without validation."""
+    evaluated = [point for point in curve if "val_accuracy" in point]
+    if not evaluated:
+        return {}
+    best = max(evaluated, key=lambda point: (point["val_accuracy"], -point["epoch"]))
+    return {
+        "best_val_epoch": best["epoch"],
+        "best_val_accuracy": best["val_accuracy"],
+        "selected_test_accuracy": best["test_accuracy"],
+        "selected_test_error": 1.0 - best["test_accuracy"],
+    }
 
 
 def run_row(path: str | Path) -> dict[str, Any]:
     """The flat row of one metrics.json."""
-    try:
-        metrics = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as error:
-        raise DataError(path, f"unreadable metrics: {error}") from error
+    metrics = read_metrics(path)
     timing = metrics["timing"]
     row = {key: metrics[key] for key in ("model", "frac", "corrupt", "alpha", "seed")}
     row.update({key: metrics[key] for key in ("n_train", "n_labelled", "n_corrupted", "epochs")})
     row.update(test_accuracy=metrics["test_accuracy"], test_error=metrics["test_error"])
     row.update({f"test_{k}": v for k, v in metrics["test_elbo"].items()})
+    row.update(selection(metrics["curve"]))
     row.update(
         train_time_s=timing["train_time_s"],
         samples_per_s=timing["samples_per_s"],
@@ -37,6 +62,22 @@ def run_row(path: str | Path) -> dict[str, Any]:
         path=str(path),
     )
     return row
+
+
+def curve_rows(path: str | Path) -> list[dict[str, Any]]:
+    """One row per evaluated epoch of one run: test (and validation) accuracy."""
+    metrics = read_metrics(path)
+    run = {key: metrics[key] for key in ("model", "frac", "n_labelled", "corrupt", "alpha", "seed")}
+    return [
+        {**run, "epoch": point["epoch"], **{k: point[k] for k in CURVE if k in point}}
+        for point in metrics["curve"]
+        if "test_accuracy" in point
+    ]
+
+
+def tidy_curves(paths: list[str | Path]) -> pd.DataFrame:
+    """The evaluated epochs of all runs."""
+    return pd.DataFrame([row for path in paths for row in curve_rows(path)])
 
 
 def tidy_runs(paths: list[str | Path]) -> pd.DataFrame:
@@ -62,18 +103,25 @@ def ci95(values: pd.Series) -> float:
 def summarise(runs: pd.DataFrame) -> pd.DataFrame:
     """Mean, std and 95% CI over seeds of accuracy, error and gain per grid point."""
     grouped = runs.groupby(GRID, dropna=False)
-    summary = grouped.agg(
-        n_seeds=("seed", "nunique"),
-        accuracy_mean=("test_accuracy", "mean"),
-        accuracy_std=("test_accuracy", "std"),
-        accuracy_ci95=("test_accuracy", ci95),
-        error_mean=("test_error", "mean"),
-        error_std=("test_error", "std"),
-        gain_mean=("gain_over_baseline", "mean"),
-        gain_ci95=("gain_over_baseline", ci95),
-        samples_per_s_mean=("samples_per_s", "mean"),
-    )
-    return summary.reset_index()
+    columns = {
+        "n_seeds": ("seed", "nunique"),
+        "accuracy_mean": ("test_accuracy", "mean"),
+        "accuracy_std": ("test_accuracy", "std"),
+        "accuracy_ci95": ("test_accuracy", ci95),
+        "error_mean": ("test_error", "mean"),
+        "error_std": ("test_error", "std"),
+        "gain_mean": ("gain_over_baseline", "mean"),
+        "gain_ci95": ("gain_over_baseline", ci95),
+        "samples_per_s_mean": ("samples_per_s", "mean"),
+    }
+    if "selected_test_error" in runs:
+        columns.update(
+            selected_error_mean=("selected_test_error", "mean"),
+            selected_error_std=("selected_test_error", "std"),
+            best_val_epoch_min=("best_val_epoch", "min"),
+            best_val_epoch_max=("best_val_epoch", "max"),
+        )
+    return grouped.agg(**columns).reset_index()
 
 
 def main(args: argparse.Namespace) -> None:
@@ -81,4 +129,6 @@ def main(args: argparse.Namespace) -> None:
     runs = tidy_runs(args.metrics)
     write_csv(args.out_runs, runs)
     write_csv(args.out_summary, summarise(runs))
+    if args.out_curves:
+        write_csv(args.out_curves, tidy_curves(args.metrics))
     print(f"{len(runs)} runs -> {args.out_runs}, {args.out_summary}")

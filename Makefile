@@ -34,7 +34,7 @@ test: $(STAMP)
 
 # Every CUDA path at paper sizes against references (tiny sizes on CPU): results/gpu_check.json.
 gpu-check: $(STAMP)
-	gpuflow gpu-check --out results/gpu_check.json
+	gpuflow gpu-check --out results/gpu_check.json --record-dir benchmarks/records
 
 lint: $(STAMP)
 	ruff check .

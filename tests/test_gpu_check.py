@@ -1,16 +1,29 @@
 """`gpuflow gpu-check` on a machine without a GPU: every row runs at tiny sizes and is ok.
 
 The same command on a GPU runs the same rows at paper sizes (see README, GPU acceptance check).
+Each row is held against a reference that shares no code with the path it checks: the
+perplexity rows against Hugging Face's own loss computed here, the SSVAE rows against M2's
+loss written out plainly, and a broken path must turn its rows not ok.
 """
 
 from __future__ import annotations
 
+import datetime
 import json
+import math
+from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
 
 from gpuflow.cli import main as gpuflow_main
+from gpuflow.ops.gpu_check.perplexity_check import BOS, random_texts, save_random_lm
+from gpuflow.ops.gpu_check.records import compare, latest_record, save_and_compare
 from gpuflow.ops.gpu_check.rows import CheckRow
+from gpuflow.ops.gpu_check.sizes import tiny_sizes
+from gpuflow.ops.gpu_check.ssvae_check import ssvae_rows
+from gpuflow.ssvae.model import StackedM2
 
 FAMILIES = (
     "perplexity",
@@ -23,30 +36,134 @@ FAMILIES = (
     "locks",
     "telemetry",
 )
+CPU = [torch.device("cpu")]
 
 
 @pytest.fixture(scope="module")
-def smoke(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, list[dict]]:
-    out = tmp_path_factory.mktemp("gpu-check") / "gpu_check.json"
-    code = gpuflow_main(["gpu-check", "--size", "tiny", "--device", "cpu", "--out", str(out)])
-    return code, json.loads(out.read_text())
+def smoke(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, list[dict], Path]:
+    folder = tmp_path_factory.mktemp("gpu-check")
+    out, records = folder / "gpu_check.json", folder / "records"
+    argv = ["gpu-check", "--size", "tiny", "--device", "cpu", "--out", str(out)]
+    code = gpuflow_main([*argv, "--record-dir", str(records)])
+    return code, json.loads(out.read_text()), records
 
 
 def test_every_row_of_the_cpu_smoke_test_is_ok(smoke):
-    code, rows = smoke
+    code, rows, _ = smoke
     assert [row["path"] for row in rows if not row["ok"]] == []
     assert code == 0
 
 
 def test_every_cuda_path_has_a_row_with_its_tolerance_and_rate(smoke):
-    _, rows = smoke
+    _, rows, _ = smoke
     for family in FAMILIES:
         assert any(family in row["path"] for row in rows), family
     for row in rows:
-        assert row["tolerance"] and row["deviation"] and row["sizes"] == "tiny"
+        assert row["tolerance"] and row["sizes"] == "tiny"
     timed = [row for row in rows if row["unit"] in ("tokens/s", "examples/s")]
     assert len(timed) >= 9
     assert all(row["throughput"] > 0 and row["share_of_peak"] > 0 for row in timed)
+
+
+def test_perplexity_rows_equal_hugging_faces_own_loss_of_the_same_model_and_texts(smoke, tmp_path):
+    """The reference here is `model(ids, labels=ids).loss`: no code of gpuflow's scorer."""
+    _, rows, _ = smoke
+    sizes = tiny_sizes()
+    save_random_lm(tmp_path, sizes.lm, torch.device("cpu"))  # seeded: the check's model
+    from transformers import GPT2LMHeadModel
+
+    model = GPT2LMHeadModel.from_pretrained(tmp_path).eval()
+    context = sizes.lm["n_positions"]
+    texts = random_texts(
+        sizes.ppl_texts, sizes.ppl_min_tokens, context - 1, sizes.lm["vocab_size"], 0
+    )
+    expected = []
+    with torch.no_grad():
+        for tokens in texts[: sizes.ppl_reference_texts]:
+            ids = torch.tensor([[BOS, *tokens]])
+            expected.append(math.exp(model(ids, labels=ids).loss.item()))
+    checked = [row for row in rows if "first_perplexities" in row["extra"]]
+    assert len(checked) == 4  # fp32, fp16 and bf16 twins, sharded
+    for row in checked:
+        np.testing.assert_allclose(row["extra"]["first_perplexities"], expected, rtol=1e-4)
+
+
+def test_a_perplexity_scorer_off_by_a_thousandth_fails_its_rows(monkeypatch, tmp_path):
+    from gpuflow.fluency import ppl_scoring
+    from gpuflow.ops.gpu_check.perplexity_check import precision_rows
+
+    honest = ppl_scoring.target_nll
+    monkeypatch.setattr(ppl_scoring, "target_nll", lambda *args: honest(*args) * 1.001)
+    sizes = tiny_sizes()
+    n_params = save_random_lm(tmp_path, sizes.lm, torch.device("cpu"))
+    rows = precision_rows(tmp_path, n_params, sizes, CPU, {"float32": 1.0})
+    assert "float32" in rows[0].path and not rows[0].ok
+
+
+def ssvae_tiny_rows() -> list[CheckRow]:
+    return ssvae_rows(tiny_sizes().ssvae, torch.device("cpu"), 1.0)
+
+
+def test_ssvae_rows_hold_every_run_to_m2_written_out_plainly():
+    rows = ssvae_tiny_rows()
+    assert [row.ok for row in rows] == [True, True, True]
+    for row in rows:
+        assert row.deviation.startswith("plain M2 ")
+        assert float(row.deviation.split()[2].rstrip(";")) <= 1e-4
+
+
+def test_an_unlabelled_bound_without_the_entropy_of_q_fails_every_ssvae_row(monkeypatch):
+    """Stacked and one-by-one share this bug, so only the plain reference can catch it."""
+
+    def no_entropy(self, x, eps):
+        runs, batch, _ = x.shape
+        log_q = torch.log_softmax(self.classifier.logits(x), dim=-1)
+        eye = torch.eye(10, dtype=x.dtype, device=x.device)
+        onehot = eye.expand(runs, batch, 10, 10).reshape(runs, -1, 10)
+        terms = self.neg_elbo(x, onehot, eps)
+        return {"neg_bound": (log_q.exp() * terms["neg_elbo"]).sum(-1), "log_q": log_q}
+
+    monkeypatch.setattr(StackedM2, "unlabelled_terms", no_entropy)
+    assert [row.ok for row in ssvae_tiny_rows()] == [False, False, False]
+
+
+def test_a_run_writes_its_record_with_environment_and_every_row(smoke):
+    _, rows, records = smoke
+    today = datetime.datetime.now(datetime.UTC).date().isoformat()
+    [written] = records.iterdir()
+    assert written.name == f"{today}-2x-cpu.json"  # the smoke run's two CPU workers
+    record = json.loads(written.read_text())
+    assert record["rows"] == rows
+    assert record["torch"] == torch.__version__ and record["devices"] == ["cpu", "cpu"]
+    assert {"driver", "cuda", "commit", "created"} <= set(record)
+    assert latest_record(records, "2x-cpu") == written
+
+
+def test_the_next_run_prints_each_rows_change_against_the_latest_record_of_its_device(
+    smoke, tmp_path
+):
+    _, rows, _ = smoke
+    then = [dict(row) for row in rows]
+    then[0] = {**then[0], "throughput": rows[0]["throughput"] / 2, "ok": False}
+    older = [{**row, "throughput": 1.0} for row in rows]
+    for name, old_rows in (("2026-01-01-cpu", older), ("2026-02-01-cpu", then)):
+        (tmp_path / f"{name}.json").write_text(json.dumps({"created": name, "rows": old_rows}))
+    (tmp_path / "2026-03-01-nvidia-h100.json").write_text(json.dumps({"rows": []}))
+    assert latest_record(tmp_path, "cpu").name == "2026-02-01-cpu.json"
+    when = datetime.datetime(2026, 3, 2, tzinfo=datetime.UTC)
+    path, lines = save_and_compare(tmp_path, rows, CPU, Path.cwd(), when)
+    assert path.name == "2026-03-02-cpu.json" and "2026-02-01-cpu.json" in lines[0]
+    first = next(line for line in lines if line.startswith(rows[0]["path"][:70]))
+    assert "2.00x" in first and "(was NO)" in first
+    assert sum("1.00x" in line for line in lines) == len(rows) - 1 - sum(
+        row["throughput"] is None for row in rows
+    )
+
+
+def test_rows_that_only_one_record_has_are_named():
+    row = {"path": "a", "throughput": 2.0, "share_of_peak": 0.5, "ok": True}
+    lines = compare({"rows": [{**row, "path": "b"}]}, [row])
+    assert "new row: a" in lines and "row gone: b" in lines
 
 
 def test_a_row_beyond_its_tolerance_is_not_ok_and_fails_the_command(tmp_path, monkeypatch):

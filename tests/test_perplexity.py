@@ -20,10 +20,13 @@ import torch.nn.functional as F
 
 from gpuflow.cli import main as gpuflow_main
 from gpuflow.data.embedded import load_movie_reviews
-from gpuflow.errors import GpuflowError
+from gpuflow.errors import ConfigError, GpuflowError
 from gpuflow.fluency.merge import corpus_perplexity
 from gpuflow.fluency.perplexity import score_token_ids, tokenize
-from gpuflow.fluency.ppl_segments import windows
+from gpuflow.fluency.ppl_budget import budget_for_memory
+from gpuflow.fluency.ppl_model import prepare_for_scoring
+from gpuflow.fluency.ppl_scoring import batch_nll, model_forward, pad_right
+from gpuflow.fluency.ppl_segments import Segment, windows
 from gpuflow.fluency.train_lm import save_untrained_lm
 from tests.conftest import files_left
 
@@ -152,11 +155,11 @@ def test_out_of_memory_splits_the_batch_lowers_the_budget_and_drops_nothing(tiny
     shapes: list[tuple[int, int]] = []
 
     def small_memory(forward):
-        def flaky(input_ids, attention_mask):
+        def flaky(input_ids, scored):
             shapes.append(tuple(input_ids.shape))
             if input_ids.numel() > limit:
                 raise torch.OutOfMemoryError("CUDA out of memory (injected)")
-            return forward(input_ids, attention_mask)
+            return forward(input_ids, scored)
 
         return flaky
 
@@ -176,7 +179,7 @@ def test_a_single_window_too_big_for_memory_is_a_clear_error(tiny_lm):
     _, tokenizer = load(tiny_lm)
 
     def no_memory(forward):
-        def failing(input_ids, attention_mask):
+        def failing(input_ids, scored):
             raise torch.OutOfMemoryError("CUDA out of memory (injected)")
 
         return failing
@@ -295,3 +298,56 @@ def test_the_token_budget_changes_scores_only_by_float_rounding(tiny_lm, reviews
     assert small["final_token_budget"] < large["final_token_budget"]
     np.testing.assert_array_equal(small_count, large_count)
     np.testing.assert_allclose(small_nll, large_nll, rtol=1e-5)
+
+
+def test_the_lm_head_sees_only_the_scored_positions_and_each_row_scores_exactly(tiny_lm):
+    model, tokenizer = load(tiny_lm)
+    bos = tokenizer.bos_token_id
+    head_rows: list[int] = []
+    model.get_output_embeddings().register_forward_hook(
+        lambda _module, _args, out: head_rows.append(out.shape[0])
+    )
+    # a window scoring from position 3 (2 targets), a short text (2 targets) padded by 2
+    segments = [Segment(0, (bos, 5, 6, 7, 8), 3), Segment(1, (bos, 9, 10), 1)]
+    ids, mask, first = pad_right(segments, torch.device("cpu"))
+    with torch.inference_mode():
+        nll, counts = batch_nll(model_forward(model), ids, mask, first)
+    assert head_rows == [4] and counts.tolist() == [2, 2]
+    for row, segment in enumerate(segments):
+        window = torch.tensor([segment.ids])
+        with torch.no_grad():
+            logits = model(window).logits[0]
+        targets = window[0, segment.first :]
+        expected = F.cross_entropy(logits[segment.first - 1 : -1], targets, reduction="sum")
+        assert nll[row].item() == pytest.approx(expected.item(), rel=1e-6)
+
+
+def test_scoring_kernels_change_scores_only_by_float_rounding(tiny_lm, reviews):
+    """attn_implementation and the fused GELU are runtime choices: the same numbers."""
+    model, tokenizer = load(tiny_lm)
+    assert model.config.activation_function == "gelu_new"
+    ids = torch.tensor([[tokenizer.bos_token_id, *tokenize(tokenizer, reviews[:1])[0][:30]]])
+    with torch.no_grad():
+        plain = model(ids).logits
+        fast = prepare_for_scoring(model, "eager")(ids).logits
+    assert model.config._attn_implementation == "eager"
+    assert "GELUTanh" in {type(m).__name__ for m in model.modules()}
+    torch.testing.assert_close(fast, plain, rtol=1e-5, atol=1e-5)
+    token_ids = tokenize(tokenizer, reviews)
+    bos = tokenizer.bos_token_id
+    sdpa, counts, _ = score(tiny_lm, token_ids, bos_id=bos, attn_implementation="sdpa")
+    eager, eager_counts, _ = score(tiny_lm, token_ids, bos_id=bos, attn_implementation="eager")
+    np.testing.assert_array_equal(counts, eager_counts)
+    np.testing.assert_allclose(sdpa, eager, rtol=1e-5)
+
+
+def test_an_unknown_attention_implementation_names_the_key(tiny_lm):
+    model, _ = load(tiny_lm)
+    with pytest.raises(ConfigError, match=r"fluency\.perplexity\.attn_implementation"):
+        prepare_for_scoring(model, "fastest")
+
+
+def test_a_budget_from_free_memory_fills_the_share_left_after_the_model():
+    gib, mib = 2**30, 2**20
+    assert budget_for_memory(10 * gib, 2 * gib, mib, 0.8, floor=512) == 6 * 1024
+    assert budget_for_memory(10 * gib, 9 * gib, mib, 0.8, floor=512) == 512  # never below

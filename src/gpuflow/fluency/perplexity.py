@@ -34,6 +34,7 @@ from gpuflow.fluency.chunked import (
 )
 from gpuflow.fluency.merge import corpus_perplexity
 from gpuflow.fluency.placement import choose_placement
+from gpuflow.fluency.ppl_budget import sized_token_budget
 from gpuflow.fluency.ppl_model import (
     check_dtype,
     load_config,
@@ -65,6 +66,8 @@ class PerplexitySettings:
     cpu_workers: int
     trust_remote_code: bool
     placement: str
+    attn_implementation: str
+    fill_free_memory: float
 
     @classmethod
     def from_json(cls, settings: str, runtime: str) -> PerplexitySettings:
@@ -80,6 +83,8 @@ class PerplexitySettings:
             cpu_workers=fluency["cpu_workers"],
             trust_remote_code=fluency["lm"]["trust_remote_code"],
             placement=perplexity["placement"],
+            attn_implementation=perplexity["attn_implementation"],
+            fill_free_memory=perplexity["fill_free_memory"],
         )
 
 
@@ -118,6 +123,7 @@ def score_token_ids(
     chunk_tokens: int = 1 << 18,
     out: str | Path | None = None,
     state_fingerprint: str = "",
+    attn_implementation: str = "auto",
 ) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
     """Per-text NLL sums (float64) and token counts, in input order, plus batching stats.
 
@@ -126,7 +132,8 @@ def score_token_ids(
     the model's forward call, e.g. to inject errors. With `out`, the scores are saved after
     every chunk of about `chunk_tokens` scored tokens in a resume state beside `out` (resumed
     when its fingerprint is `state_fingerprint`), and a stop request ends the step (Stopped)
-    once the batches in hand are scored and saved.
+    once the batches in hand are scored and saved. `attn_implementation`: see
+    gpuflow.fluency.ppl_model.prepare_for_scoring.
     """
     if token_budget < 1:
         raise ConfigError("fluency.perplexity.token_budget", f"got {token_budget}", ">= 1")
@@ -141,6 +148,7 @@ def score_token_ids(
         token_budget=token_budget,
         threads=worker_threads(len(workers)),
         shard_over=tuple(str(d) for d in devices) if sharded else (),
+        attn_implementation=attn_implementation,
     )
     scores = ChunkedScores(
         out,
@@ -239,6 +247,14 @@ def main(args: argparse.Namespace) -> int:
     placement = choose_placement(
         settings.placement, config, devices, settings.dtype, settings.token_budget
     )
+    token_budget, budget_reason = sized_token_budget(
+        settings.token_budget,
+        settings.fill_free_memory,
+        config,
+        devices,
+        settings.dtype,
+        placement.mode,
+    )
     token_ids = tokenize(tokenizer, frame["text"].tolist())
     reject_empty(token_ids, frame["text_id"], args.texts)
     print(
@@ -269,12 +285,13 @@ def main(args: argparse.Namespace) -> int:
             stride=stride,
             devices=devices,
             dtype=settings.dtype,
-            token_budget=settings.token_budget,
+            token_budget=token_budget,
             trust_remote_code=settings.trust_remote_code,
             placement=placement.mode,
             chunk_tokens=settings.chunk_tokens,
             out=args.out,
             state_fingerprint=state_fingerprint,
+            attn_implementation=settings.attn_implementation,
         )
     write_csv(args.out, perplexity_frame(frame["text_id"], nll, n_tokens))
     seconds = time.perf_counter() - started
@@ -288,7 +305,9 @@ def main(args: argparse.Namespace) -> int:
         "tokens": int(n_tokens.sum()),
         "corpus_perplexity": corpus_perplexity(nll, n_tokens) if len(frame) else None,
         "seconds": round(seconds, 3),
-        "token_budget": settings.token_budget,
+        "token_budget": token_budget,
+        "token_budget_reason": budget_reason,
+        "attn_implementation": settings.attn_implementation,
         **placement.record(),
         **stats,
     }

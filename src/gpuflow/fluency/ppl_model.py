@@ -108,3 +108,38 @@ def check_dtype(dtype: str, devices: list[torch.device]) -> None:
             f"{dtype} was asked for but the job runs on the CPU (no GPU visible)",
             "float32 on CPU; float16/bfloat16 only with a GPU",
         )
+
+
+ATTENTION = ("auto", "sdpa", "eager", "flash_attention_2")
+
+
+def prepare_for_scoring(model: torch.nn.Module, attn_implementation: str) -> torch.nn.Module:
+    """The loaded model made fast to score with, computing the same function.
+
+    Attention runs through `attn_implementation` (auto: transformers' choice, SDPA where the
+    model supports it). GPT-2's Python tanh-GELU (`gelu_new`, six elementwise kernels) becomes
+    torch's fused `gelu(approximate="tanh")`: the same formula in one kernel, different only by
+    float rounding.
+    """
+    from transformers.activations import GELUTanh, NewGELUActivation
+
+    if attn_implementation not in ATTENTION:
+        raise ConfigError(
+            "fluency.perplexity.attn_implementation",
+            f"unknown attention implementation {attn_implementation!r}",
+            str(list(ATTENTION)),
+        )
+    if attn_implementation != "auto":
+        try:
+            model.set_attn_implementation(attn_implementation)
+        except (ImportError, ValueError) as error:
+            raise ConfigError(
+                "fluency.perplexity.attn_implementation",
+                f"{attn_implementation} cannot run this model here: {error}",
+                "auto, sdpa or eager",
+            ) from error
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) is NewGELUActivation:
+                setattr(parent, name, GELUTanh())
+    return model

@@ -1,7 +1,8 @@
 """Score segments in token-budget batches: right padding, fp32 loss, float64 sums, OOM retry.
 
-The model is reached only through a `Forward` callable `(input_ids, attention_mask) -> logits`,
-so the very same code runs on a GPU, on a CPU, and in tests that inject out-of-memory errors.
+The model is reached only through a `Forward` callable `(input_ids, scored) -> logits of the
+scored positions`, so the very same code runs on a GPU, on a CPU, and in tests that inject
+out-of-memory errors.
 """
 
 from __future__ import annotations
@@ -20,14 +21,35 @@ from gpuflow.fluency.ppl_segments import Segment, batch_size_for
 
 Forward = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 LOSS_CHUNK_TOKENS = 512
-IGNORE = -100
 
 
 def model_forward(model: torch.nn.Module) -> Forward:
-    """The forward call of a Hugging Face causal LM: logits for right-padded input."""
+    """The forward call of a Hugging Face causal LM on right-padded ids: the logits of the
+    positions marked in `scored` (batch x length, bool), one row each in row-major order.
 
-    def forward(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        return model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
+    The LM head sees only those positions (a pre-hook on the output embeddings selects them), so
+    padding and the context part of a window cost no head matmul and no logits memory; whatever
+    the model does after its head (e.g. logit soft-capping) still applies. The attention mask is
+    all ones: the rows are right-padded and attention is causal, so no real token ever attends
+    to padding, and SDPA or flash attention may use their causal kernels.
+    """
+    head = model.get_output_embeddings()
+
+    def forward(input_ids: torch.Tensor, scored: torch.Tensor) -> torch.Tensor:
+        everywhere = torch.ones_like(input_ids)
+        if head is None:
+            logits = model(input_ids=input_ids, attention_mask=everywhere, use_cache=False).logits
+            return logits[scored.to(logits.device)]
+
+        def only_scored(_module: torch.nn.Module, args: tuple) -> tuple:
+            hidden, *rest = args
+            return (hidden[scored.to(hidden.device)], *rest)
+
+        handle = head.register_forward_pre_hook(only_scored)
+        try:
+            return model(input_ids=input_ids, attention_mask=everywhere, use_cache=False).logits
+        finally:
+            handle.remove()
 
     return forward
 
@@ -60,38 +82,57 @@ def pad_right(
     return ids.to(device), mask.to(device), first.to(device)
 
 
+def scored_positions(mask: torch.Tensor, first: torch.Tensor) -> torch.Tensor:
+    """Which logits positions are scored (batch x length, bool): position p predicts p + 1, and
+    counts when both are real tokens and p + 1 >= the row's first scored position. Padding is
+    found from the mask, never from ids."""
+    length = mask.shape[1]
+    following = torch.arange(1, length + 1, device=mask.device)
+    real_next = torch.zeros_like(mask)
+    real_next[:, :-1] = mask[:, 1:]
+    return (mask * real_next).bool() & (following[None, :] >= first[:, None])
+
+
+def target_nll(
+    logits: torch.Tensor, targets: torch.Tensor, chunk_tokens: int = LOSS_CHUNK_TOKENS
+) -> torch.Tensor:
+    """-log p(target) of each logits row in fp32, `chunk_tokens` rows at a time, so each fp32
+    chunk (upcast from half precision) stays small: in cache on a CPU, little memory on a GPU.
+
+    (Fused cross-entropy beats logsumexp minus the gathered logit on a CPU: 2x in fp32.)
+    """
+    return torch.cat(
+        [
+            F.cross_entropy(
+                logits[start : start + chunk_tokens].float(),
+                targets[start : start + chunk_tokens],
+                reduction="none",
+            )
+            for start in range(0, len(targets), chunk_tokens)
+        ]
+    )
+
+
 def batch_nll(
-    logits: torch.Tensor,
+    forward: Forward,
     ids: torch.Tensor,
     mask: torch.Tensor,
     first: torch.Tensor,
     chunk_tokens: int = LOSS_CHUNK_TOKENS,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """NLL sum (float64) and target count of each row; logits are upcast to fp32 first.
+    """NLL sum (float64) and target count of each row of a right-padded batch.
 
-    Target position j (predicted by logits at j-1) counts when both j and j-1 are real tokens
-    and j >= the row's first scored position. Padding is found from the mask, never from ids.
-    The cross-entropy runs over `chunk_tokens` positions at a time, so each fp32 chunk stays
-    small: in cache on a CPU, little extra memory on a GPU.
+    Target position j (predicted by the logits at j - 1) counts when both j and j - 1 are real
+    tokens and j >= the row's first scored position (see scored_positions).
     """
-    batch, length, vocab = logits.shape
-    positions = torch.arange(1, length, device=ids.device)
-    scored = (mask[:, 1:] * mask[:, :-1]).bool() & (positions[None, :] >= first[:, None])
-    targets = torch.full_like(ids, IGNORE)
-    targets[:, :-1] = torch.where(scored, ids[:, 1:], IGNORE)
-    flat_logits, flat_targets = logits.reshape(batch * length, vocab), targets.view(-1)
-    losses = torch.cat(
-        [
-            F.cross_entropy(
-                flat_logits[start : start + chunk_tokens].float(),
-                flat_targets[start : start + chunk_tokens],
-                reduction="none",
-                ignore_index=IGNORE,
-            )
-            for start in range(0, batch * length, chunk_tokens)
-        ]
+    scored = scored_positions(mask, first)
+    targets = ids[:, 1:][scored[:, :-1]]
+    logits = forward(ids, scored)
+    losses = torch.zeros(ids.shape, dtype=torch.float64, device=ids.device)
+    losses[scored] = target_nll(logits, targets.to(logits.device), chunk_tokens).to(
+        losses.device, torch.float64
     )
-    return losses.view(batch, length).double().sum(dim=1), scored.sum(dim=1)
+    return losses.sum(dim=1), scored.sum(dim=1)
 
 
 def _try_batch(
@@ -100,7 +141,7 @@ def _try_batch(
     """(nll, count) of each segment of one batch, or None when the device ran out of memory."""
     try:
         ids, mask, first = pad_right(segments, device)
-        nll, counts = batch_nll(forward(ids, mask), ids, mask, first)
+        nll, counts = batch_nll(forward, ids, mask, first)
         return list(zip(nll.tolist(), counts.tolist(), strict=True))
     except torch.OutOfMemoryError:
         pass

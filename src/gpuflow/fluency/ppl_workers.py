@@ -17,7 +17,7 @@ import torch
 
 from gpuflow.errors import GpuflowError
 from gpuflow.fluency.placement import input_device, load_sharded
-from gpuflow.fluency.ppl_model import load_causal_lm
+from gpuflow.fluency.ppl_model import load_causal_lm, prepare_for_scoring
 from gpuflow.fluency.ppl_scoring import Forward, SegmentScores, model_forward, score_segments
 from gpuflow.fluency.ppl_segments import Segment
 from gpuflow.job.devices import threads_per_worker
@@ -44,7 +44,8 @@ def worker_threads(n_workers: int) -> int:
 class WorkerJob:
     """What each worker needs besides its device: the model and its first token budget.
 
-    `shard_over` (placement shard) names the devices one copy of the model is spread over.
+    `shard_over` (placement shard) names the devices one copy of the model is spread over;
+    `attn_implementation` is handed to gpuflow.fluency.ppl_model.prepare_for_scoring.
     """
 
     model: str
@@ -53,6 +54,7 @@ class WorkerJob:
     token_budget: int
     threads: int
     shard_over: tuple[str, ...] = ()
+    attn_implementation: str = "auto"
 
 
 class Scorer:
@@ -72,7 +74,7 @@ class Scorer:
             device = input_device(model)
         else:
             model = load_causal_lm(job.model, job.dtype, device, job.trust_remote_code)
-        forward = model_forward(model)
+        forward = model_forward(prepare_for_scoring(model, job.attn_implementation))
         self.forward = forward if wrap_forward is None else wrap_forward(forward)
         self.device, self.token_budget = device, job.token_budget
 

@@ -119,8 +119,10 @@ class StackedM2(nn.Module):
         z = mu + torch.exp(0.5 * logvar) * eps.reshape(runs, batch * k, self.latent)
         logits = self.dec_out(F.softplus(self.dec_z(z) + self.dec_y(onehot)))
         logits = logits.view(runs, batch, k, -1)
-        # Bernoulli NLL with grey levels as targets: softplus(l) - x * l, summed over pixels.
-        recon = F.softplus(logits).sum(-1) - torch.einsum("rbkd,rbd->rbk", logits, x)
+        # Bernoulli NLL with grey levels as targets, softplus(l) - x * l, summed over pixels: one
+        # fused kernel forward and backward (x broadcast over the K labels, never copied).
+        targets = x[:, :, None, :].expand_as(logits)
+        recon = F.binary_cross_entropy_with_logits(logits, targets, reduction="none").sum(-1)
         kl = 0.5 * (mu.square() + logvar.exp() - 1.0 - logvar).sum(-1).view(runs, batch, k)
         return {"recon": recon, "kl": kl, "neg_elbo": recon + kl + self.log_prior_y}
 

@@ -16,6 +16,7 @@ from gpuflow.job.devices import describe_device, worker_devices
 from gpuflow.ops.gpu_check.lock_check import lock_row
 from gpuflow.ops.gpu_check.peak import measured_peaks
 from gpuflow.ops.gpu_check.perplexity_check import oom_row, precision_rows, save_random_lm
+from gpuflow.ops.gpu_check.records import save_and_compare
 from gpuflow.ops.gpu_check.rows import CheckRow, failed_row
 from gpuflow.ops.gpu_check.scaling_check import scaling_rows
 from gpuflow.ops.gpu_check.sizes import CheckSizes, full_sizes, tiny_sizes
@@ -90,16 +91,18 @@ def main(args: argparse.Namespace) -> int:
     peaks = measured_peaks(devices[0], sizes.peak_matmul)
     with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:
         rows = run_checks(sizes, devices, peaks, Path(tmp))
-    write_json(
-        args.out,
-        [{**row.as_dict(), "sizes": sizes.name, "peak_tflops_by_dtype": peaks} for row in rows],
-    )
+    table = [{**row.as_dict(), "sizes": sizes.name, "peak_tflops_by_dtype": peaks} for row in rows]
+    write_json(args.out, table)
     names = sorted({describe_device(d) for d in devices})
     print(
         f"gpu-check ({sizes.name} sizes) on {', '.join(names)}; matmul peaks (TFLOP/s): "
         + ", ".join(f"{k} {v:.1f}" for k, v in peaks.items())
     )
     print(format_table(rows))
+    if args.record_dir:
+        record, change = save_and_compare(Path(args.record_dir), table, devices, Path.cwd())
+        print(f"gpu-check: record written to {record}")
+        print("\n".join(change))
     failed = [row.path for row in rows if not row.ok]
     if failed:
         print(f"gpu-check: {len(failed)} of {len(rows)} rows failed: {failed}", file=sys.stderr)

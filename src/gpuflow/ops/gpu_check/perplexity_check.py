@@ -145,18 +145,18 @@ def precision_rows(
             against = f"the batched fp32 run ({len(texts)} texts)"
             tolerance = TOLERANCE[ran_as]
             path = f"perplexity {dtype} x{len(run_on)} worker(s)"
-        rows.append(
-            throughput_row(
-                path + ("" if ran_as == dtype else f" (CPU twin: {ran_as})"),
-                deviation,
-                tolerance,
-                against,
-                stats,
-                n_params,
-                peaks[ran_as],
-                run_on,
-            )
+        row = throughput_row(
+            path + ("" if ran_as == dtype else f" (CPU twin: {ran_as})"),
+            deviation,
+            tolerance,
+            against,
+            stats,
+            n_params,
+            peaks[ran_as],
+            run_on,
         )
+        row.extra["first_perplexities"] = ppl[: len(reference)].tolist()
+        rows.append(row)
     return rows
 
 
@@ -209,12 +209,12 @@ def device_memory_of(allowance: int, vocab: int, element: int) -> Callable[[Forw
     torch.OutOfMemoryError, as CUDA's allocator does (a CPU process has no such limit)."""
 
     def wrap(forward: Forward) -> Forward:
-        def limited(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        def limited(input_ids: torch.Tensor, scored: torch.Tensor) -> torch.Tensor:
             if input_ids.numel() * vocab * element > allowance:
                 raise torch.OutOfMemoryError(
                     f"CPU twin: logits of {tuple(input_ids.shape)} exceed {allowance} bytes"
                 )
-            return forward(input_ids, attention_mask)
+            return forward(input_ids, scored)
 
         return limited
 

@@ -24,4 +24,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     check.add_argument(
         "--cpu-workers", type=int, default=2, help="CPU workers standing in for GPUs on CPU"
     )
+    check.add_argument(
+        "--record-dir",
+        default=None,
+        help="also write the run's record there (<date>-<device>.json) and print the change "
+        "against the latest record of the same device (make gpu-check: benchmarks/records)",
+    )
     check.set_defaults(run=lazy("gpuflow.ops.gpu_check.main:main"))

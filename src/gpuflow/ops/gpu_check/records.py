@@ -1,0 +1,148 @@
+"""Records of gpu-check runs: one small JSON per run (date, device), each compared with the last.
+
+A record holds where the run happened (device, driver, torch and CUDA versions, commit) and every
+row. `make gpu-check` writes one into benchmarks/records/ and prints the change of each row's
+rate and share of peak against the latest earlier record of the same device.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from gpuflow.job.atomic import write_json
+from gpuflow.job.devices import describe_device
+
+PREFIX = re.compile(r"^\d{4}-\d{2}-\d{2}-")
+
+
+def device_slug(devices: list[torch.device]) -> str:
+    """A file-name part for the devices: e.g. '2x-nvidia-h100-80gb-hbm3' or 'cpu'."""
+    names = sorted({describe_device(d).split("(", 1)[-1].rstrip(")") for d in devices})
+    slug = re.sub(r"[^a-z0-9]+", "-", "+".join(names).lower()).strip("-")
+    return f"{len(devices)}x-{slug}" if len(devices) > 1 else slug
+
+
+def driver_version() -> str | None:
+    """The NVIDIA driver's version from NVML, or None without one."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            version = pynvml.nvmlSystemGetDriverVersion()
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # no driver, no library: nothing to record
+        return None
+    return version.decode() if isinstance(version, bytes) else str(version)
+
+
+def git_commit(folder: Path) -> str | None:
+    """HEAD's commit of the checkout at `folder`, '+dirty' when files differ; None outside git."""
+
+    def git(*args: str) -> str:
+        done = subprocess.run(
+            ["git", "-C", str(folder), *args], capture_output=True, text=True, check=True
+        )
+        return done.stdout.strip()
+
+    try:
+        commit = git("rev-parse", "HEAD")
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return commit + ("+dirty" if dirty else "")
+
+
+def environment(devices: list[torch.device], folder: Path) -> dict[str, Any]:
+    """Where a run happened: devices, driver, torch, CUDA and cuDNN versions, commit."""
+    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    return {
+        "devices": [describe_device(d) for d in devices],
+        "driver": driver_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": cudnn,
+        "commit": git_commit(folder),
+    }
+
+
+def make_record(
+    rows: list[dict[str, Any]], env: dict[str, Any], when: datetime.datetime
+) -> dict[str, Any]:
+    """The record of one run: its time (UTC), environment and every row."""
+    return {"created": when.isoformat(timespec="seconds"), **env, "rows": rows}
+
+
+def record_path(folder: Path, devices: list[torch.device], when: datetime.datetime) -> Path:
+    """`<folder>/<YYYY-MM-DD>-<device slug>.json` (a second run on the day replaces the first)."""
+    return Path(folder) / f"{when.date().isoformat()}-{device_slug(devices)}.json"
+
+
+def latest_record(folder: Path, slug: str) -> Path | None:
+    """The newest record of the devices `slug` in `folder` (by the date in its name)."""
+    found = sorted(
+        path
+        for path in Path(folder).glob(f"*-{slug}.json")
+        if PREFIX.match(path.name) and path.name[11:-5] == slug
+    )
+    return found[-1] if found else None
+
+
+def _ratio(new: float | None, old: float | None) -> str:
+    if new is None or old is None or old == 0:
+        return "-"
+    return f"{new / old:.2f}x"
+
+
+def compare(previous: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
+    """One line per row: its rate and share of peak now against `previous`, ok changes flagged;
+    then the rows only one of the two has."""
+    before = {row["path"]: row for row in previous["rows"]}
+    lines = [f"{'path':70s} {'rate now/then':>13s} {'% peak then':>11s} {'% peak now':>10s}  ok"]
+    for row in rows:
+        old = before.get(row["path"])
+        if old is None:
+            continue
+        share_then, share_now = old.get("share_of_peak"), row.get("share_of_peak")
+        then = f"{100 * share_then:.1f}" if share_then is not None else "-"
+        now = f"{100 * share_now:.1f}" if share_now is not None else "-"
+        ok = "yes" if row["ok"] else "NO"
+        if row["ok"] != old["ok"]:
+            ok += f" (was {'yes' if old['ok'] else 'NO'})"
+        lines.append(
+            f"{row['path'][:70]:70s} {_ratio(row['throughput'], old['throughput']):>13s} "
+            f"{then:>11s} {now:>10s}  {ok}"
+        )
+    paths = {row["path"] for row in rows}
+    lines += [f"new row: {row['path']}" for row in rows if row["path"] not in before]
+    lines += [f"row gone: {path}" for path in before if path not in paths]
+    return lines
+
+
+def save_and_compare(
+    folder: Path,
+    rows: list[dict[str, Any]],
+    devices: list[torch.device],
+    checkout: Path,
+    when: datetime.datetime | None = None,
+) -> tuple[Path, list[str]]:
+    """Write this run's record into `folder`; return its path and the comparison lines against
+    the latest earlier record of the same devices (one line saying so when there is none).
+    The earlier record is read first: a second run on one day replaces that day's record."""
+    when = when or datetime.datetime.now(datetime.UTC)
+    path = record_path(folder, devices, when)
+    previous = latest_record(folder, device_slug(devices))
+    earlier = json.loads(previous.read_text()) if previous is not None else None
+    write_json(path, make_record(rows, environment(devices, checkout), when))
+    if previous is None or earlier is None:
+        return path, [f"no earlier record of {device_slug(devices)} in {folder} to compare with"]
+    header = f"change against {previous.name} of {earlier['created']} (rate: now / then):"
+    return path, [header, *compare(earlier, rows)]

@@ -10,8 +10,6 @@ from typing import Any
 
 import torch
 
-FUSED_ADAMW = ("auto", "always", "never")
-
 
 def use_fused_adamw(choice: str, device: torch.device) -> bool:
     """Whether AdamW runs as one fused kernel: `auto` fuses on CUDA (one launch for all the

@@ -24,6 +24,7 @@ CURVE = ("test_accuracy", "val_accuracy")
 
 
 def read_metrics(path: str | Path) -> dict[str, Any]:
+    """One run's metrics.json (DataError when it does not read back)."""
     try:
         return json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as error:

@@ -40,6 +40,7 @@ class RegistryError(DataError):
 
 
 def sha256(raw: bytes) -> str:
+    """The hex sha256 digest of `raw`."""
     return hashlib.sha256(raw).hexdigest()
 
 

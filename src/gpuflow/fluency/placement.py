@@ -96,12 +96,6 @@ def load_sharded(
     )
 
 
-def parameter_devices(model: torch.nn.Module) -> set[str]:
-    """The devices the model's parameters sit on: all the job's GPUs for a copy sharded over
-    them. (transformers sets `hf_device_map` only for a map over more than one device.)"""
-    return {str(p.device) for p in model.parameters()}
-
-
 def input_device(model: torch.nn.Module) -> torch.device:
     """Where a sharded model takes its input ids: the device of its input embeddings."""
     return model.get_input_embeddings().weight.device

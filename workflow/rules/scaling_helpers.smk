@@ -104,6 +104,7 @@ def scaling_train_settings(wildcards):
         "scaling",
         {
             "amp": SCALING["amp"],
+            "tf32": SCALING["tf32"],
             "warmup_epochs": SCALING["warmup_epochs"],
             "ddp": SCALING["ddp"],
             "configurations": {wildcards.cfg: SCALING["configurations"][wildcards.cfg]},

@@ -1,7 +1,8 @@
-"""Runtime kernel choices of a scaling run: fused AdamW and TF32 matmuls.
+"""Kernel choices of a scaling run: fused AdamW and TF32 matmuls.
 
-Neither changes what a step computes beyond float rounding, so both are runtime settings: a
-change re-runs nothing, and a resume state saved under one choice resumes under another.
+Fused AdamW changes what a step computes only by float rounding: a runtime setting (a change
+re-runs nothing, and a resume state saved under one choice resumes under the other). TF32 lowers
+the precision of fp32 matmuls, as amp does: a results setting.
 """
 
 from __future__ import annotations

@@ -7,8 +7,9 @@ checks each epoch's loss terms before it saves that epoch's state, so the resume
 Under fp16 a loss scaler (torch.amp.GradScaler) skips every step whose gradients overflow and
 halves its scale; such a step changes no weight, so it is counted (`SkippedSteps`), kept out of
 the epoch's loss and never stops a run by itself. Only `limit` skipped steps in a row with the
-scale at its floor (`SCALE_FLOOR`) do: the scale no longer magnifies the gradients there, so
-they overflow on the model's own numbers, step after step, and no weight will move again.
+scale at its floor (`SCALE_FLOOR` or below: GradScaler itself keeps halving it) do: the scale
+no longer magnifies the gradients there, so they overflow on the model's own numbers, step
+after step, and no weight will move again.
 """
 
 from __future__ import annotations

@@ -23,7 +23,8 @@ from gpuflow.data.embedded import load_movie_reviews
 from gpuflow.errors import ConfigError, GpuflowError
 from gpuflow.fluency.merge import corpus_perplexity
 from gpuflow.fluency.perplexity import score_token_ids, tokenize
-from gpuflow.fluency.ppl_budget import budget_for_memory
+from gpuflow.fluency.placement import batch_bytes, model_bytes
+from gpuflow.fluency.ppl_budget import budget_for_memory, sized_token_budget
 from gpuflow.fluency.ppl_model import prepare_for_scoring
 from gpuflow.fluency.ppl_scoring import batch_nll, model_forward, pad_right
 from gpuflow.fluency.ppl_segments import Segment, windows
@@ -351,3 +352,27 @@ def test_a_budget_from_free_memory_fills_the_share_left_after_the_model():
     gib, mib = 2**30, 2**20
     assert budget_for_memory(10 * gib, 2 * gib, mib, 0.8, floor=512) == 6 * 1024
     assert budget_for_memory(10 * gib, 9 * gib, mib, 0.8, floor=512) == 512  # never below
+
+
+def test_a_gpu_jobs_budget_fills_the_share_of_its_smallest_gpus_free_memory(monkeypatch):
+    """The CUDA path on CPU: the free memory of two GPUs (4 and 8 GiB) is given here."""
+    from transformers import GPT2Config
+
+    config = GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=400, n_positions=32)
+    gib, gpus = 2**30, [torch.device("cuda", 0), torch.device("cuda", 1)]
+    free = {0: 8 * gib, 1: 4 * gib}
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (free[device.index], 16 * gib))
+    weights, per_token = model_bytes(config, "float16"), batch_bytes(config, 1, "float16")
+
+    def sized(share: float, placement: str, devices=gpus) -> tuple[int, str]:
+        return sized_token_budget(512, share, config, devices, "float16", placement)
+
+    assert sized(0.5, "replicate") == (
+        budget_for_memory(4 * gib, weights, per_token, 0.5, 512),
+        "50% of 4.0 GiB free per GPU",
+    )
+    # a sharded copy puts half of its weights on each GPU: room for more tokens
+    assert sized(0.5, "shard")[0] == budget_for_memory(4 * gib, weights // 2, per_token, 0.5, 512)
+    assert sized(0.5, "shard")[0] > sized(0.5, "replicate")[0] > 512
+    assert sized(0, "replicate") == (512, "as configured")
+    assert sized(0.5, "replicate", [torch.device("cpu")])[0] == 512

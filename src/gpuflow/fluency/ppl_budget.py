@@ -6,7 +6,6 @@ from typing import Any
 
 import torch
 
-from gpuflow.errors import ConfigError
 from gpuflow.fluency.placement import batch_bytes, model_bytes
 
 
@@ -28,9 +27,8 @@ def sized_token_budget(
     placement: str,
 ) -> tuple[int, str]:
     """(budget, why): `token_budget`, or on GPUs with `share` > 0 the budget that fills that
-    share of the smallest GPU's free memory (a sharded model's weights split over the GPUs)."""
-    if not 0 <= share < 1:
-        raise ConfigError("fluency.perplexity.fill_free_memory", f"got {share}", "0 <= share < 1")
+    share of the smallest GPU's free memory (a sharded model's weights split over the GPUs).
+    `share` is config fluency.perplexity.fill_free_memory, checked by its schema: [0, 1)."""
     if share == 0:
         return token_budget, "as configured"
     if devices[0].type != "cuda":

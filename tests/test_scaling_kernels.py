@@ -54,6 +54,18 @@ def test_tf32_is_never_switched_on_for_a_cpu_run():
     assert torch.backends.cuda.matmul.fp32_precision == before
 
 
+def test_tf32_is_switched_on_for_a_gpu_run_only_when_asked():
+    """The CUDA path on CPU: torch keeps the flag for CUDA matmuls without a GPU present."""
+    before = torch.backends.cuda.matmul.fp32_precision
+    try:
+        assert set_tf32(False, CUDA) is False
+        assert torch.backends.cuda.matmul.fp32_precision == before
+        assert set_tf32(True, CUDA) is True
+        assert torch.backends.cuda.matmul.fp32_precision == "tf32"
+    finally:
+        torch.backends.cuda.matmul.fp32_precision = before
+
+
 @pytest.fixture(scope="module")
 def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return prepare(tmp_path_factory.mktemp("tiny-data"))

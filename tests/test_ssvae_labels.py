@@ -65,6 +65,6 @@ def test_a_fraction_giving_too_few_or_all_labels_names_the_config_key(fraction):
         n_labelled_for(fraction, 4000)
 
 
-def test_paper_fractions_give_kingmas_label_counts_of_60000():
+def test_fractions_of_60000_idx_digits_give_kingmas_label_counts():
     counts = [n_labelled_for(f, 60000) for f in (0.00167, 0.01, 0.01667, 0.05)]
     assert counts == [100, 600, 1000, 3000]

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from gpuflow.cli import main as gpuflow_main
 from gpuflow.data.embedded import load_movie_reviews
 from gpuflow.errors import ConfigError, GpuflowError
+from gpuflow.fluency import ppl_workers
 from gpuflow.fluency.merge import corpus_perplexity
 from gpuflow.fluency.perplexity import score_token_ids, tokenize
 from gpuflow.fluency.placement import batch_bytes, model_bytes
@@ -323,8 +324,16 @@ def test_the_lm_head_sees_only_the_scored_positions_and_each_row_scores_exactly(
         assert nll[row].item() == pytest.approx(expected.item(), rel=1e-6)
 
 
-def test_scoring_kernels_change_scores_only_by_float_rounding(tiny_lm, reviews):
+def test_scoring_kernels_change_scores_only_by_float_rounding(tiny_lm, reviews, monkeypatch):
     """attn_implementation and the fused GELU are runtime choices: the same numbers."""
+    prepare, ran = ppl_workers.prepare_for_scoring, []
+
+    def prepared(model, attn_implementation):  # what the workers' model was given
+        model = prepare(model, attn_implementation)
+        ran.append(model.config._attn_implementation)
+        return model
+
+    monkeypatch.setattr(ppl_workers, "prepare_for_scoring", prepared)
     model, tokenizer = load(tiny_lm)
     assert model.config.activation_function == "gelu_new"
     ids = torch.tensor([[tokenizer.bos_token_id, *tokenize(tokenizer, reviews[:1])[0][:30]]])
@@ -338,6 +347,7 @@ def test_scoring_kernels_change_scores_only_by_float_rounding(tiny_lm, reviews):
     bos = tokenizer.bos_token_id
     sdpa, counts, _ = score(tiny_lm, token_ids, bos_id=bos, attn_implementation="sdpa")
     eager, eager_counts, _ = score(tiny_lm, token_ids, bos_id=bos, attn_implementation="eager")
+    assert ran == ["sdpa", "eager"]
     np.testing.assert_array_equal(counts, eager_counts)
     np.testing.assert_allclose(sdpa, eager, rtol=1e-5)
 

@@ -5,10 +5,16 @@ Used by the SLURM tests (session fixture in tests/slurm/fixtures.py) and by hand
     python tests/slurm/cluster.py up      # install if missing, write /etc/slurm, start daemons
     python tests/slurm/cluster.py down    # stop the daemons this script started, by pid
 
-Facts it relies on (DESIGN.md section 5): no systemd, so munged, slurmctld and slurmd are
-started here and stopped by pid; the config must be /etc/slurm/slurm.conf (the jobstep plugin
-drops SLURM_CONF); fake GPUs are gres device files, symlinks to /dev/null; DefMemPerCPU makes
-jobs share the node; MinJobAge is long enough for `squeue` status checks (no slurmdbd).
+Facts it relies on (DESIGN.md section 5): no systemd, so munged, mariadbd, slurmdbd,
+slurmctld and slurmd are started here and stopped by pid; the config must be
+/etc/slurm/slurm.conf (the jobstep plugin drops SLURM_CONF); fake GPUs are gres device files,
+symlinks to /dev/null; DefMemPerCPU makes jobs share the node.
+
+Accounting is a production one: slurmdbd over a MariaDB whose data lives in STATE/mysql (made
+fresh by each `up`, as slurmctld's job ids start again at 1), so `sacct` answers, with job
+comments (`AccountingStoreFlags=job_comment`) as the profile's status checks and efficiency
+report read them. The database listens on 127.0.0.1 only and asks no password
+(--skip-grant-tables): a test cluster on loopback, nothing to guard.
 Anything that goes wrong raises ClusterError with the daemons' log tails: tests fail, never skip.
 """
 
@@ -24,7 +30,8 @@ import sys
 import time
 from pathlib import Path
 
-PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge")
+PACKAGES = ("slurmctld", "slurmd", "slurmdbd", "slurm-client", "munge", "mariadb-server")
+PROGRAMS = ("slurmctld", "slurmd", "slurmdbd", "sbatch", "sacct", "munged", "mariadbd")
 CONF_DIR = Path("/etc/slurm")
 STATE = Path(os.environ.get("GPUFLOW_TEST_SLURM_STATE", "/tmp/gpuflow-test-slurm"))
 MARKER = "# written by gpuflow tests/slurm/cluster.py"
@@ -33,6 +40,9 @@ GPU_TYPE = "testgpu"
 CPUS = 16
 MEMORY_MB = 32000
 MIN_JOB_AGE = 600
+DB_PORT = 16306
+DB_SIZES = ("--innodb-buffer-pool-size=32M", "--innodb-log-file-size=8M")
+DAEMONS = ("slurmd", "slurmctld", "slurmdbd", "mariadbd", "munged")  # the order `down` stops
 
 
 class ClusterError(RuntimeError):
@@ -45,7 +55,7 @@ def _run(command: list[str], **kwargs) -> subprocess.CompletedProcess[str]:
 
 def install() -> None:
     """apt-get the SLURM and munge packages when their programs are missing."""
-    if all(shutil.which(p) for p in ("slurmctld", "slurmd", "sbatch", "munged")):
+    if all(shutil.which(p) for p in PROGRAMS):
         return
     if os.geteuid() != 0 or not shutil.which("apt-get"):
         raise ClusterError(f"SLURM is missing; installing {PACKAGES} needs root and apt-get")
@@ -81,14 +91,34 @@ MinJobAge={MIN_JOB_AGE}
 ReturnToService=2
 SchedulerType=sched/backfill
 SchedulerParameters=sched_interval=2,bf_interval=2
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/linux
+JobAcctGatherFrequency=task=2
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=127.0.0.1
+AccountingStoreFlags=job_comment
 MpiDefault=none
 GresTypes=gpu
 NodeName={host} NodeAddr=127.0.0.1 CPUs={CPUS} RealMemory={MEMORY_MB} \
  Gres=gpu:{GPU_TYPE}:{N_GPUS} State=UNKNOWN
 PartitionName=gpu Nodes={host} MaxTime=INFINITE State=UP
 PartitionName=cpu Nodes={host} Default=YES MaxTime=INFINITE State=UP
+"""
+
+
+def slurmdbd_conf() -> str:
+    """slurmdbd.conf: the accounting daemon over the MariaDB of `_start_database`."""
+    return f"""{MARKER}
+AuthType=auth/munge
+DbdHost=localhost
+DbdAddr=127.0.0.1
+SlurmUser=root
+PidFile={STATE}/slurmdbd.pid
+LogFile={STATE}/slurmdbd.log
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort={DB_PORT}
+StorageUser=root
+StorageLoc=slurm_acct_db
 """
 
 
@@ -102,21 +132,31 @@ def gres_conf(host: str) -> str:
 
 def _write_config(host: str) -> None:
     CONF_DIR.mkdir(parents=True, exist_ok=True)
-    for name, text in (("slurm.conf", slurm_conf(host)), ("gres.conf", gres_conf(host))):
+    for name, text in _configs(host):
         path = CONF_DIR / name
         if path.exists() and MARKER not in path.read_text(errors="replace"):
             backup = STATE / f"{name}.before-tests"
             if not backup.exists():
                 shutil.copy2(path, backup)
         path.write_text(text)
+        path.chmod(0o600 if name == "slurmdbd.conf" else 0o644)
     (STATE / "dev").mkdir(parents=True, exist_ok=True)
     for i in range(N_GPUS):
         device = STATE / "dev" / f"nvidia{i}"
         if not device.is_symlink():
             device.symlink_to("/dev/null")
-    for folder in ("ctld", "slurmd"):
+    for folder in ("ctld", "slurmd", "mysql"):
         shutil.rmtree(STATE / folder, ignore_errors=True)
         (STATE / folder).mkdir(parents=True)
+
+
+def _configs(host: str) -> tuple[tuple[str, str], ...]:
+    """The files written to /etc/slurm and their text."""
+    return (
+        ("slurm.conf", slurm_conf(host)),
+        ("gres.conf", gres_conf(host)),
+        ("slurmdbd.conf", slurmdbd_conf()),
+    )
 
 
 def _munge_works() -> bool:
@@ -169,6 +209,48 @@ def _node_idle_or_busy() -> bool:
     return any(s in state for s in ("idle", "mixed", "allocated"))
 
 
+def _database_answers() -> bool:
+    query = ["mariadb", "--no-defaults", "-h127.0.0.1", f"-P{DB_PORT}", "-uroot", "-e", "select 1"]
+    return _run(query).returncode == 0
+
+
+def _slurmdbd_answers() -> bool:
+    return _run(["sacctmgr", "--noheader", "--parsable2", "show", "cluster"]).returncode == 0
+
+
+def _start_accounting() -> dict[str, int]:
+    """A fresh MariaDB in STATE/mysql and slurmdbd over it; their pids."""
+    install_db = ["mariadb-install-db", "--no-defaults", f"--datadir={STATE}/mysql"]
+    install_db += ["--user=root", "--skip-test-db", *DB_SIZES]
+    made = _run(install_db)
+    if made.returncode != 0:
+        raise ClusterError(
+            f"mariadb-install-db failed:\n{made.stdout[-2000:]}{made.stderr[-2000:]}"
+        )
+    pids = {
+        "mariadbd": _start(
+            [
+                "mariadbd",
+                "--no-defaults",
+                f"--datadir={STATE}/mysql",
+                "--user=root",
+                f"--socket={STATE}/mysql.sock",
+                f"--pid-file={STATE}/mariadbd.pid",
+                f"--log-error={STATE}/mariadbd.log",
+                "--bind-address=127.0.0.1",
+                f"--port={DB_PORT}",
+                "--skip-grant-tables",
+                *DB_SIZES,
+            ],
+            "mariadbd",
+        )
+    }
+    _wait_for(_database_answers, "mariadbd did not answer", 30, ("mariadbd",))
+    pids["slurmdbd"] = _start(["slurmdbd", "-D"], "slurmdbd")
+    _wait_for(_slurmdbd_answers, "slurmdbd did not answer", 30, ("slurmdbd", "mariadbd"))
+    return pids
+
+
 def up() -> dict[str, int]:
     """Install, configure and start the cluster; return the pids of the daemons started."""
     install()
@@ -185,6 +267,7 @@ def up() -> dict[str, int]:
             ["runuser", "-u", "munge", "--", "/usr/sbin/munged", "--foreground"], "munged"
         )
         _wait_for(_munge_works, "munged did not answer", 15, ("munged",))
+    pids.update(_start_accounting())
     pids["slurmctld"] = _start(["slurmctld", "-D", "-c", "-i"], "slurmctld")
     _wait_for(
         lambda: _run(["scontrol", "ping"]).stdout.count("UP") > 0,
@@ -207,11 +290,11 @@ def down() -> None:
     pid_file = STATE / "pids.json"
     if pid_file.exists():
         pids = json.loads(pid_file.read_text())
-        for name in ("slurmd", "slurmctld", "munged"):
+        for name in DAEMONS:
             if name in pids:
                 _stop(pids[name], name)
         pid_file.unlink()
-    for name in ("slurm.conf", "gres.conf"):
+    for name in ("slurm.conf", "gres.conf", "slurmdbd.conf"):
         path, backup = CONF_DIR / name, STATE / f"{name}.before-tests"
         if path.exists() and MARKER in path.read_text(errors="replace"):
             path.unlink()

@@ -102,7 +102,8 @@ def test_cpu_rules_go_to_the_cpu_partition_without_a_gpu(profile_run):
     record = profile_run["records"]["cpu"]
     job = harness.slurm_job(record["slurm_job_id"])
     assert job["Partition"] == "cpu"
-    assert job.get("TresPerJob", "(null)") in ("(null)", f"gres:gpu:{cluster.GPU_TYPE}:0", "")
+    # no GPU request at all (a site's gpu_model goes on GPU rules only: no --gpus=<model>:0)
+    assert job.get("TresPerJob", "(null)") in ("(null)", "")
     assert not record["cuda_visible_devices"]
 
 

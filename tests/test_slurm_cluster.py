@@ -59,7 +59,10 @@ def profile_run(slurm_cluster, tmp_path_factory):
     )
     assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
     records = {p.stem: r for p, r in zip_records(workdir / "results" / "probe")}
-    return {"workdir": workdir, "log": result.stderr, "cancelled": cancelled, "records": records}
+    # the cancelled probe held for 300 s: anything of its job still alive now outlived it
+    left = {job_id: harness.job_processes(job_id) for job_id in cancelled}
+    return {"workdir": workdir, "log": result.stderr, "cancelled": cancelled, "records": records,
+            "left": left}  # fmt: skip
 
 
 def zip_records(folder: Path) -> list[tuple[Path, dict[str, Any]]]:
@@ -127,6 +130,10 @@ def test_a_job_cancelled_mid_run_is_retried_with_more_memory_and_time(profile_ru
     assert second["JobState"] == "COMPLETED"
     assert (first["MinMemoryNode"], second["MinMemoryNode"]) == ("700M", "1400M")
     assert (first["TimeLimit"], second["TimeLimit"]) == ("00:05:00", "00:10:00")
+
+
+def test_no_process_of_the_cancelled_job_outlives_it(profile_run):
+    assert profile_run["left"] == {profile_run["cancelled"][0]: []}
 
 
 def test_every_job_of_the_run_is_in_the_accounting_database_with_its_rule(profile_run):

@@ -15,6 +15,10 @@ fresh by each `up`, as slurmctld's job ids start again at 1), so `sacct` answers
 comments (`AccountingStoreFlags=job_comment`) as the profile's status checks and efficiency
 report read them. The database listens on 127.0.0.1 only and asks no password
 (--skip-grant-tables): a test cluster on loopback, nothing to guard.
+
+Jobs are held to their memory and end whole, as on a production cluster: proctrack/cgroup and
+task/cgroup with ConstrainRAMSpace (cgroup v1, which this machine mounts; we are root). A step
+over its memory is OOM-killed and ends OUT_OF_MEMORY; a cancelled job leaves no process behind.
 Anything that goes wrong raises ClusterError with the daemons' log tails: tests fail, never skip.
 """
 
@@ -81,8 +85,8 @@ SlurmctldPidFile={STATE}/slurmctld.pid
 SlurmdPidFile={STATE}/slurmd.pid
 SlurmctldLogFile={STATE}/slurmctld.log
 SlurmdLogFile={STATE}/slurmd.log
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
+ProctrackType=proctrack/cgroup
+TaskPlugin=task/cgroup
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 SlurmdParameters=config_overrides
@@ -102,6 +106,19 @@ NodeName={host} NodeAddr=127.0.0.1 CPUs={CPUS} RealMemory={MEMORY_MB} \
  Gres=gpu:{GPU_TYPE}:{N_GPUS} State=UNKNOWN
 PartitionName=gpu Nodes={host} MaxTime=INFINITE State=UP
 PartitionName=cpu Nodes={host} Default=YES MaxTime=INFINITE State=UP
+"""
+
+
+def cgroup_conf() -> str:
+    """cgroup.conf: each job's memory is held to what it asked for (cgroup v1), as on a
+    production cluster; a job over it is OOM-killed and ends OUT_OF_MEMORY. There is no swap
+    here to escape to; cores and devices are not confined (the fake GPUs are /dev/null)."""
+    return f"""{MARKER}
+CgroupPlugin=cgroup/v1
+CgroupMountpoint=/sys/fs/cgroup
+ConstrainRAMSpace=yes
+ConstrainCores=no
+ConstrainDevices=no
 """
 
 
@@ -156,6 +173,7 @@ def _configs(host: str) -> tuple[tuple[str, str], ...]:
         ("slurm.conf", slurm_conf(host)),
         ("gres.conf", gres_conf(host)),
         ("slurmdbd.conf", slurmdbd_conf()),
+        ("cgroup.conf", cgroup_conf()),
     )
 
 
@@ -294,7 +312,7 @@ def down() -> None:
             if name in pids:
                 _stop(pids[name], name)
         pid_file.unlink()
-    for name in ("slurm.conf", "gres.conf", "slurmdbd.conf"):
+    for name, _ in _configs(""):
         path, backup = CONF_DIR / name, STATE / f"{name}.before-tests"
         if path.exists() and MARKER in path.read_text(errors="replace"):
             path.unlink()

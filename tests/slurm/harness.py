@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import threading
@@ -144,29 +143,22 @@ def cancel_when_running(
             time.sleep(1)
             subprocess.run([*command, ready[0]["id"]], check=True)
             cancelled.append(ready[0]["id"])
-            if command[0] == "scancel":
-                end_leftovers(ready[0]["id"])
             return
 
 
-def end_leftovers(job_id: str, grace_s: float = 5.0) -> list[int]:
-    """After `grace_s`, SIGKILL every process still carrying SLURM_JOB_ID=`job_id`, as a real
-    cluster's cgroups end every process of a cancelled job. The loopback cluster's
-    proctrack/linuxproc can lose the processes under the in-job Snakemake: a cancelled probe
-    ran on for its whole 300 s hold, holding its output's lock against the retry."""
-    time.sleep(grace_s)
-    mark, killed = f"SLURM_JOB_ID={job_id}".encode(), []
+def job_processes(job_id: str) -> list[int]:
+    """The processes still carrying SLURM_JOB_ID=`job_id` (none once SLURM has ended the job:
+    the test cluster's proctrack/cgroup ends every process of it, as a production one does)."""
+    mark, found = f"SLURM_JOB_ID={job_id}".encode(), []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit() or int(proc.name) == os.getpid():
             continue
         try:
-            if mark not in (proc / "environ").read_bytes().split(b"\0"):
-                continue
-            os.kill(int(proc.name), signal.SIGKILL)
-        except (OSError, ProcessLookupError):
+            if mark in (proc / "environ").read_bytes().split(b"\0"):
+                found.append(int(proc.name))
+        except OSError:
             continue
-        killed.append(int(proc.name))
-    return killed
+    return found
 
 
 def profile_command(

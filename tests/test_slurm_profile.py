@@ -16,6 +16,7 @@ import subprocess
 import pytest
 import yaml
 
+from tests.conftest import tiny_config
 from tests.slurm import harness
 
 REPO = harness.REPO
@@ -30,27 +31,30 @@ PROBE = {
 }  # fmt: skip
 
 
-def planned_resources(tmp_path) -> dict[str, dict[str, str]]:
-    """Each rule's resources in a dry run of the probe workflow through the SLURM profile."""
-    command = harness.profile_command(
-        tmp_path, REPO / "tests" / "slurm" / "Snakefile", PROBE, "--dry-run"
-    )
+def planned_resources(tmp_path, snakefile, config) -> list[tuple[str, dict[str, str]]]:
+    """(rule, resources) of every job of a dry run through the SLURM profile."""
+    command = harness.profile_command(tmp_path, snakefile, config, "--dry-run")
     result = subprocess.run(
         command, capture_output=True, text=True, env=harness.cluster_env(), cwd=REPO, check=False
     )
     assert result.returncode == 0, result.stderr[-3000:]
     rules = re.findall(r"^rule (\w+):\n(?:    .*\n)*?    resources: (.*)$", result.stdout, re.M)
-    return {rule: dict(kv.split("=", 1) for kv in text.split(", ")) for rule, text in rules}
+    return [(rule, dict(kv.split("=", 1) for kv in text.split(", "))) for rule, text in rules]
 
 
 @pytest.mark.workflow
 def test_only_gpu_rules_ask_for_the_site_gpu_model(tmp_path):
-    resources = planned_resources(tmp_path)
     site_model = yaml.safe_load(harness.TEST_SITE.read_text())["gpu_model"]
-    assert resources["probe_gpu"]["gpu_model"] == site_model
-    assert resources["probe_retried"]["gpu_model"] == site_model
-    assert "gpu_model" not in resources["probe_cpu"]
-    assert "gpu_model" not in resources["all"], "a rule without a gpu resource asks for none"
+    probe = dict(planned_resources(tmp_path / "probe", REPO / "tests/slurm/Snakefile", PROBE))
+    assert probe["probe_gpu"]["gpu_model"] == probe["probe_retried"]["gpu_model"] == site_model
+    assert "gpu_model" not in probe["probe_cpu"]
+    assert "gpu_model" not in probe["all"], "a rule without a gpu resource asks for none"
+    planned = planned_resources(tmp_path / "slice", REPO / "Snakefile", tiny_config("slurm"))
+    gpu_rules = {rule for rule, res in planned if int(res.get("gpu", 0)) > 0}
+    assert gpu_rules == {"fluency_perplexity", "ssvae_train", "scaling_train", "sweep_shard"}
+    for rule, resources in planned:
+        wanted = site_model if rule in gpu_rules else None
+        assert resources.get("gpu_model") == wanted, (rule, resources)
 
 
 def test_the_workflow_profile_adds_nothing_to_a_cluster_run_but_cores():

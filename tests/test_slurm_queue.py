@@ -125,6 +125,18 @@ def test_newer_slurm_json_shapes_give_the_same_jobs():
     assert parse_sacct_json(sacct) == parse_sacct_json(json.loads(captured("sacct.json")))
 
 
+def test_a_job_whose_step_ran_out_of_memory_is_out_of_memory_not_failed():
+    """sacct-oom.json: an SSVAE training job killed by its memory cgroup on the test cluster;
+    SLURM says FAILED (the batch step failed after step 0, the training, ended OUT_OF_MEMORY)."""
+    data = json.loads(captured("sacct-oom.json"))
+    assert data["jobs"][0]["state"]["current"] == "FAILED"
+    [job] = parse_sacct_json(data)
+    assert (job.comment, job.state) == ("rule_ssvae_train_wildcards_0.2_0.0_10", "OUT_OF_MEMORY")
+    for step in data["jobs"][0]["steps"]:
+        step["state"] = "FAILED" if step["state"] == "OUT_OF_MEMORY" else step["state"]
+    assert parse_sacct_json(data)[0].state == "FAILED"
+
+
 def fake_command(bin_dir: Path, name: str, json_out: str | None, text_out: str) -> Path:
     """A stand-in for `name` that logs its arguments and prints captured output; its --json
     fails (as without SLURM's openapi plugins) where `json_out` is None."""

@@ -19,6 +19,9 @@ report read them. The database listens on 127.0.0.1 only and asks no password
 Jobs are held to their memory and end whole, as on a production cluster: proctrack/cgroup and
 task/cgroup with ConstrainRAMSpace (cgroup v1, which this machine mounts; we are root). A step
 over its memory is OOM-killed and ends OUT_OF_MEMORY; a cancelled job leaves no process behind.
+
+Two more nodes, each a slurmd in a network namespace of its own (tests/slurm/nodes.py), make
+partition 'multi' for jobs that span nodes.
 Anything that goes wrong raises ClusterError with the daemons' log tails: tests fail, never skip.
 """
 
@@ -34,6 +37,11 @@ import sys
 import time
 from pathlib import Path
 
+try:
+    from tests.slurm import nodes
+except ModuleNotFoundError:  # run as a script, `python tests/slurm/cluster.py up`
+    import nodes  # type: ignore[no-redef]
+
 PACKAGES = ("slurmctld", "slurmd", "slurmdbd", "slurm-client", "munge", "mariadb-server")
 PROGRAMS = ("slurmctld", "slurmd", "slurmdbd", "sbatch", "sacct", "munged", "mariadbd")
 CONF_DIR = Path("/etc/slurm")
@@ -44,6 +52,7 @@ GPU_TYPE = "testgpu"
 CPUS = 16
 MEMORY_MB = 32000
 MIN_JOB_AGE = 600
+NODE_CPUS, NODE_MEMORY_MB = 4, 8000  # each of the two namespaced nodes (tests/slurm/nodes.py)
 DB_PORT = 16306
 DB_SIZES = ("--innodb-buffer-pool-size=32M", "--innodb-log-file-size=8M")
 DAEMONS = ("slurmd", "slurmctld", "slurmdbd", "mariadbd", "munged")  # the order `down` stops
@@ -72,19 +81,20 @@ def install() -> None:
 
 
 def slurm_conf(host: str) -> str:
-    """slurm.conf of the test cluster: one node, partitions 'gpu' and 'cpu' on it."""
+    """slurm.conf of the test cluster: the host's node with partitions 'gpu' and 'cpu', and two
+    namespaced nodes (tests/slurm/nodes.py) in partition 'multi'."""
     return f"""{MARKER}
 ClusterName=gpuflowtest
-SlurmctldHost={host}(127.0.0.1)
+SlurmctldHost={host}({nodes.CONTROLLER_ADDR})
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 StateSaveLocation={STATE}/ctld
-SlurmdSpoolDir={STATE}/slurmd
+SlurmdSpoolDir={STATE}/slurmd/%n
 SlurmctldPidFile={STATE}/slurmctld.pid
-SlurmdPidFile={STATE}/slurmd.pid
+SlurmdPidFile={STATE}/slurmd-%n.pid
 SlurmctldLogFile={STATE}/slurmctld.log
-SlurmdLogFile={STATE}/slurmd.log
+SlurmdLogFile={STATE}/slurmd-%n.log
 ProctrackType=proctrack/cgroup
 TaskPlugin=task/cgroup
 SelectType=select/cons_tres
@@ -106,7 +116,7 @@ NodeName={host} NodeAddr=127.0.0.1 CPUs={CPUS} RealMemory={MEMORY_MB} \
  Gres=gpu:{GPU_TYPE}:{N_GPUS} State=UNKNOWN
 PartitionName=gpu Nodes={host} MaxTime=INFINITE State=UP
 PartitionName=cpu Nodes={host} Default=YES MaxTime=INFINITE State=UP
-"""
+{nodes.conf_lines(NODE_CPUS, NODE_MEMORY_MB, f"gpu:{GPU_TYPE}:{N_GPUS}")}"""
 
 
 def cgroup_conf() -> str:
@@ -141,9 +151,9 @@ StorageLoc=slurm_acct_db
 
 def gres_conf(host: str) -> str:
     """gres.conf: four GPUs whose device files are symlinks to /dev/null."""
-    return (
-        f"{MARKER}\nNodeName={host} Name=gpu Type={GPU_TYPE} "
-        f"File={STATE}/dev/nvidia[0-{N_GPUS - 1}]\n"
+    return f"{MARKER}\n" + "".join(
+        f"NodeName={name} Name=gpu Type={GPU_TYPE} File={STATE}/dev/nvidia[0-{N_GPUS - 1}]\n"
+        for name in (host, *nodes.NAMES)
     )
 
 
@@ -165,6 +175,8 @@ def _write_config(host: str) -> None:
     for folder in ("ctld", "slurmd", "mysql"):
         shutil.rmtree(STATE / folder, ignore_errors=True)
         (STATE / folder).mkdir(parents=True)
+    for name in (host, *nodes.NAMES):
+        (STATE / "slurmd" / name).mkdir()
 
 
 def _configs(host: str) -> tuple[tuple[str, str], ...]:
@@ -212,9 +224,9 @@ def _wait_for(check, what: str, timeout: float, logs: tuple[str, ...]) -> None:
     raise ClusterError(f"{what} within {timeout:.0f} s\n" + "\n".join(_tail(n) for n in logs))
 
 
-def _node_idle() -> bool:
+def _nodes_idle() -> bool:
     state = _run(["sinfo", "-h", "-N", "-o", "%T"])
-    return state.returncode == 0 and state.stdout.strip().startswith("idle")
+    return state.returncode == 0 and set(state.stdout.split()) == {"idle"}
 
 
 def answers() -> bool:
@@ -286,6 +298,7 @@ def up() -> dict[str, int]:
         )
         _wait_for(_munge_works, "munged did not answer", 15, ("munged",))
     pids.update(_start_accounting())
+    nodes.network_up()
     pids["slurmctld"] = _start(["slurmctld", "-D", "-c", "-i"], "slurmctld")
     _wait_for(
         lambda: _run(["scontrol", "ping"]).stdout.count("UP") > 0,
@@ -293,9 +306,12 @@ def up() -> dict[str, int]:
         30,
         ("slurmctld",),
     )
-    pids["slurmd"] = _start(["slurmd", "-D"], "slurmd")
+    pids["slurmd"] = _start(["slurmd", "-D", "-N", host], f"slurmd-{host}")
+    for name in nodes.NAMES:
+        pids[f"slurmd@{name}"] = _start(nodes.slurmd_command(name), f"slurmd-{name}")
     (STATE / "pids.json").write_text(json.dumps(pids))
-    _wait_for(_node_idle, "the node did not become idle", 30, ("slurmctld", "slurmd"))
+    logs = ("slurmctld", *(f"slurmd-{name}" for name in (host, *nodes.NAMES)))
+    _wait_for(_nodes_idle, "the nodes did not become idle", 30, logs)
     return pids
 
 
@@ -308,10 +324,11 @@ def down() -> None:
     pid_file = STATE / "pids.json"
     if pid_file.exists():
         pids = json.loads(pid_file.read_text())
-        for name in DAEMONS:
+        for name in [*(f"slurmd@{node}" for node in nodes.NAMES), *DAEMONS]:
             if name in pids:
-                _stop(pids[name], name)
+                _stop(pids[name], name.split("@")[0])
         pid_file.unlink()
+    nodes.network_down()
     for name, _ in _configs(""):
         path, backup = CONF_DIR / name, STATE / f"{name}.before-tests"
         if path.exists() and MARKER in path.read_text(errors="replace"):

@@ -59,7 +59,8 @@ def profile_run(slurm_cluster, tmp_path_factory):
     )
     assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
     records = {p.stem: r for p, r in zip_records(workdir / "results" / "probe")}
-    # the cancelled probe held for 300 s: anything of its job still alive now outlived it
+    # the cancelled probe held for 300 s: anything of its job still alive now outlived it (the
+    # harness ends what proctrack/linuxproc loses, as cgroups would)
     left = {job_id: harness.job_processes(job_id) for job_id in cancelled}
     return {"workdir": workdir, "log": result.stderr, "cancelled": cancelled, "records": records,
             "left": left}  # fmt: skip

@@ -7,7 +7,8 @@ first attempt has and less than the profile's retry gives (mem_mb * attempt). So
 attempt saves BALLAST_EPOCH epochs and is killed by the cgroup: its step ends OUT_OF_MEMORY and
 the job FAILED. Snakemake (status from sacct, as in production) retries it with twice the
 memory; the retry resumes after the saved epoch and ends with the metrics of an undisturbed
-local run. Meanwhile `gpuflow status` shows the first attempt as failed, with its SLURM job id.
+local run. Meanwhile `gpuflow status` shows the first attempt as failed, OUT_OF_MEMORY (from
+sacct's steps), with its SLURM job id.
 """
 
 from __future__ import annotations
@@ -148,9 +149,10 @@ def test_resumed_training_equals_the_undisturbed_run(run):
     }
 
 
-def test_status_showed_the_first_attempt_failed_until_the_retry_ran(run):
+def test_status_showed_the_first_attempt_out_of_memory_until_the_retry_ran(run):
     first, retry = (job_id for job_id, _, _ in run["jobs"])
     states = [(job["kind"], job["slurm_id"], job["slurm_state"]) for job in run["seen"]]
-    assert ("failed", first, "FAILED") in states, states
+    oom = ("failed", first, "OUT_OF_MEMORY")
+    assert oom in states, states
     assert ("running", retry, "RUNNING") in states, states
-    assert states.index(("failed", first, "FAILED")) < states.index(("running", retry, "RUNNING"))
+    assert states.index(oom) < states.index(("running", retry, "RUNNING"))

@@ -16,9 +16,14 @@ comments (`AccountingStoreFlags=job_comment`) as the profile's status checks and
 report read them. The database listens on 127.0.0.1 only and asks no password
 (--skip-grant-tables): a test cluster on loopback, nothing to guard.
 
-Jobs are held to their memory and end whole, as on a production cluster: proctrack/cgroup and
-task/cgroup with ConstrainRAMSpace (cgroup v1, which this machine mounts; we are root). A step
-over its memory is OOM-killed and ends OUT_OF_MEMORY; a cancelled job leaves no process behind.
+Jobs are held to their memory as on a production cluster: task/cgroup with ConstrainRAMSpace
+(cgroup v1, which this machine mounts; we are root). A step over its memory is OOM-killed and
+ends OUT_OF_MEMORY. Processes are tracked with proctrack/linuxproc: proctrack/cgroup starts
+here, but on `scontrol requeue` the processes of a step never saw their SIGTERM (a Python
+handler never ran; an SSVAE training went on until SIGKILL 33 s later), so no step could save
+its state on preemption. A process that leaves its job's process tree can outlive the job: the
+harness ends a cancelled job's processes by pid, and `down` ends every process of this
+cluster's jobs (SLURM_CLUSTER_NAME in its environment).
 
 Two more nodes, each a slurmd in a network namespace of its own (tests/slurm/nodes.py), make
 partition 'multi' for jobs that span nodes.
@@ -52,6 +57,7 @@ GPU_TYPE = "testgpu"
 CPUS = 16
 MEMORY_MB = 32000
 MIN_JOB_AGE = 600
+CLUSTER = "gpuflowtest"
 NODE_CPUS, NODE_MEMORY_MB = 4, 8000  # each of the two namespaced nodes (tests/slurm/nodes.py)
 DB_PORT = 16306
 DB_SIZES = ("--innodb-buffer-pool-size=32M", "--innodb-log-file-size=8M")
@@ -84,7 +90,7 @@ def slurm_conf(host: str) -> str:
     """slurm.conf of the test cluster: the host's node with partitions 'gpu' and 'cpu', and two
     namespaced nodes (tests/slurm/nodes.py) in partition 'multi'."""
     return f"""{MARKER}
-ClusterName=gpuflowtest
+ClusterName={CLUSTER}
 SlurmctldHost={host}({nodes.CONTROLLER_ADDR})
 SlurmUser=root
 SlurmdUser=root
@@ -95,7 +101,7 @@ SlurmctldPidFile={STATE}/slurmctld.pid
 SlurmdPidFile={STATE}/slurmd-%n.pid
 SlurmctldLogFile={STATE}/slurmctld.log
 SlurmdLogFile={STATE}/slurmd-%n.log
-ProctrackType=proctrack/cgroup
+ProctrackType=proctrack/linuxproc
 TaskPlugin=task/cgroup
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
@@ -321,6 +327,7 @@ def down() -> None:
     Without them, SLURM clients (which every snakemake start asks, through the executor
     plugin) fail at once instead of waiting for a controller that is gone.
     """
+    _end_job_processes()
     pid_file = STATE / "pids.json"
     if pid_file.exists():
         pids = json.loads(pid_file.read_text())
@@ -335,6 +342,19 @@ def down() -> None:
             path.unlink()
         if backup.exists():
             shutil.move(backup, path)
+
+
+def _end_job_processes() -> None:
+    """SIGKILL every process a job of this cluster left (its environment names the cluster)."""
+    mark = f"SLURM_CLUSTER_NAME={CLUSTER}".encode()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            if mark in (proc / "environ").read_bytes().split(b"\0"):
+                os.kill(int(proc.name), signal.SIGKILL)
+        except OSError:
+            continue
 
 
 def _is_ours(pid: int, name: str) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -143,13 +144,19 @@ def cancel_when_running(
             time.sleep(1)
             subprocess.run([*command, ready[0]["id"]], check=True)
             cancelled.append(ready[0]["id"])
+            if command[0] == "scancel":
+                end_leftovers(ready[0]["id"])
             return
 
 
 def job_processes(job_id: str) -> list[int]:
-    """The processes still carrying SLURM_JOB_ID=`job_id` (none once SLURM has ended the job:
-    the test cluster's proctrack/cgroup ends every process of it, as a production one does)."""
-    mark, found = f"SLURM_JOB_ID={job_id}".encode(), []
+    """The processes still carrying SLURM_JOB_ID=`job_id`."""
+    return processes_with(f"SLURM_JOB_ID={job_id}")
+
+
+def processes_with(entry: str) -> list[int]:
+    """The processes (but this one) whose environment holds `entry` (NAME=value)."""
+    mark, found = entry.encode(), []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit() or int(proc.name) == os.getpid():
             continue
@@ -159,6 +166,23 @@ def job_processes(job_id: str) -> list[int]:
         except OSError:
             continue
     return found
+
+
+def end_leftovers(job_id: str, grace_s: float = 5.0) -> list[int]:
+    """After `grace_s`, SIGKILL every process still carrying SLURM_JOB_ID=`job_id`, as a real
+    cluster's cgroups end every process of a cancelled job. The test cluster tracks processes
+    with proctrack/linuxproc (proctrack/cgroup here kills a step's processes without their
+    SIGTERM: see tests/slurm/cluster.py), which can lose the processes under the in-job
+    Snakemake: a cancelled probe ran on for its whole 300 s hold."""
+    time.sleep(grace_s)
+    killed = []
+    for pid in job_processes(job_id):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            continue
+        killed.append(pid)
+    return killed
 
 
 def profile_command(

@@ -27,10 +27,10 @@ from typing import Any
 JOB_NAME_PREFIX = "gpuflow_"
 SQUEUE_TEXT = ["squeue", "--me", "--states=all", "--noheader", "--format=%i|%j|%k|%T|%Z|%S|%e"]
 SQUEUE_JSON = ["squeue", "--me", "--states=all", "--json"]
-SACCT_WINDOW = ["--allocations", "--starttime=now-7days"]
-SACCT_TEXT = ["sacct", "--noheader", "--parsable2", *SACCT_WINDOW]
+SACCT_TEXT = ["sacct", "--noheader", "--parsable2", "--allocations", "--starttime=now-7days"]
 SACCT_TEXT += ["--format=JobID,JobName,Comment,State,WorkDir,Start,End"]
-SACCT_JSON = ["sacct", *SACCT_WINDOW, "--json"]
+# one record per job either way; without --allocations the JSON keeps each job's steps
+SACCT_JSON = ["sacct", "--starttime=now-7days", "--json"]
 NO_VALUE = {"", "(null)", "None", "NONE", "N/A", "Unknown"}
 RUNNING = {"RUNNING", "COMPLETING", "CONFIGURING", "SIGNALING", "STAGE_OUT"}
 QUEUED = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SUSPENDED"}
@@ -149,11 +149,14 @@ def sacct_jobs(workdir: str | Path) -> list[SlurmJob]:
 
 
 def run_jobs(workdir: str | Path) -> dict[str, SlurmJob]:
-    """The newest SLURM job of each comment (rule and wildcards): sacct, then squeue over it."""
+    """The newest SLURM job of each comment (rule and wildcards): sacct, then squeue over it
+    where squeue knows a newer job or still holds the same one (an ended job keeps sacct's
+    record, which knows a step that ran out of memory)."""
     found: dict[str, SlurmJob] = {}
     for job in [*sacct_jobs(workdir), *squeue_jobs(workdir)]:
         known = found.get(job.comment)
-        if known is None or _number(job.job_id) >= _number(known.job_id):
+        same = known is not None and _number(job.job_id) == _number(known.job_id)
+        if known is None or _number(job.job_id) > _number(known.job_id) or (same and job.active):
             found[job.comment] = job
     return found
 

@@ -23,7 +23,7 @@ import pytest
 
 from gpuflow.slurm.earlier_jobs import earlier_jobs
 from tests.conftest import snakemake, tiny_config
-from tests.slurm import harness
+from tests.slurm import grid_faults, harness
 
 pytestmark = [pytest.mark.slurm, pytest.mark.workflow]
 pytest_plugins = ["tests.slurm.fixtures"]
@@ -31,7 +31,10 @@ pytest_plugins = ["tests.slurm.fixtures"]
 SSVAE = "results/ssvae/frac~0.2/corrupt~0.0/alpha~10/seed~0/metrics.json"
 LOG = "results/ssvae/logs/train/frac~0.2/corrupt~0.0/alpha~10.log"
 STATE = "results/ssvae/jobs/frac~0.2/corrupt~0.0/alpha~10/seed~0/metrics.json.state.pt"
-EPOCHS = 40  # of 1-5 s here: the orphan outlives the recovery steps
+EPOCHS = 40  # of at least 1 s each (FAULTS): the orphan outlives the recovery steps
+# On a quiet machine an epoch took 0.6 s: the orphan finished its 40 before the scancel and the
+# re-run had nothing to do.
+FAULTS = {"ssvae-train": "epoch-floor:1"}
 TRAIN = "rule_ssvae_train"
 
 
@@ -54,11 +57,10 @@ def wait_for(condition, what: str, timeout: float = 300) -> None:
         time.sleep(0.5)
 
 
-def kill_the_submitter_mid_run(workdir: Path, command: list[str]) -> str:
+def kill_the_submitter_mid_run(workdir: Path, command: list[str], env: dict[str, str]) -> str:
     """Start the run, kill -9 its Snakemake once the training job has saved an epoch; the id of
     that job, still running."""
     with open(workdir / "killed-run.log", "w") as out:
-        env = harness.cluster_env()
         submitter = subprocess.Popen(
             command, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=harness.REPO
         )
@@ -77,10 +79,12 @@ def kill_the_submitter_mid_run(workdir: Path, command: list[str]) -> str:
     return orphan
 
 
-def same_command(command: list[str], *extra: str) -> subprocess.CompletedProcess[str]:
+def same_command(
+    command: list[str], env: dict[str, str], *extra: str
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*command[:1], *extra, *command[1:]],
-        capture_output=True, text=True, env=harness.cluster_env(), cwd=harness.REPO, timeout=300,
+        capture_output=True, text=True, env=env, cwd=harness.REPO, timeout=300,
     )  # fmt: skip
 
 
@@ -91,21 +95,25 @@ def recovered(slurm_cluster, tmp_path_factory) -> dict[str, Any]:
     clean, workdir = tmp_path_factory.mktemp("clean"), tmp_path_factory.mktemp("orphaned")
     command = harness.profile_command(workdir, harness.REPO / "Snakefile", config, SSVAE)
     steps: dict[str, Any] = {"clean": clean, "workdir": workdir}
+    env = {
+        **harness.cluster_env(),
+        **grid_faults.install(tmp_path_factory.mktemp("slow-bin"), FAULTS),
+    }
     with ThreadPoolExecutor(max_workers=1) as pool:
         reference = pool.submit(snakemake, clean, config, SSVAE)
-        steps["orphan"] = orphan = kill_the_submitter_mid_run(workdir, command)
+        steps["orphan"] = orphan = kill_the_submitter_mid_run(workdir, command, env)
         # The orphan waits (suspended) while the folder is unlocked: on a loaded machine those
         # Snakemake starts could outlast its training. It runs again before the re-run.
         subprocess.run(["scontrol", "suspend", orphan], check=True)
-        steps["locked"] = same_command(command)
-        steps["unlock"] = same_command(command, "--unlock")
+        steps["locked"] = same_command(command, env)
+        steps["unlock"] = same_command(command, env, "--unlock")
         subprocess.run(["scontrol", "resume", orphan], check=True)
-        steps["refused"] = same_command(command)
+        steps["refused"] = same_command(command, env)
         steps["jobs_while_refused"] = training_jobs(workdir)
         subprocess.run(["scancel", orphan], check=True)
         # ended when the run's own check no longer lists it (not while it completes)
         wait_for(lambda: not earlier_jobs(workdir), "the orphan to end")
-        steps["final"] = same_command(command)
+        steps["final"] = same_command(command, env)
         reference.result()
     steps["jobs"] = training_jobs(workdir)
     return steps

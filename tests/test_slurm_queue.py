@@ -125,6 +125,23 @@ def test_newer_slurm_json_shapes_give_the_same_jobs():
     assert parse_sacct_json(sacct) == parse_sacct_json(json.loads(captured("sacct.json")))
 
 
+def test_sacct_json_is_asked_with_the_steps_of_each_job():
+    """--allocations would leave the steps out of the JSON (seen on 22.05)."""
+    assert "--json" in queue.SACCT_JSON and "--allocations" not in queue.SACCT_JSON
+
+
+def test_a_job_whose_step_ran_out_of_memory_is_out_of_memory_not_failed():
+    """sacct-oom.json: an SSVAE training job killed by its memory cgroup on the test cluster;
+    SLURM says FAILED (the batch step failed after step 0, the training, ended OUT_OF_MEMORY)."""
+    data = json.loads(captured("sacct-oom.json"))
+    assert data["jobs"][0]["state"]["current"] == "FAILED"
+    [job] = parse_sacct_json(data)
+    assert (job.comment, job.state) == ("rule_ssvae_train_wildcards_0.2_0.0_10", "OUT_OF_MEMORY")
+    for step in data["jobs"][0]["steps"]:
+        step["state"] = "FAILED" if step["state"] == "OUT_OF_MEMORY" else step["state"]
+    assert parse_sacct_json(data)[0].state == "FAILED"
+
+
 def fake_command(bin_dir: Path, name: str, json_out: str | None, text_out: str) -> Path:
     """A stand-in for `name` that logs its arguments and prints captured output; its --json
     fails (as without SLURM's openapi plugins) where `json_out` is None."""
@@ -187,6 +204,15 @@ def test_the_newest_job_of_each_rule_wins_and_squeue_is_read_over_sacct(bin_dir)
         "rule_slow": "8",
     }
     assert (jobs["rule_broken"].state, jobs["rule_slow"].state) == ("RUNNING", "COMPLETING")
+
+
+def test_an_ended_job_keeps_what_sacct_knows_over_squeue(bin_dir):
+    """squeue says FAILED for the job whose step ran out of memory; sacct knows why."""
+    fake_command(bin_dir, "sacct", captured("sacct-oom.json"), "")
+    run, comment = "/tmp/gf-mem/cluster0", "rule_ssvae_train_wildcards_0.2_0.0_10"
+    line = f"5|gpuflow_979d0639|{comment}|FAILED|{run}|2026-11-24T07:00:50|2026-11-24T07:01:06"
+    fake_command(bin_dir, "squeue", None, line)
+    assert queue.run_jobs(run)[comment].state == "OUT_OF_MEMORY"
 
 
 def test_without_slurm_commands_a_run_has_no_slurm_jobs(bin_dir):

@@ -4,8 +4,10 @@ The workflow of tests/slurm/status runs through the SLURM profile: `slow` (1 GPU
 progress file until the test has seen it running, `broken` fails (no retries), `quick` ends at
 once. While the run goes on, status lists `slow` as running with its SLURM job id (as squeue
 gives it) and its progress, and `broken` as failed with its log's last error line; after the
-run, everything else is done, and `snakemake --report` with the same profile (as the SLURM
-README says) makes the report on the submit node.
+run, everything else is done; once squeue no longer lists the ended jobs (here: no squeue at
+all), status still names the failed job's SLURM id and state, from the accounting database
+(sacct); and `snakemake --report` with the same profile (as the SLURM README says) makes the
+report on the submit node.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -24,6 +27,16 @@ pytest_plugins = ["tests.slurm.fixtures"]
 
 PROFILES = ("--profile", str(harness.REPO / "profiles" / "slurm"))
 PROFILES += ("--profile", str(harness.TEST_PROFILE))
+
+
+def without_squeue(folder: Path) -> dict[str, str]:
+    """The cluster environment with an `squeue` that fails, as for jobs past its MinJobAge."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "squeue").write_text("#!/bin/sh\nexit 1\n")
+    (folder / "squeue").chmod(0o755)
+    env = harness.cluster_env()
+    env["PATH"] = f"{folder}:{env['PATH']}"
+    return env
 
 
 def test_status_lists_running_jobs_with_progress_and_slurm_ids_then_all_done(
@@ -74,7 +87,11 @@ def test_status_lists_running_jobs_with_progress_and_slurm_ids_then_all_done(
     assert rows["slow"]["gpu_h_spent"] > 0, "1 GPU x SLURM's start to end of the job"
     [broken] = after["failed"]
     assert broken["last_line"] == "ValueError: made to fail on purpose"
-    assert broken["slurm_id"] is not None
+    assert (broken["slurm_id"], broken["slurm_state"]) != (None, None)
+    aged = status_json(tmp_path, *args, env=without_squeue(tmp_path / "bin"))
+    [from_sacct] = aged["failed"]
+    assert (from_sacct["slurm_id"], from_sacct["slurm_state"]) == (broken["slurm_id"], "FAILED")
+    assert by_rule(aged)["slow"]["done"] == 1 and not aged["run_active"]
     where = ["--directory", str(tmp_path), "--configfile", str(tmp_path / "test-config.yaml")]
     where = ["--snakefile", str(SNAKEFILE), *where, "--report", "report.html"]
     report = subprocess.run(

@@ -5,10 +5,28 @@ Used by the SLURM tests (session fixture in tests/slurm/fixtures.py) and by hand
     python tests/slurm/cluster.py up      # install if missing, write /etc/slurm, start daemons
     python tests/slurm/cluster.py down    # stop the daemons this script started, by pid
 
-Facts it relies on (DESIGN.md section 5): no systemd, so munged, slurmctld and slurmd are
-started here and stopped by pid; the config must be /etc/slurm/slurm.conf (the jobstep plugin
-drops SLURM_CONF); fake GPUs are gres device files, symlinks to /dev/null; DefMemPerCPU makes
-jobs share the node; MinJobAge is long enough for `squeue` status checks (no slurmdbd).
+Facts it relies on (DESIGN.md section 5): no systemd, so munged, mariadbd, slurmdbd,
+slurmctld and slurmd are started here and stopped by pid; the config must be
+/etc/slurm/slurm.conf (the jobstep plugin drops SLURM_CONF); fake GPUs are gres device files,
+symlinks to /dev/null; DefMemPerCPU makes jobs share the node.
+
+Accounting is a production one: slurmdbd over a MariaDB whose data lives in STATE/mysql (made
+fresh by each `up`, as slurmctld's job ids start again at 1), so `sacct` answers, with job
+comments (`AccountingStoreFlags=job_comment`) as the profile's status checks and efficiency
+report read them. The database listens on 127.0.0.1 only and asks no password
+(--skip-grant-tables): a test cluster on loopback, nothing to guard.
+
+Jobs are held to their memory as on a production cluster: task/cgroup with ConstrainRAMSpace
+(cgroup v1, which this machine mounts; we are root). A step over its memory is OOM-killed and
+ends OUT_OF_MEMORY. Processes are tracked with proctrack/linuxproc: proctrack/cgroup starts
+here, but on `scontrol requeue` the processes of a step never saw their SIGTERM (a Python
+handler never ran; an SSVAE training went on until SIGKILL 33 s later), so no step could save
+its state on preemption. A process that leaves its job's process tree can outlive the job: the
+harness ends a cancelled job's processes by pid, and `down` ends every process of this
+cluster's jobs (SLURM_CLUSTER_NAME in its environment).
+
+Two more nodes, each a slurmd in a network namespace of its own (tests/slurm/nodes.py), make
+partition 'multi' for jobs that span nodes.
 Anything that goes wrong raises ClusterError with the daemons' log tails: tests fail, never skip.
 """
 
@@ -24,7 +42,13 @@ import sys
 import time
 from pathlib import Path
 
-PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge")
+try:
+    from tests.slurm import nodes
+except ModuleNotFoundError:  # run as a script, `python tests/slurm/cluster.py up`
+    import nodes  # type: ignore[no-redef]
+
+PACKAGES = ("slurmctld", "slurmd", "slurmdbd", "slurm-client", "munge", "mariadb-server")
+PROGRAMS = ("slurmctld", "slurmd", "slurmdbd", "sbatch", "sacct", "munged", "mariadbd")
 CONF_DIR = Path("/etc/slurm")
 STATE = Path(os.environ.get("GPUFLOW_TEST_SLURM_STATE", "/tmp/gpuflow-test-slurm"))
 MARKER = "# written by gpuflow tests/slurm/cluster.py"
@@ -33,6 +57,11 @@ GPU_TYPE = "testgpu"
 CPUS = 16
 MEMORY_MB = 32000
 MIN_JOB_AGE = 600
+CLUSTER = "gpuflowtest"
+NODE_CPUS, NODE_MEMORY_MB = 4, 8000  # each of the two namespaced nodes (tests/slurm/nodes.py)
+DB_PORT = 16306
+DB_SIZES = ("--innodb-buffer-pool-size=32M", "--innodb-log-file-size=8M")
+DAEMONS = ("slurmd", "slurmctld", "slurmdbd", "mariadbd", "munged")  # the order `down` stops
 
 
 class ClusterError(RuntimeError):
@@ -45,7 +74,7 @@ def _run(command: list[str], **kwargs) -> subprocess.CompletedProcess[str]:
 
 def install() -> None:
     """apt-get the SLURM and munge packages when their programs are missing."""
-    if all(shutil.which(p) for p in ("slurmctld", "slurmd", "sbatch", "munged")):
+    if all(shutil.which(p) for p in PROGRAMS):
         return
     if os.geteuid() != 0 or not shutil.which("apt-get"):
         raise ClusterError(f"SLURM is missing; installing {PACKAGES} needs root and apt-get")
@@ -58,21 +87,22 @@ def install() -> None:
 
 
 def slurm_conf(host: str) -> str:
-    """slurm.conf of the test cluster: one node, partitions 'gpu' and 'cpu' on it."""
+    """slurm.conf of the test cluster: the host's node with partitions 'gpu' and 'cpu', and two
+    namespaced nodes (tests/slurm/nodes.py) in partition 'multi'."""
     return f"""{MARKER}
-ClusterName=gpuflowtest
-SlurmctldHost={host}(127.0.0.1)
+ClusterName={CLUSTER}
+SlurmctldHost={host}({nodes.CONTROLLER_ADDR})
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 StateSaveLocation={STATE}/ctld
-SlurmdSpoolDir={STATE}/slurmd
+SlurmdSpoolDir={STATE}/slurmd/%n
 SlurmctldPidFile={STATE}/slurmctld.pid
-SlurmdPidFile={STATE}/slurmd.pid
+SlurmdPidFile={STATE}/slurmd-%n.pid
 SlurmctldLogFile={STATE}/slurmctld.log
-SlurmdLogFile={STATE}/slurmd.log
+SlurmdLogFile={STATE}/slurmd-%n.log
 ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
+TaskPlugin=task/cgroup
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 SlurmdParameters=config_overrides
@@ -81,42 +111,88 @@ MinJobAge={MIN_JOB_AGE}
 ReturnToService=2
 SchedulerType=sched/backfill
 SchedulerParameters=sched_interval=2,bf_interval=2
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/linux
+JobAcctGatherFrequency=task=2
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=127.0.0.1
+AccountingStoreFlags=job_comment
 MpiDefault=none
 GresTypes=gpu
 NodeName={host} NodeAddr=127.0.0.1 CPUs={CPUS} RealMemory={MEMORY_MB} \
  Gres=gpu:{GPU_TYPE}:{N_GPUS} State=UNKNOWN
 PartitionName=gpu Nodes={host} MaxTime=INFINITE State=UP
 PartitionName=cpu Nodes={host} Default=YES MaxTime=INFINITE State=UP
+{nodes.conf_lines(NODE_CPUS, NODE_MEMORY_MB, f"gpu:{GPU_TYPE}:{N_GPUS}")}"""
+
+
+def cgroup_conf() -> str:
+    """cgroup.conf: each job's memory is held to what it asked for (cgroup v1), as on a
+    production cluster; a job over it is OOM-killed and ends OUT_OF_MEMORY. There is no swap
+    here to escape to; cores and devices are not confined (the fake GPUs are /dev/null)."""
+    return f"""{MARKER}
+CgroupPlugin=cgroup/v1
+CgroupMountpoint=/sys/fs/cgroup
+ConstrainRAMSpace=yes
+ConstrainCores=no
+ConstrainDevices=no
+"""
+
+
+def slurmdbd_conf() -> str:
+    """slurmdbd.conf: the accounting daemon over the MariaDB of `_start_database`."""
+    return f"""{MARKER}
+AuthType=auth/munge
+DbdHost=localhost
+DbdAddr=127.0.0.1
+SlurmUser=root
+PidFile={STATE}/slurmdbd.pid
+LogFile={STATE}/slurmdbd.log
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort={DB_PORT}
+StorageUser=root
+StorageLoc=slurm_acct_db
 """
 
 
 def gres_conf(host: str) -> str:
     """gres.conf: four GPUs whose device files are symlinks to /dev/null."""
-    return (
-        f"{MARKER}\nNodeName={host} Name=gpu Type={GPU_TYPE} "
-        f"File={STATE}/dev/nvidia[0-{N_GPUS - 1}]\n"
+    return f"{MARKER}\n" + "".join(
+        f"NodeName={name} Name=gpu Type={GPU_TYPE} File={STATE}/dev/nvidia[0-{N_GPUS - 1}]\n"
+        for name in (host, *nodes.NAMES)
     )
 
 
 def _write_config(host: str) -> None:
     CONF_DIR.mkdir(parents=True, exist_ok=True)
-    for name, text in (("slurm.conf", slurm_conf(host)), ("gres.conf", gres_conf(host))):
+    for name, text in _configs(host):
         path = CONF_DIR / name
         if path.exists() and MARKER not in path.read_text(errors="replace"):
             backup = STATE / f"{name}.before-tests"
             if not backup.exists():
                 shutil.copy2(path, backup)
         path.write_text(text)
+        path.chmod(0o600 if name == "slurmdbd.conf" else 0o644)
     (STATE / "dev").mkdir(parents=True, exist_ok=True)
     for i in range(N_GPUS):
         device = STATE / "dev" / f"nvidia{i}"
         if not device.is_symlink():
             device.symlink_to("/dev/null")
-    for folder in ("ctld", "slurmd"):
+    for folder in ("ctld", "slurmd", "mysql"):
         shutil.rmtree(STATE / folder, ignore_errors=True)
         (STATE / folder).mkdir(parents=True)
+    for name in (host, *nodes.NAMES):
+        (STATE / "slurmd" / name).mkdir()
+
+
+def _configs(host: str) -> tuple[tuple[str, str], ...]:
+    """The files written to /etc/slurm and their text."""
+    return (
+        ("slurm.conf", slurm_conf(host)),
+        ("gres.conf", gres_conf(host)),
+        ("slurmdbd.conf", slurmdbd_conf()),
+        ("cgroup.conf", cgroup_conf()),
+    )
 
 
 def _munge_works() -> bool:
@@ -154,9 +230,9 @@ def _wait_for(check, what: str, timeout: float, logs: tuple[str, ...]) -> None:
     raise ClusterError(f"{what} within {timeout:.0f} s\n" + "\n".join(_tail(n) for n in logs))
 
 
-def _node_idle() -> bool:
+def _nodes_idle() -> bool:
     state = _run(["sinfo", "-h", "-N", "-o", "%T"])
-    return state.returncode == 0 and state.stdout.strip().startswith("idle")
+    return state.returncode == 0 and set(state.stdout.split()) == {"idle"}
 
 
 def answers() -> bool:
@@ -167,6 +243,48 @@ def answers() -> bool:
 def _node_idle_or_busy() -> bool:
     state = _run(["sinfo", "-h", "-o", "%T"]).stdout
     return any(s in state for s in ("idle", "mixed", "allocated"))
+
+
+def _database_answers() -> bool:
+    query = ["mariadb", "--no-defaults", "-h127.0.0.1", f"-P{DB_PORT}", "-uroot", "-e", "select 1"]
+    return _run(query).returncode == 0
+
+
+def _slurmdbd_answers() -> bool:
+    return _run(["sacctmgr", "--noheader", "--parsable2", "show", "cluster"]).returncode == 0
+
+
+def _start_accounting() -> dict[str, int]:
+    """A fresh MariaDB in STATE/mysql and slurmdbd over it; their pids."""
+    install_db = ["mariadb-install-db", "--no-defaults", f"--datadir={STATE}/mysql"]
+    install_db += ["--user=root", "--skip-test-db", *DB_SIZES]
+    made = _run(install_db)
+    if made.returncode != 0:
+        raise ClusterError(
+            f"mariadb-install-db failed:\n{made.stdout[-2000:]}{made.stderr[-2000:]}"
+        )
+    pids = {
+        "mariadbd": _start(
+            [
+                "mariadbd",
+                "--no-defaults",
+                f"--datadir={STATE}/mysql",
+                "--user=root",
+                f"--socket={STATE}/mysql.sock",
+                f"--pid-file={STATE}/mariadbd.pid",
+                f"--log-error={STATE}/mariadbd.log",
+                "--bind-address=127.0.0.1",
+                f"--port={DB_PORT}",
+                "--skip-grant-tables",
+                *DB_SIZES,
+            ],
+            "mariadbd",
+        )
+    }
+    _wait_for(_database_answers, "mariadbd did not answer", 30, ("mariadbd",))
+    pids["slurmdbd"] = _start(["slurmdbd", "-D"], "slurmdbd")
+    _wait_for(_slurmdbd_answers, "slurmdbd did not answer", 30, ("slurmdbd", "mariadbd"))
+    return pids
 
 
 def up() -> dict[str, int]:
@@ -185,6 +303,8 @@ def up() -> dict[str, int]:
             ["runuser", "-u", "munge", "--", "/usr/sbin/munged", "--foreground"], "munged"
         )
         _wait_for(_munge_works, "munged did not answer", 15, ("munged",))
+    pids.update(_start_accounting())
+    nodes.network_up()
     pids["slurmctld"] = _start(["slurmctld", "-D", "-c", "-i"], "slurmctld")
     _wait_for(
         lambda: _run(["scontrol", "ping"]).stdout.count("UP") > 0,
@@ -192,9 +312,12 @@ def up() -> dict[str, int]:
         30,
         ("slurmctld",),
     )
-    pids["slurmd"] = _start(["slurmd", "-D"], "slurmd")
+    pids["slurmd"] = _start(["slurmd", "-D", "-N", host], f"slurmd-{host}")
+    for name in nodes.NAMES:
+        pids[f"slurmd@{name}"] = _start(nodes.slurmd_command(name), f"slurmd-{name}")
     (STATE / "pids.json").write_text(json.dumps(pids))
-    _wait_for(_node_idle, "the node did not become idle", 30, ("slurmctld", "slurmd"))
+    logs = ("slurmctld", *(f"slurmd-{name}" for name in (host, *nodes.NAMES)))
+    _wait_for(_nodes_idle, "the nodes did not become idle", 30, logs)
     return pids
 
 
@@ -204,19 +327,34 @@ def down() -> None:
     Without them, SLURM clients (which every snakemake start asks, through the executor
     plugin) fail at once instead of waiting for a controller that is gone.
     """
+    _end_job_processes()
     pid_file = STATE / "pids.json"
     if pid_file.exists():
         pids = json.loads(pid_file.read_text())
-        for name in ("slurmd", "slurmctld", "munged"):
+        for name in [*(f"slurmd@{node}" for node in nodes.NAMES), *DAEMONS]:
             if name in pids:
-                _stop(pids[name], name)
+                _stop(pids[name], name.split("@")[0])
         pid_file.unlink()
-    for name in ("slurm.conf", "gres.conf"):
+    nodes.network_down()
+    for name, _ in _configs(""):
         path, backup = CONF_DIR / name, STATE / f"{name}.before-tests"
         if path.exists() and MARKER in path.read_text(errors="replace"):
             path.unlink()
         if backup.exists():
             shutil.move(backup, path)
+
+
+def _end_job_processes() -> None:
+    """SIGKILL every process a job of this cluster left (its environment names the cluster)."""
+    mark = f"SLURM_CLUSTER_NAME={CLUSTER}".encode()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            if mark in (proc / "environ").read_bytes().split(b"\0"):
+                os.kill(int(proc.name), signal.SIGKILL)
+        except OSError:
+            continue
 
 
 def _is_ours(pid: int, name: str) -> bool:

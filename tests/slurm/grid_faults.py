@@ -12,6 +12,9 @@ folder first on PATH (SLURM jobs inherit the submitter's environment) every rule
 The key `ssvae-train` gives SSVAE training "epoch-floor:<seconds>": every epoch lasts at least
 that long (it waits out the rest), so a test's time limit cuts the training on a fast machine as
 on a slow one (measured: the same 120 epochs took 1-5 s each under load, 0.5 s on a quiet machine).
+Or "ballast-from-epoch:<epoch>:<MB>": once that many epochs are trained (and saved), the training
+holds <MB> more memory to its end, in every run (a step that outgrows its mem_mb midway); its
+numbers do not change.
 """
 
 from __future__ import annotations
@@ -67,6 +70,21 @@ def floor_epochs(seconds: float) -> None:
     StackTrainer.train_epoch = at_least  # type: ignore[method-assign]
 
 
+def ballast_from(epoch: int, megabytes: int) -> None:
+    """Make SSVAE training hold `megabytes` more memory (written, so resident) from the epoch
+    after `epoch` on."""
+    from gpuflow.ssvae.train import StackTrainer
+
+    train_epoch, held = StackTrainer.train_epoch, []
+
+    def heavier(self: StackTrainer) -> Any:
+        if self.epoch >= epoch and not held:
+            held.append(b"\x01" * (megabytes << 20))
+        return train_epoch(self)
+
+    StackTrainer.train_epoch = heavier  # type: ignore[method-assign]
+
+
 def main(argv: list[str]) -> int:
     """Run `gpuflow` with argv, after the fault this shard is given (if any)."""
     from gpuflow import cli
@@ -76,6 +94,9 @@ def main(argv: list[str]) -> int:
     floor = faults.get("ssvae-train", "")
     if argv[:1] == ["ssvae-train"] and floor.startswith("epoch-floor:"):
         floor_epochs(float(floor.split(":", 1)[1]))
+    if argv[:1] == ["ssvae-train"] and floor.startswith("ballast-from-epoch:"):
+        epoch, megabytes = floor.split(":")[1:]
+        ballast_from(int(epoch), int(megabytes))
     if argv[:1] == ["sweep-shard"]:
         name = Path(argv[argv.index("--out") + 1]).name
         fault = faults.get(name, "")

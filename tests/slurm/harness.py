@@ -149,23 +149,39 @@ def cancel_when_running(
             return
 
 
-def end_leftovers(job_id: str, grace_s: float = 5.0) -> list[int]:
-    """After `grace_s`, SIGKILL every process still carrying SLURM_JOB_ID=`job_id`, as a real
-    cluster's cgroups end every process of a cancelled job. The loopback cluster's
-    proctrack/linuxproc can lose the processes under the in-job Snakemake: a cancelled probe
-    ran on for its whole 300 s hold, holding its output's lock against the retry."""
-    time.sleep(grace_s)
-    mark, killed = f"SLURM_JOB_ID={job_id}".encode(), []
+def job_processes(job_id: str) -> list[int]:
+    """The processes still carrying SLURM_JOB_ID=`job_id`."""
+    return processes_with(f"SLURM_JOB_ID={job_id}")
+
+
+def processes_with(entry: str) -> list[int]:
+    """The processes (but this one) whose environment holds `entry` (NAME=value)."""
+    mark, found = entry.encode(), []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit() or int(proc.name) == os.getpid():
             continue
         try:
-            if mark not in (proc / "environ").read_bytes().split(b"\0"):
-                continue
-            os.kill(int(proc.name), signal.SIGKILL)
-        except (OSError, ProcessLookupError):
+            if mark in (proc / "environ").read_bytes().split(b"\0"):
+                found.append(int(proc.name))
+        except OSError:
             continue
-        killed.append(int(proc.name))
+    return found
+
+
+def end_leftovers(job_id: str, grace_s: float = 5.0) -> list[int]:
+    """After `grace_s`, SIGKILL every process still carrying SLURM_JOB_ID=`job_id`, as a real
+    cluster's cgroups end every process of a cancelled job. The test cluster tracks processes
+    with proctrack/linuxproc (proctrack/cgroup here kills a step's processes without their
+    SIGTERM: see tests/slurm/cluster.py), which can lose the processes under the in-job
+    Snakemake: a cancelled probe ran on for its whole 300 s hold."""
+    time.sleep(grace_s)
+    killed = []
+    for pid in job_processes(job_id):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            continue
+        killed.append(pid)
     return killed
 
 

@@ -17,6 +17,7 @@ from gpuflow.job.finished_states import RECORDS_ENV, clean, records_folder
 from gpuflow.data.modelref import check_model_reference
 from gpuflow.settings.blocks import schema_families, split_json
 from gpuflow.job.stopping import ignore_warning
+from gpuflow.slurm.site import gpu_model
 
 CONDA_ENV = "../../envs/gpuflow.yaml"
 
@@ -111,7 +112,8 @@ def rule_resources(family, rule_name):
 
     Memory and runtime grow with each retry (attempt 1, 2, ...), so a job killed for memory or
     time comes back with more. On GPU rules `cpus_per_task` counts per GPU: SLURM gets
-    --gpus=N --cpus-per-gpu=C and no --ntasks-per-gpu (tasks_per_gpu: 0). GPU rules' shell
+    --gpus=N --cpus-per-gpu=C and no --ntasks-per-gpu (tasks_per_gpu: 0), and the SLURM site
+    file's `gpu_model` where it names one (CPU rules ask for no GPU at all). GPU rules' shell
     commands start with `GPUFLOW_GPUS={resources.gpu}` (device locks in whole-node mode).
     """
     block = config[family]["resources"][rule_name]
@@ -121,8 +123,10 @@ def rule_resources(family, rule_name):
         if block["gpu"]
         else {"cpus_per_task": block["cpus_per_task"]}
     )
+    model = gpu_model() if block["gpu"] else None
     return {
         "gpu": block["gpu"],
+        **({"gpu_model": model} if model else {}),
         **cpus,
         "mem_mb": lambda wildcards, attempt: mem_mb * attempt,
         "runtime": lambda wildcards, attempt: runtime * attempt,

@@ -132,6 +132,7 @@ def scaling_train_resources():
             gpu=lambda wildcards: int(wildcards.world),
             cpus_per_gpu=cpus,
             tasks_per_gpu=0,
+            **({"gpu_model": gpu_model()} if gpu_model() else {}),
         )
     else:
         resources.update(gpu=0, cpus_per_task=cpus * max(SCALING_WORLDS))
@@ -149,8 +150,8 @@ def scaling_multinode_resources():
 
     The GPUs per node go as `gres` (sbatch --gres=gpu:N counts per node), not as slurm_extra:
     a rule's slurm_extra would replace the profile's, which carries the site's stop warning
-    (--signal), and the plugin reads gres to pick a GPU partition. gpu_model "" keeps the
-    site's model default from adding --gpus=<model>:1.
+    (--signal), and the plugin reads gres to pick a GPU partition. gpu_model "" keeps a site's
+    model from adding --gpus=<model>:1.
     """
     block, per_node = SCALING_TRAIN_RES, SCALING_MULTI["gpus_per_node"]
     mem_mb, runtime = block["mem_mb"], block["runtime"]

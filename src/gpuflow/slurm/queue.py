@@ -5,6 +5,8 @@ openapi plugins: Debian's 22.05 has them); where that fails or prints no SLURM J
 is asked for delimited text instead, from then on in this process. SLURM 22.05's
 `squeue --json` ignores `--me` and `--states`, so this user's jobs are picked here.
 
+sacct's JSON also names a job whose step ran out of memory OUT_OF_MEMORY (SLURM says FAILED).
+
 A job is a run's when its name starts with `gpuflow_` (the profile's job name prefix) and it
 was submitted from the run's working directory; its comment (`job_comment`) names its rule and
 wildcard values. sacct keeps comments only where slurm.conf sets
@@ -25,10 +27,10 @@ from typing import Any
 JOB_NAME_PREFIX = "gpuflow_"
 SQUEUE_TEXT = ["squeue", "--me", "--states=all", "--noheader", "--format=%i|%j|%k|%T|%Z|%S|%e"]
 SQUEUE_JSON = ["squeue", "--me", "--states=all", "--json"]
-SACCT_WINDOW = ["--allocations", "--starttime=now-7days"]
-SACCT_TEXT = ["sacct", "--noheader", "--parsable2", *SACCT_WINDOW]
+SACCT_TEXT = ["sacct", "--noheader", "--parsable2", "--allocations", "--starttime=now-7days"]
 SACCT_TEXT += ["--format=JobID,JobName,Comment,State,WorkDir,Start,End"]
-SACCT_JSON = ["sacct", *SACCT_WINDOW, "--json"]
+# one record per job either way; without --allocations the JSON keeps each job's steps
+SACCT_JSON = ["sacct", "--starttime=now-7days", "--json"]
 NO_VALUE = {"", "(null)", "None", "NONE", "N/A", "Unknown"}
 RUNNING = {"RUNNING", "COMPLETING", "CONFIGURING", "SIGNALING", "STAGE_OUT"}
 QUEUED = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SUSPENDED"}
@@ -115,7 +117,7 @@ def parse_sacct_json(data: dict[str, Any]) -> list[SlurmJob]:
             _job(
                 job_id=str(job["job_id"]),
                 comment=(comment.get("job") if isinstance(comment, dict) else comment) or "",
-                state=_first(job["state"]["current"]),
+                state=_memory_failure(_first(job["state"]["current"]), job.get("steps")),
                 name=job["name"],
                 workdir=job["working_directory"],
                 started=_clock(times.get("start")),
@@ -123,6 +125,16 @@ def parse_sacct_json(data: dict[str, Any]) -> list[SlurmJob]:
             )
         )
     return jobs
+
+
+def _memory_failure(state: str, steps: list[dict[str, Any]] | None) -> str:
+    """OUT_OF_MEMORY for a job that failed because a step ran out of memory: the jobstep plugin
+    runs the rule in step 0, and the batch step (the in-job Snakemake) then fails the job."""
+    if state == "FAILED" and any(
+        _first(s.get("state", "")) == "OUT_OF_MEMORY" for s in steps or []
+    ):
+        return "OUT_OF_MEMORY"
+    return state
 
 
 def squeue_jobs(workdir: str | Path) -> list[SlurmJob]:
@@ -137,11 +149,14 @@ def sacct_jobs(workdir: str | Path) -> list[SlurmJob]:
 
 
 def run_jobs(workdir: str | Path) -> dict[str, SlurmJob]:
-    """The newest SLURM job of each comment (rule and wildcards): sacct, then squeue over it."""
+    """The newest SLURM job of each comment (rule and wildcards): sacct, then squeue over it
+    where squeue knows a newer job or still holds the same one (an ended job keeps sacct's
+    record, which knows a step that ran out of memory)."""
     found: dict[str, SlurmJob] = {}
     for job in [*sacct_jobs(workdir), *squeue_jobs(workdir)]:
         known = found.get(job.comment)
-        if known is None or _number(job.job_id) >= _number(known.job_id):
+        same = known is not None and _number(job.job_id) == _number(known.job_id)
+        if known is None or _number(job.job_id) > _number(known.job_id) or (same and job.active):
             found[job.comment] = job
     return found
 

@@ -6,6 +6,7 @@ Read by the SLURM profile and checked before a run's first job: cheap, no torch 
 from __future__ import annotations
 
 import getpass
+import os
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -15,6 +16,22 @@ from typing import Any
 import yaml
 
 from gpuflow.errors import ConfigError
+
+SITE_ENV = "GPUFLOW_SLURM_SITE"
+DEFAULT_SITE = "profiles/slurm/site.yaml"
+
+
+def site_path() -> str:
+    """The site file in use: $GPUFLOW_SLURM_SITE, else profiles/slurm/site.yaml."""
+    return os.environ.get(SITE_ENV, DEFAULT_SITE)
+
+
+def gpu_model() -> str | None:
+    """The GPU model that GPU jobs ask for (the site file's `gpu_model`); None where the site
+    names none or there is no site file (a local run elsewhere)."""
+    path = Path(site_path())
+    model = read_site(path).get("gpu_model") if path.is_file() else None
+    return str(model) if model else None
 
 
 def default_account() -> str | None:

@@ -1,0 +1,158 @@
+"""A training job that outgrows its memory, on the live cluster, as on a production one.
+
+The test cluster holds each job to the memory it asked for (cgroup v1, ConstrainRAMSpace). An
+SSVAE training job of the real workflow asks for MEM_MB; from epoch BALLAST_EPOCH on its step
+holds BALLAST_MB more (tests/slurm/grid_faults.py: the numbers do not change), more than its
+first attempt has and less than the profile's retry gives (mem_mb * attempt). So the first
+attempt saves BALLAST_EPOCH epochs and is killed by the cgroup: its step ends OUT_OF_MEMORY and
+the job FAILED. Snakemake (status from sacct, as in production) retries it with twice the
+memory; the retry resumes after the saved epoch and ends with the metrics of an undisturbed
+local run. Meanwhile `gpuflow status` shows the first attempt as failed, OUT_OF_MEMORY (from
+sacct's steps), with its SLURM job id.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from tests.conftest import snakemake, tiny_config
+from tests.slurm import grid_faults, harness
+
+pytestmark = [pytest.mark.slurm, pytest.mark.workflow]
+pytest_plugins = ["tests.slurm.fixtures"]
+
+SSVAE = "results/ssvae/frac~0.2/corrupt~0.0/alpha~10/seed~0/metrics.json"
+LOG = "results/ssvae/logs/train/frac~0.2/corrupt~0.0/alpha~10.log"
+EPOCHS = 6
+BALLAST_EPOCH = 2
+MEM_MB = 1200  # the job's whole cgroup: in-job Snakemake and the training, about 600 MB here
+BALLAST_MB = 1000  # 600 + 1000 > 1200, < 2400
+FAULTS = {"ssvae-train": f"ballast-from-epoch:{BALLAST_EPOCH}:{BALLAST_MB}"}
+# Snakemake sees a job end up to this long after SLURM ended it; status is read meanwhile
+STATUS_CHECK_S = 20
+
+
+def memory_config() -> dict[str, Any]:
+    """SSVAE alone, EPOCHS epochs, MEM_MB for its training job, one retry."""
+    config = tiny_config("slurm")
+    config["families"] = ["ssvae"]
+    config["ssvae"]["train"]["epochs"] = EPOCHS
+    config["ssvae"]["resources"]["ssvae_train"]["mem_mb"] = MEM_MB
+    return config
+
+
+def watch_status(cluster, seen: list[dict[str, Any]], stop: threading.Event) -> None:
+    """Collect every `gpuflow status --json` entry of ssvae_train, running or failed."""
+    command = [str(harness.BIN / "gpuflow"), "status", "--json", "--directory", str(cluster)]
+    command += ["--profile", str(harness.REPO / "profiles" / "slurm")]
+    command += ["--profile", str(harness.TEST_PROFILE)]
+    command += ["--configfile", str(cluster / "test-config.yaml")]
+    while not stop.wait(1):
+        result = subprocess.run(
+            command, capture_output=True, text=True, env=harness.cluster_env(), check=False
+        )
+        if result.returncode != 0:
+            continue
+        status = json.loads(result.stdout)
+        for kind in ("running", "failed"):
+            seen += [{**job, "kind": kind} for job in status[kind] if job["rule"] == "ssvae_train"]
+
+
+def sacct_attempts(name: str) -> list[tuple[str, str, str]]:
+    """sacct -X of the run's training jobs: (id, state, requested memory), oldest first."""
+    command = ["sacct", "-X", "--noheader", "--parsable2", f"--name={name}"]
+    command.append("--format=JobIDRaw,Comment,State,ReqMem")
+    listed = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    rows = [line.split("|") for line in listed.splitlines()]
+    return [
+        (i, state, mem) for i, comment, state, mem in rows if comment.startswith("rule_ssvae_t")
+    ]
+
+
+def step_states(job_id: str) -> dict[str, str]:
+    """sacct's state of each step of a job (<id>.batch, <id>.0, ...)."""
+    command = ["sacct", "--noheader", "--parsable2", f"--jobs={job_id}", "--format=JobID,State"]
+    listed = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    return dict(line.split("|") for line in listed.splitlines())
+
+
+@pytest.fixture(scope="module")
+def run(slurm_cluster, tmp_path_factory) -> dict[str, Any]:
+    """The training through the SLURM profile (one retry), and undisturbed locally meanwhile."""
+    config = memory_config()
+    local, cluster = (tmp_path_factory.mktemp(name) for name in ("local", "cluster"))
+    env = grid_faults.install(tmp_path_factory.mktemp("faulty-bin"), FAULTS)
+    attempts: list[str] = []
+    seen: list[dict[str, Any]] = []
+    started = time.monotonic()
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        undisturbed = pool.submit(snakemake, local, config, SSVAE)
+        result, _ = harness.run_profile(
+            cluster,
+            harness.REPO / "Snakefile",
+            config,
+            SSVAE,
+            "--retries",
+            "1",
+            "--seconds-between-status-checks",
+            str(STATUS_CHECK_S),
+            watchers=[
+                lambda stop: harness.follow_log(cluster / LOG, attempts, stop),
+                lambda stop: watch_status(cluster, seen, stop),
+            ],
+            env=env,
+            timeout=900,
+        )
+        undisturbed.result()
+    assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-8000:]}"
+    [run_id] = re.findall(r"SLURM run ID: (\S+)", result.stderr)
+    return {"local": local, "cluster": cluster, "result": result, "seen": seen,
+            "attempts": [a for a in attempts if a.strip()], "jobs": sacct_attempts(run_id),
+            "seconds": time.monotonic() - started}  # fmt: skip
+
+
+def test_the_first_attempt_was_killed_out_of_memory_and_the_retry_had_twice_the_memory(run):
+    """The training runs in the job's step 0 (the jobstep plugin's srun): that step ends
+    OUT_OF_MEMORY; the batch step, the in-job Snakemake, then fails, and so does the job."""
+    assert run["jobs"] == [
+        (run["jobs"][0][0], "FAILED", f"{MEM_MB}M"),
+        (run["jobs"][1][0], "COMPLETED", f"{2 * MEM_MB}M"),
+    ], run["jobs"]
+    assert step_states(run["jobs"][0][0])[f"{run['jobs'][0][0]}.0"] == "OUT_OF_MEMORY"
+
+
+def test_the_retry_resumed_after_the_epochs_the_first_attempt_saved(run):
+    first, retry = run["attempts"]
+    epochs = [int(e) for e in re.findall(rf"^epoch (\d+)/{EPOCHS}", first, re.M)]
+    assert epochs == list(range(1, BALLAST_EPOCH + 1)), first[-2000:]
+    assert re.findall(r"resumed from \S+ after epoch (\d+)", retry) == [str(BALLAST_EPOCH)]
+    epochs = [int(e) for e in re.findall(rf"^epoch (\d+)/{EPOCHS}", retry, re.M)]
+    assert epochs == list(range(BALLAST_EPOCH + 1, EPOCHS + 1)), retry[-2000:]
+
+
+def test_resumed_training_equals_the_undisturbed_run(run):
+    cluster, local = run["cluster"], run["local"]
+    metrics = json.loads((cluster / SSVAE).read_text())
+    assert metrics["timing"]["resumed_from_epoch"] == BALLAST_EPOCH
+    drop = ("timing", "run_record")
+    expected = json.loads((local / SSVAE).read_text())
+    assert {k: v for k, v in metrics.items() if k not in drop} == {
+        k: v for k, v in expected.items() if k not in drop
+    }
+
+
+def test_status_showed_the_first_attempt_out_of_memory_until_the_retry_ran(run):
+    first, retry = (job_id for job_id, _, _ in run["jobs"])
+    states = [(job["kind"], job["slurm_id"], job["slurm_state"]) for job in run["seen"]]
+    oom = ("failed", first, "OUT_OF_MEMORY")
+    assert oom in states, states
+    assert ("running", retry, "RUNNING") in states, states
+    assert states.index(oom) < states.index(("running", retry, "RUNNING"))

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from gpuflow.scaling.kernels import adamw, load_optimizer_state, set_tf32, use_fused_adamw
+from gpuflow.job.state import load_optimizer_state
+from gpuflow.scaling.kernels import adamw, set_tf32, use_fused_adamw
 from tests.test_scaling_ddp import prepare, settings, train, weights
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda", 0)

@@ -87,6 +87,18 @@ def test_a_stacked_runs_kth_member_matches_the_same_run_trained_alone(data, kind
         assert torch.allclose(m[1], m_alone[0], rtol=1e-4, atol=1e-6)
 
 
+def test_a_state_saved_by_an_unfused_adam_resumes_under_the_fused_one(data):
+    run = [Run("m2", 0.05, 0.2, 1.0, 0)]
+    saved = StackTrainer(run, data, TINY, CPU)
+    take_steps(saved, 2)
+    state = saved.state()
+    for group in state["optimizer"]["param_groups"]:
+        group["fused"] = None  # as an Adam without the fused kernel saves it
+    resumed = StackTrainer(run, data, TINY, CPU)
+    resumed.load_state(state)
+    assert all(group["fused"] for group in resumed.optimizer.param_groups)
+
+
 def test_one_adam_over_stacked_parameters_equals_one_adam_per_run():
     generator = torch.Generator().manual_seed(0)
     stacked = torch.nn.Parameter(torch.randn(3, 5, 4, generator=generator))

@@ -134,3 +134,16 @@ class State:
     def exists(self) -> bool:
         """Whether a state file is there (matching or not)."""
         return self.path.is_file()
+
+
+def load_optimizer_state(optimizer: Any, state: dict[str, Any]) -> None:
+    """Load a saved optimizer state under this run's kernel choice.
+
+    torch takes every group's `fused` flag from the saved state (and places the step counters
+    for it), which would quietly undo a changed choice; the flag of the live optimizer wins.
+    """
+    groups = [
+        {**saved, "fused": live["fused"]}
+        for saved, live in zip(state["param_groups"], optimizer.param_groups, strict=True)
+    ]
+    optimizer.load_state_dict({**state, "param_groups": groups})

@@ -23,19 +23,6 @@ def adamw(params: Any, fused: bool, **hyper: float) -> torch.optim.AdamW:
     return torch.optim.AdamW(params, **hyper, **({"fused": True} if fused else {}))
 
 
-def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
-    """Load a saved optimizer state under this run's kernel choice.
-
-    torch takes every group's `fused` flag from the saved state (and places the step counters
-    for it), which would quietly undo a changed choice; the flag of the live optimizer wins.
-    """
-    groups = [
-        {**saved, "fused": live["fused"]}
-        for saved, live in zip(state["param_groups"], optimizer.param_groups, strict=True)
-    ]
-    optimizer.load_state_dict({**state, "param_groups": groups})
-
-
 def set_tf32(enabled: bool, device: torch.device) -> bool:
     """Let CUDA matmuls of fp32 tensors run in TF32 when `enabled` and training on a GPU; returns
     whether they do. TF32 has no CPU counterpart here: CPU matmuls stay IEEE fp32."""

@@ -29,9 +29,10 @@ from gpuflow.job import current
 from gpuflow.job.atomic import save_torch, write_json
 from gpuflow.job.devices import describe_device, run_record, threads_per_worker
 from gpuflow.job.divergence import SkippedSteps
+from gpuflow.job.state import load_optimizer_state
 from gpuflow.scaling import comm, distributed
 from gpuflow.scaling.distributed import Context
-from gpuflow.scaling.kernels import adamw, load_optimizer_state, set_tf32, use_fused_adamw
+from gpuflow.scaling.kernels import adamw, set_tf32, use_fused_adamw
 from gpuflow.scaling.model import build_model, parameter_counts
 from gpuflow.settings.blocks import family_schema, family_settings, select
 

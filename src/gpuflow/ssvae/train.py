@@ -23,7 +23,7 @@ from gpuflow.errors import ConfigError
 from gpuflow.job import Job, current
 from gpuflow.job.atomic import write_json
 from gpuflow.job.devices import run_record, worker_devices
-from gpuflow.job.state import State
+from gpuflow.job.state import State, load_optimizer_state
 from gpuflow.settings.blocks import family_schema, family_settings, keys_of_kind
 from gpuflow.ssvae.batches import Batches, Plan, RunIndex, epoch_indices, make_plan
 from gpuflow.ssvae.data import load_prepared
@@ -188,7 +188,7 @@ class StackTrainer:
 
     def load_state(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        load_optimizer_state(self.optimizer, state["optimizer"])
         for g, s in zip(self.order_rng, state["order_rng"], strict=True):
             g.set_state(s)
         for g, s in zip(self.noise_rng, state["noise_rng"], strict=True):

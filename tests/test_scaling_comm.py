@@ -29,7 +29,7 @@ from gpuflow.scaling import comm, distributed
 STEPS, ROUNDS = 4, 5
 DDP_SETTINGS = {"bucket_cap_mb": 4, "compression": "none"}
 RELATIVE_TOLERANCE, ABSOLUTE_TOLERANCE_MS = 0.30, 5.0
-LIGHT_ROWS, HEAVY_ROWS = 4, 128  # rows per batch: communication-heavy, compute-heavy steps
+LIGHT_ROWS, HEAVY_ROWS = 4, 384  # rows per batch: communication-heavy, compute-heavy steps
 TOTAL_RATIO = (0.5, 2.5)  # accepted total / bare all-reduce (median over rounds)
 
 

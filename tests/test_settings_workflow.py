@@ -52,6 +52,9 @@ def other_value(schema: dict[str, Any], value: Any) -> Any:
     if isinstance(value, bool):
         return not value
     if isinstance(value, int):
+        below = schema.get("exclusiveMaximum")  # e.g. a share in [0, 1): halfway there
+        if below is not None and value + 1 >= below:
+            return (value + below) / 2
         maximum = schema.get("maximum")
         return value + 1 if maximum is None or value < maximum else value - 1
     if isinstance(value, float):

@@ -10,10 +10,10 @@ import sys
 from tests.conftest import REPO
 
 
-def test_the_step_list_loads_without_importing_torch_or_pandas():
+def test_the_step_list_loads_without_importing_torch_pandas_or_numpy():
     probe = (
         "import sys; from gpuflow.cli import build_parser; build_parser(); "
-        "print([m for m in ('torch', 'pandas', 'transformers') if m in sys.modules])"
+        "print([m for m in ('torch', 'pandas', 'transformers', 'numpy') if m in sys.modules])"
     )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert result.stdout.strip() == "[]", result.stderr

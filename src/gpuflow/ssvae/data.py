@@ -20,6 +20,7 @@ from gpuflow.errors import DataError
 from gpuflow.job.atomic import atomic_path
 from gpuflow.settings.blocks import family_settings
 from gpuflow.ssvae import mnist_wheel
+from gpuflow.ssvae.mnist_cache import CACHED
 
 N_CLASSES = 10
 IMAGE_SHAPE = (28, 28)
@@ -144,7 +145,7 @@ def prepare(
     test_fraction: float,
     seed: int,
     out: str | Path,
-    pickle_file: str | Path = mnist_wheel.CACHED,
+    pickle_file: str | Path = CACHED,
 ) -> dict:
     """Write the dataset of a config as one .npz; return counts for the log.
 

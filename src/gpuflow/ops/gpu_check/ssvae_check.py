@@ -48,18 +48,13 @@ def _batches(trainer: StackTrainer) -> Iterator[dict[str, torch.Tensor]]:
 
 
 def next_noise(trainer: StackTrainer) -> tuple[torch.Tensor, torch.Tensor]:
-    """(eps_l, eps_u) the trainer's next step draws, from copies of its noise generators."""
-    copies = []
-    for generator in trainer.noise_rng:
-        copy = torch.Generator(device=generator.device)
-        copy.set_state(generator.get_state())
-        copies.append(copy)
-    latent, plan, device = trainer.settings["latent"], trainer.plan, trainer.device
-    eps_l = [torch.randn(plan.labelled_batch, latent, generator=g, device=device) for g in copies]
-    eps_u = [
-        torch.randn(plan.unlabelled_batch, 10, latent, generator=g, device=device) for g in copies
-    ]
-    return torch.stack(eps_l), torch.stack(eps_u)
+    """(eps_l, eps_u) the trainer's next step draws; its noise streams are left where they were,
+    so that step draws the same."""
+    states = [generator.get_state() for generator in trainer.noise_rng]
+    noise = trainer.step_noise()
+    for generator, state in zip(trainer.noise_rng, states, strict=True):
+        generator.set_state(state)
+    return noise
 
 
 def train_steps(

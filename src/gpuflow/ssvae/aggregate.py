@@ -46,9 +46,8 @@ def selection(curve: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def run_row(path: str | Path) -> dict[str, Any]:
-    """The flat row of one metrics.json."""
-    metrics = read_metrics(path)
+def run_row(path: str | Path, metrics: dict[str, Any]) -> dict[str, Any]:
+    """The flat row of one run's metrics (read from `path`)."""
     timing = metrics["timing"]
     row = {key: metrics[key] for key in ("model", "frac", "corrupt", "alpha", "seed")}
     row.update({key: metrics[key] for key in ("n_train", "n_labelled", "n_corrupted", "epochs")})
@@ -65,9 +64,8 @@ def run_row(path: str | Path) -> dict[str, Any]:
     return row
 
 
-def curve_rows(path: str | Path) -> list[dict[str, Any]]:
+def curve_rows(metrics: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per evaluated epoch of one run: test (and validation) accuracy."""
-    metrics = read_metrics(path)
     run = {key: metrics[key] for key in ("model", "frac", "n_labelled", "corrupt", "alpha", "seed")}
     return [
         {**run, "epoch": point["epoch"], **{k: point[k] for k in CURVE if k in point}}
@@ -76,14 +74,15 @@ def curve_rows(path: str | Path) -> list[dict[str, Any]]:
     ]
 
 
-def tidy_curves(paths: list[str | Path]) -> pd.DataFrame:
-    """The evaluated epochs of all runs."""
-    return pd.DataFrame([row for path in paths for row in curve_rows(path)])
+def tidy_curves(metrics: dict[str, dict[str, Any]]) -> pd.DataFrame:
+    """The evaluated epochs of all runs (their metrics by path)."""
+    return pd.DataFrame([row for run in metrics.values() for row in curve_rows(run)])
 
 
-def tidy_runs(paths: list[str | Path]) -> pd.DataFrame:
-    """All runs, with each M2 run's paired baseline accuracy (same subset, labels, seed)."""
-    runs = pd.DataFrame([run_row(p) for p in paths])
+def tidy_runs(metrics: dict[str, dict[str, Any]]) -> pd.DataFrame:
+    """All runs (their metrics by path), with each M2 run's paired baseline accuracy (same
+    subset, labels, seed)."""
+    runs = pd.DataFrame([run_row(path, run) for path, run in metrics.items()])
     baseline = runs.loc[runs["model"] == "baseline", [*PAIR, "test_accuracy"]].rename(
         columns={"test_accuracy": "baseline_accuracy"}
     )
@@ -127,9 +126,10 @@ def summarise(runs: pd.DataFrame) -> pd.DataFrame:
 
 def main(args: argparse.Namespace) -> None:
     """`gpuflow ssvae-aggregate`."""
-    runs = tidy_runs(args.metrics)
+    metrics = {path: read_metrics(path) for path in args.metrics}
+    runs = tidy_runs(metrics)
     write_csv(args.out_runs, runs)
     write_csv(args.out_summary, summarise(runs))
     if args.out_curves:
-        write_csv(args.out_curves, tidy_curves(args.metrics))
+        write_csv(args.out_curves, tidy_curves(metrics))
     print(f"{len(runs)} runs -> {args.out_runs}, {args.out_summary}")

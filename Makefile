@@ -5,6 +5,9 @@ VENV := .venv
 BIN := $(CURDIR)/$(VENV)/bin
 STAMP := $(VENV)/.installed
 CORES ?= 2
+WHEELHOUSE ?=
+WHEEL_PYTHON ?= 3.11
+WHEEL_SKIP ?=
 # Machines without an NVIDIA driver get the CPU build of torch that lies on local disk.
 TORCH_PIN := $(if $(shell command -v nvidia-smi 2>/dev/null),,torch==2.13.0)
 
@@ -13,15 +16,28 @@ export PATH := $(BIN):$(PATH)
 # The tiny configs in .test/<name>/config.yaml (the tests use them) are linted and dry-run too.
 TEST_CONFIGS := $(wildcard .test/*/config.yaml)
 
-.PHONY: run test lint dry-runs config-doc gpu-check install clean
+.PHONY: run test lint dry-runs config-doc gpu-check install wheelhouse clean
 
 install: $(STAMP)
 
+# WHEELHOUSE=DIR (a GPU node with no registry; see `make wheelhouse`): .venv sits on top of
+# PYTHON's own packages (its CUDA torch) and installs from DIR alone, without the dev tools.
 $(STAMP): pyproject.toml
+ifeq ($(WHEELHOUSE),)
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(VENV)/bin/python -m pip install --quiet $(TORCH_PIN) -e '.[dev]'
+else
+	test -x $(VENV)/bin/python || $(PYTHON) -m venv --system-site-packages $(VENV)
+	$(VENV)/bin/python -m pip install --quiet --no-index --find-links $(WHEELHOUSE) -e .
+endif
 	touch $(STAMP)
+
+# Wheels of all gpuflow needs but torch, for a GPU node without a registry (run on the login
+# node): WHEEL_PYTHON is the node's Python, WHEEL_SKIP names packages it already has.
+wheelhouse: $(STAMP)
+	python scripts/wheelhouse.py --dest wheelhouse --python-version $(WHEEL_PYTHON) \
+		$(if $(WHEEL_SKIP),--skip $(WHEEL_SKIP))
 
 run: $(STAMP)
 	snakemake --cores $(CORES)

@@ -75,6 +75,56 @@ def test_expected_time_comes_from_earlier_benchmarks_of_the_rule(run_gpuflow, tm
     assert rows["probe_cpu"]["expected_h_per_job"] == pytest.approx(5 / 60)
 
 
+def test_a_run_s_times_recorded_elsewhere_give_the_plan_of_a_folder_that_never_ran(
+    run_gpuflow, tmp_path
+):
+    ran = tmp_path / "gpu-machine"
+    bench = ran / "results" / "probe" / "benchmarks"
+    bench.mkdir(parents=True)
+    (bench / "gpu~0.tsv").write_text("s\th:m:s\n300\t0:05:00\n420\t0:07:00\n")
+    (ran / ".snakemake" / "benchmarks").mkdir(parents=True)
+    (ran / ".snakemake" / "benchmarks" / "old.tsv").write_text("s\n1\n")
+    records = tmp_path / "records"
+    done = run_gpuflow("record-timings", "--directory", str(ran), "--out", str(records))
+    [written] = records.iterdir()
+    assert written.name.endswith("-cpu-timings.json"), done.stdout
+    record = json.loads(written.read_text())
+    assert record["benchmarks"] == {"results/probe/benchmarks/gpu~0.tsv": 360.0}
+    assert record["devices"] == ["cpu"] and {"torch", "cuda", "commit", "created"} <= set(record)
+
+    rows = plan(run_gpuflow, tmp_path / "login-node", "--timings", str(records))
+    assert rows["probe_gpu"]["from_record"] == written.name
+    assert rows["probe_gpu"]["from_benchmarks"] is False
+    assert rows["probe_gpu"]["gpu_h_expected"] == pytest.approx(5 * 360 / 3600)
+    assert rows["probe_cpu"]["from_record"] is None  # no time of that rule was recorded
+
+
+def test_the_newest_record_of_a_rule_counts_and_the_folder_s_own_benchmarks_come_first(
+    run_gpuflow, tmp_path
+):
+    records = tmp_path / "records"
+    records.mkdir()
+    for day, seconds in (("2026-01-01", 720), ("2026-02-01", 1080)):
+        record = {"devices": ["cuda:0 (NVIDIA H100 80GB HBM3)"], "benchmarks": {
+            "results/probe/benchmarks/gpu~3.tsv": seconds}}  # fmt: skip
+        (records / f"{day}-nvidia-h100-80gb-hbm3-timings.json").write_text(json.dumps(record))
+    (records / "2026-03-01-nvidia-h100-80gb-hbm3.json").write_text("{}")  # a gpu-check record
+    config = write_probe_config(tmp_path / "run")
+    text = run_gpuflow(
+        "plan", "--snakefile", str(SNAKEFILE), "--directory", str(tmp_path / "run"),
+        "--configfile", str(config), "--timings", str(records),
+    ).stdout  # fmt: skip
+    assert "18.0 min m" in text
+    assert "m: 2026-02-01-nvidia-h100-80gb-hbm3-timings.json, measured on cuda:0 (NVIDIA" in text
+
+    bench = tmp_path / "run" / "results" / "probe" / "benchmarks"
+    bench.mkdir(parents=True)
+    (bench / "gpu~0.tsv").write_text("s\n60\n")
+    rows = plan(run_gpuflow, tmp_path / "run", "--timings", str(records))
+    assert rows["probe_gpu"]["from_benchmarks"] is True and rows["probe_gpu"]["from_record"] is None
+    assert rows["probe_gpu"]["expected_h_per_job"] == pytest.approx(60 / 3600)
+
+
 def test_after_a_partial_failure_only_jobs_without_outputs_run_again(run_gpuflow, tmp_path):
     done = tmp_path / "results" / "probe"
     done.mkdir(parents=True)
@@ -125,7 +175,8 @@ def test_jobs_come_from_snakemake_records_with_wildcards_resources_and_reasons(t
     assert (train.gpus, train.runtime_h, train.why) == (2, 1.5, "missing")
     assert train.wildcards == {"frac": "0.1", "seed": "1"}
     assert train.benchmark == "b/frac~0.1/seed~1.tsv"
-    assert size_of(train.wildcards) == pytest.approx(0.1), "frac scales, seed does not"
+    assert size_of(train.wildcards) == 1, "an SSVAE epoch's time does not grow with its labels"
+    assert size_of({"texts": "2000", "seed": "3"}) == 2000, "texts scale, seeds do not"
     assert (train.local, jobs["all"].local) == (False, True), "a rule without body is local"
 
 

@@ -19,7 +19,6 @@ without benchmarks, the rule's `runtime`. Benchmarks measure the machine they ra
 from __future__ import annotations
 
 import argparse
-import csv
 import glob
 import json
 import math
@@ -30,8 +29,12 @@ from pathlib import Path
 from typing import Any
 
 from gpuflow.ops.snakemake_adapter import Dag, DagJob, build_dag
+from gpuflow.ops.timings import benchmark_seconds
+from gpuflow.ops.timings import records as timings_records
 
-SIZE_WILDCARDS = ("frac", "fraction", "n", "size", "samples", "steps", "epochs", "tokens", "texts")
+# Not a label fraction: an SSVAE epoch walks the unlabelled digits, so its time hardly moves
+# with the labelled share (5,000 labels of 50,000: 450 steps an epoch against 499 at 100).
+SIZE_WILDCARDS = ("n", "size", "samples", "steps", "epochs", "tokens", "texts")
 
 
 class Job(DagJob):
@@ -89,16 +92,6 @@ def wildcard_pattern(path: str, wildcards: dict[str, str]) -> tuple[str, re.Patt
     return pattern, re.compile(regex + "$")
 
 
-def benchmark_seconds(path: Path) -> float | None:
-    """Mean wall time (column s) of a benchmark TSV."""
-    try:
-        with open(path, newline="") as handle:
-            values = [float(row["s"]) for row in csv.DictReader(handle, delimiter="\t")]
-    except (OSError, KeyError, ValueError):
-        return None
-    return sum(values) / len(values) if values else None
-
-
 def size_of(wildcards: dict[str, str]) -> float:
     """Product of the size-like numeric wildcards (1 when there are none)."""
     size = 1.0
@@ -111,37 +104,63 @@ def size_of(wildcards: dict[str, str]) -> float:
     return size
 
 
+def matching(measured: dict[str, float], regex: re.Pattern[str]) -> list[tuple[float, float]]:
+    """(seconds, size) of the benchmark paths the rule's pattern reads."""
+    found = []
+    for path, seconds in measured.items():
+        match = regex.match(path)
+        if match:
+            found.append((seconds, size_of(match.groupdict())))
+    return found
+
+
 class Benchmarks:
-    """Earlier benchmark files per rule, read once."""
+    """Earlier benchmark files per rule, read once: the run folder's own, else the newest
+    committed timings record (gpuflow.ops.timings) that measured the rule."""
 
-    def __init__(self, directory: str):
+    def __init__(self, directory: str, timings: str | None = None):
         self.directory = Path(directory)
-        self.cache: dict[str, list[tuple[float, float]]] = {}
+        self.records = timings_records(Path(timings)) if timings else []
+        self.cache: dict[str, tuple[list[tuple[float, float]], str]] = {}
 
-    def samples(self, job: Job) -> list[tuple[float, float]]:
-        """(seconds, size) of every earlier benchmark of the job's rule."""
+    def samples(self, job: Job) -> tuple[list[tuple[float, float]], str]:
+        """(seconds, size) of every earlier benchmark of the job's rule, and where they came
+        from: 'bench' (this folder's files), a timings record's file name, or 'runtime'."""
         if job.rule not in self.cache:
-            found = []
+            self.cache[job.rule] = ([], "runtime")
             pattern = benchmark_pattern(job)
             if pattern is not None:
                 glob_pattern, regex = pattern
-                for name in glob.glob(str(self.directory / glob_pattern)):
-                    relative = os.path.relpath(name, self.directory)
-                    seconds = benchmark_seconds(Path(name))
-                    match = regex.match(relative)
-                    if seconds is not None and match:
-                        found.append((seconds, size_of(match.groupdict())))
-            self.cache[job.rule] = found
+                local = {
+                    os.path.relpath(name, self.directory): benchmark_seconds(Path(name))
+                    for name in glob.glob(str(self.directory / glob_pattern))
+                }
+                found = matching({k: v for k, v in local.items() if v is not None}, regex)
+                if found:
+                    self.cache[job.rule] = (found, "bench")
+                else:
+                    for name, record in self.records:
+                        found = matching(record.get("benchmarks", {}), regex)
+                        if found:
+                            self.cache[job.rule] = (found, name)
+                            break
         return self.cache[job.rule]
 
-    def expected_hours(self, job: Job) -> tuple[float, bool]:
-        """Expected hours of a job and whether benchmarks gave it (else its runtime)."""
-        samples = self.samples(job)
+    def expected_hours(self, job: Job) -> tuple[float, str]:
+        """Expected hours of a job and their source (see `samples`; else its runtime)."""
+        samples, source = self.samples(job)
         if not samples:
-            return job.runtime_h, False
+            return job.runtime_h, "runtime"
         size = size_of(job.wildcards)
         scaled = [seconds * size / bench_size for seconds, bench_size in samples if bench_size]
-        return sum(scaled) / len(scaled) / 3600, True
+        return sum(scaled) / len(scaled) / 3600, source
+
+    def devices(self, name: str) -> str:
+        """What the timings record `name` was measured on."""
+        for record_name, record in self.records:
+            if record_name == name:
+                return ", ".join(record.get("devices") or ["?"])
+        return "?"
 
 
 class Telemetry:
@@ -197,16 +216,19 @@ def summarise(
                 "gpus_per_job": set(),
                 "expected_h": 0.0,
                 "from_benchmarks": False,
+                "from_record": None,
                 "gpu_h_requested": 0.0,
                 "gpu_h_expected": 0.0,
                 "why": {},
             },
         )
-        hours, measured = benchmarks.expected_hours(job)
+        hours, source = benchmarks.expected_hours(job)
         row["jobs"] += 1
         row["gpus_per_job"].add(job.gpus)
         row["expected_h"] += hours
-        row["from_benchmarks"] |= measured
+        row["from_benchmarks"] |= source == "bench"
+        if source not in ("bench", "runtime"):
+            row["from_record"] = source
         row["gpu_h_requested"] += job.gpus * job.runtime_h
         row["gpu_h_expected"] += job.gpus * hours
         row["why"][job.why] = row["why"].get(job.why, 0) + 1
@@ -238,19 +260,22 @@ def duration(value_h: float) -> str:
     return f"{minutes:.1f} min" if minutes < 120 else f"{value_h:.1f} h"
 
 
-def render(rows: list[dict[str, Any]], per_node: int, seconds: float) -> str:
-    """The plan as a table with totals and the re-run summary."""
+def render(
+    rows: list[dict[str, Any]], per_node: int, seconds: float, measured_on: dict[str, str]
+) -> str:
+    """The plan as a table with totals and the re-run summary; `measured_on` names the
+    devices of each timings record a row's time came from."""
     header = (
         f"{'rule':<28} {'jobs':>5} {'GPUs':>5} {'time/job':>14} {'GPU-h req':>10} "
         f"{'GPU-h exp':>10} {'sbatch':>7} {'node-h':>8}  why"
     )
     lines = [header, "-" * len(header)]
     for row in rows:
-        source = "bench" if row["from_benchmarks"] else "runtime"
+        source = "b" if row["from_benchmarks"] else "m" if row["from_record"] else "r"
         why = ", ".join(f"{k} {v}" for k, v in sorted(row["why"].items()))
         lines.append(
             f"{row['rule']:<28} {row['jobs']:>5} {row['gpus_per_job']:>5} "
-            f"{duration(row['expected_h_per_job']) + ' ' + source[0]:>14} "
+            f"{duration(row['expected_h_per_job']) + ' ' + source:>14} "
             f"{hours(row['gpu_h_requested']):>10} {hours(row['gpu_h_expected']):>10} "
             f"{row['sbatch']:>7} {hours(row['node_h']):>8}  {why}"
         )
@@ -265,9 +290,11 @@ def render(rows: list[dict[str, Any]], per_node: int, seconds: float) -> str:
         f"{total['sbatch']:>7} {hours(total['node_h']):>8}",
         "",
         "time/job: b = mean of earlier benchmark files of the rule (scaled by size wildcards),",
-        "r = the rule's runtime (first attempt). GPU-h req = GPUs x runtime; node-h = expected",
-        f"GPU-hours / {per_node} GPUs per node. sbatch: job arrays count once per chunk.",
+        "m = the same from a committed timings record, r = the rule's runtime (first attempt).",
+        f"GPU-h req = GPUs x runtime; node-h = expected GPU-hours / {per_node} GPUs per node.",
+        "sbatch: job arrays count once per chunk.",
     ]
+    lines += [f"m: {name}, measured on {devices}" for name, devices in sorted(measured_on.items())]
     lines += telemetry_lines(rows)
     resume = sum(row["why"].get(k, 0) for row in rows for k in ("missing", "incomplete"))
     incomplete = sum(row["why"].get("incomplete", 0) for row in rows)
@@ -303,9 +330,10 @@ def main(args: argparse.Namespace) -> None:
     """Print the plan (a table, or JSON with --json)."""
     started = time.monotonic()
     planned = plan_jobs(args)
+    benchmarks = Benchmarks(args.directory, args.timings)
     rows = summarise(
         planned.jobs,
-        Benchmarks(args.directory),
+        benchmarks,
         planned.array_rules,
         planned.array_limit,
         args.gpus_per_node,
@@ -317,7 +345,9 @@ def main(args: argparse.Namespace) -> None:
     if args.json:
         print(json.dumps(rows, indent=2))
     else:
-        print(render(rows, args.gpus_per_node, time.monotonic() - started))
+        used = {row["from_record"] for row in rows if row["from_record"]}
+        measured_on = {name: benchmarks.devices(name) for name in used}
+        print(render(rows, args.gpus_per_node, time.monotonic() - started, measured_on))
         if placement:
             print(f"Perplexity placement: {placement}")
 

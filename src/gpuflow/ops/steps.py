@@ -1,4 +1,4 @@
-"""The operator tools' steps: doctor, plan, status, probe, report-tables."""
+"""The operator tools' steps: doctor, plan, status, probe, record-timings, report-tables."""
 
 from __future__ import annotations
 
@@ -48,6 +48,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_run_arguments(plan)
     plan.add_argument("--gpus-per-node", type=int, default=4, help="GPUs packed on one node")
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
+    plan.add_argument(
+        "--timings",
+        default="benchmarks/records",
+        help="committed timings records (gpuflow record-timings), used for rules without"
+        " benchmark files in the run folder (default benchmarks/records)",
+    )
     plan.set_defaults(run=lazy("gpuflow.ops.plan:main"))
 
     status = subparsers.add_parser(
@@ -74,6 +80,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     probe.add_argument("--label", default="", help="free text stored in the record")
     probe.add_argument("--seed", type=int, default=0, help="seed of the recorded computation")
     probe.set_defaults(run=lazy("gpuflow.ops.probe:main"))
+
+    timings = subparsers.add_parser(
+        "record-timings",
+        help="keep the run's benchmark times as one committed record, for gpuflow plan elsewhere",
+    )
+    timings.add_argument("--directory", default=".", help="working directory of the run")
+    timings.add_argument(
+        "--out", default="benchmarks/records", help="folder of the records (default %(default)s)"
+    )
+    timings.set_defaults(run=lazy("gpuflow.ops.timings:main"))
 
     tables = subparsers.add_parser(
         "report-tables", help="a family's summary CSV tables as one HTML page for the report"

@@ -23,9 +23,10 @@ from pathlib import Path
 
 from gpuflow.job.outputlock import SINCE_FORMAT, lock_path, read_holder
 from gpuflow.job.record import read_record, record_path
-from gpuflow.ops.plan import Benchmarks, Job, Planned, benchmark_seconds
+from gpuflow.ops.plan import Benchmarks, Job, Planned
 from gpuflow.ops.snakemake_adapter import FailedJob, Marker
 from gpuflow.ops.status.progress import Progress, job_progress
+from gpuflow.ops.timings import benchmark_seconds
 from gpuflow.slurm.queue import ENDED_BADLY, QUEUED, RUNNING, SlurmJob, job_comment
 
 STATES = ("done", "running", "queued", "failed", "incomplete", "todo")

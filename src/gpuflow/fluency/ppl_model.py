@@ -110,7 +110,12 @@ def check_dtype(dtype: str, devices: list[torch.device]) -> None:
         )
 
 
-ATTENTION = ("auto", "sdpa", "eager", "flash_attention_2")
+def attention_choices() -> list[str]:
+    """The values `fluency.perplexity.attn_implementation` takes (the schema lists them)."""
+    from gpuflow.settings.blocks import family_schema
+
+    perplexity = family_schema("fluency")["properties"]["perplexity"]
+    return list(perplexity["properties"]["attn_implementation"]["enum"])
 
 
 def prepare_for_scoring(model: torch.nn.Module, attn_implementation: str) -> torch.nn.Module:
@@ -123,11 +128,12 @@ def prepare_for_scoring(model: torch.nn.Module, attn_implementation: str) -> tor
     """
     from transformers.activations import GELUTanh, NewGELUActivation
 
-    if attn_implementation not in ATTENTION:
+    choices = attention_choices()
+    if attn_implementation not in choices:
         raise ConfigError(
             "fluency.perplexity.attn_implementation",
             f"unknown attention implementation {attn_implementation!r}",
-            str(list(ATTENTION)),
+            str(choices),
         )
     if attn_implementation != "auto":
         try:

@@ -149,6 +149,13 @@ RESULTS_CHANGES = [
         },
     ),
     (
+        {"ssvae": {"train": {"labelled_bound_weight": "label_share"}}},  # M2's bound alone
+        {
+            "ssvae_train": 2, "ssvae_aggregate": 1, "ssvae_figures": 1, "ssvae_report": 1,
+            "ssvae_tables": 1, "all": 1,
+        },
+    ),
+    (
         {"scaling": {"configurations": {"short": {"train": {"learning_rate": 0.01}}}}},
         {
             "scaling_train": 2, "scaling_summary": 1, "scaling_figures": 1,

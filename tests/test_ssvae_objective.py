@@ -50,8 +50,8 @@ def elbo(model: StackedM2, run: int, x: torch.Tensor, y: int, eps: torch.Tensor)
     return log_px + log_py - kl
 
 
-def reference_labelled(model, x, y, eps, alphas) -> torch.Tensor:
-    """-L(x, y) + alpha * CE per run and example, [R, B]: one run, one label at a time."""
+def reference_labelled(model, x, y, eps, alphas, weights=(1.0,) * RUNS) -> torch.Tensor:
+    """w (-L(x, y)) + alpha * CE per run and example, [R, B]: one run, one label at a time."""
     rows = []
     for run in range(RUNS):
         losses = []
@@ -59,7 +59,7 @@ def reference_labelled(model, x, y, eps, alphas) -> torch.Tensor:
             label = int(y[run, i])
             neg_l = -elbo(model, run, x[run, i : i + 1], label, eps[run, i : i + 1])
             ce = -log_q_y(model, run, x[run, i : i + 1])[0, label]
-            losses.append(neg_l[0] + alphas[run] * ce)
+            losses.append(weights[run] * neg_l[0] + alphas[run] * ce)
         rows.append(torch.stack(losses))
     return torch.stack(rows)
 
@@ -76,9 +76,10 @@ def reference_unlabelled(model, x, eps) -> torch.Tensor:
     return torch.stack(rows)
 
 
-def fixed_model_and_inputs() -> tuple[StackedM2, dict[str, torch.Tensor]]:
+def fixed_model_and_inputs(weights=None) -> tuple[StackedM2, dict[str, torch.Tensor]]:
     torch.manual_seed(0)
-    model = StackedM2(RUNS, HIDDEN, LATENT, torch.tensor(ALPHAS)).double()
+    bound_weight = None if weights is None else torch.tensor(weights)
+    model = StackedM2(RUNS, HIDDEN, LATENT, torch.tensor(ALPHAS), bound_weight).double()
     model.reset([torch.Generator().manual_seed(run) for run in range(RUNS)])
     with torch.no_grad():  # no parameter may be left at a value that hides a term
         for param in model.parameters():
@@ -109,6 +110,16 @@ def test_labelled_loss_and_its_gradients_equal_the_plain_m2_equations():
     model, inputs = fixed_model_and_inputs()
     stacked = model(**inputs)["labelled"]
     plain = reference_labelled(model, inputs["x_l"], inputs["y_l"], inputs["eps_l"], ALPHAS)
+    assert_same_loss_and_gradients(model, stacked, plain)
+
+
+def test_each_run_weighs_its_labelled_bound_by_its_own_weight_and_not_the_cross_entropy():
+    weights = tuple(0.002 * (run + 1) for run in range(RUNS))
+    model, inputs = fixed_model_and_inputs(weights)
+    stacked = model(**inputs)["labelled"]
+    plain = reference_labelled(
+        model, inputs["x_l"], inputs["y_l"], inputs["eps_l"], ALPHAS, weights
+    )
     assert_same_loss_and_gradients(model, stacked, plain)
 
 

@@ -87,6 +87,19 @@ def test_a_stacked_runs_kth_member_matches_the_same_run_trained_alone(data, kind
         assert torch.allclose(m[1], m_alone[0], rtol=1e-4, atol=1e-6)
 
 
+def test_label_share_weighs_each_runs_labelled_bound_by_its_labelled_over_unlabelled_digits(
+    data,
+):
+    runs = [Run("m2", 0.05, 0.0, 1.0, 0), Run("m2", 0.05, 0.0, 1.0, 1)]
+    shared = StackTrainer(runs, data, {**TINY, "labelled_bound_weight": "label_share"}, CPU)
+    equal = StackTrainer(runs, data, TINY, CPU)
+    n_labelled, n_unlabelled = 50, 950  # 5% of the 1,000 training digits
+    assert shared.model.bound_weight.flatten().tolist() == pytest.approx(
+        [n_labelled / n_unlabelled] * 2
+    )
+    assert equal.model.bound_weight.flatten().tolist() == [1.0, 1.0]
+
+
 def test_a_state_saved_by_an_unfused_adam_resumes_under_the_fused_one(data):
     run = [Run("m2", 0.05, 0.2, 1.0, 0)]
     saved = StackTrainer(run, data, TINY, CPU)

@@ -137,7 +137,7 @@ rule ssvae_baseline:
         **rule_resources("ssvae", "ssvae_baseline"),
     params:
         seeds=" ".join(SSVAE_GRID["seeds"]),
-        settings=ssvae_train_settings(),
+        settings=ssvae_train_settings(m2_only=("labelled_bound_weight",)),
     shell:
         "GPUFLOW_GPUS={resources.gpu} gpuflow ssvae-train --model baseline --data {input.data:q} --frac {wildcards.frac}"
         " --corrupt {wildcards.corrupt} --seeds {params.seeds} --settings {params.settings}"

@@ -46,9 +46,10 @@ def ssvae_baseline_metrics():
     )
 
 
-def ssvae_train_settings():
-    """Results keys of ssvae.model and ssvae.train; `stack` shapes the jobs, not their numbers."""
-    train = {k: v for k, v in SSVAE["train"].items() if k != "stack"}
+def ssvae_train_settings(m2_only=()):
+    """Results keys of ssvae.model and ssvae.train (`stack` shapes the jobs, not their numbers);
+    the baseline's leave out `m2_only`, the keys of M2's bound alone."""
+    train = {k: v for k, v in SSVAE["train"].items() if k not in ("stack", *m2_only)}
     return results_json("ssvae", {"model": SSVAE["model"], "train": train})
 
 

@@ -79,7 +79,14 @@ class StackedM2(nn.Module):
     the 10 classes of an unlabelled example computes x W_x once.
     """
 
-    def __init__(self, n_runs: int, hidden: int, latent: int, alpha: torch.Tensor):
+    def __init__(
+        self,
+        n_runs: int,
+        hidden: int,
+        latent: int,
+        alpha: torch.Tensor,
+        bound_weight: torch.Tensor | None = None,
+    ):
         super().__init__()
         self.latent = latent
         self.classifier = StackedClassifier(n_runs, hidden)
@@ -90,6 +97,8 @@ class StackedM2(nn.Module):
         self.dec_y = StackedLinear(n_runs, N_CLASSES, hidden, bias=False)
         self.dec_out = StackedLinear(n_runs, hidden, N_PIXELS)
         self.register_buffer("alpha", alpha.reshape(n_runs, 1).clone())
+        weight = torch.ones(n_runs) if bound_weight is None else bound_weight
+        self.register_buffer("bound_weight", weight.reshape(n_runs, 1).to(alpha.dtype).clone())
         self.register_buffer("log_prior_y", torch.tensor(math.log(N_CLASSES)))
 
     def reset(self, generators: list[torch.Generator]) -> None:
@@ -134,11 +143,12 @@ class StackedM2(nn.Module):
         eps_l: torch.Tensor,
         eps_u: torch.Tensor,
     ) -> dict[str, torch.Tensor]:
-        """Per-example losses: labelled -L(x,y) + alpha CE, unlabelled -U(x); all [R, B]."""
+        """Per-example losses: labelled w (-L(x,y)) + alpha CE (w: the run's bound weight),
+        unlabelled -U(x); all [R, B]."""
         labelled = self.labelled_terms(x_l, y_l, eps_l)
         unlabelled = self.unlabelled_terms(x_u, eps_u)
         return {
-            "labelled": labelled["neg_elbo"] + self.alpha * labelled["ce"],
+            "labelled": self.bound_weight * labelled["neg_elbo"] + self.alpha * labelled["ce"],
             "unlabelled": unlabelled["neg_bound"],
             "ce": labelled["ce"],
             "recon_l": labelled["recon"],

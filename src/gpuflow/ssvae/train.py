@@ -158,7 +158,7 @@ class StackTrainer:
         if self.m2:
             alphas = torch.tensor([r.alpha for r in runs], dtype=torch.float32)
             self.model: nn.Module = StackedM2(
-                len(runs), settings["hidden"], settings["latent"], alphas
+                len(runs), settings["hidden"], settings["latent"], alphas, self.bound_weights()
             )
         else:
             self.model = StackedClassifier(len(runs), settings["hidden"])
@@ -174,6 +174,14 @@ class StackTrainer:
         self.curve: list[list[dict[str, Any]]] = [[] for _ in runs]
         self.train_time_s = 0.0
         self.data_wait_s = 0.0  # this process only (host time waiting for the next batch)
+
+    def bound_weights(self) -> torch.Tensor:
+        """[R] weight of each run's labelled bound (ssvae.train.labelled_bound_weight)."""
+        if self.settings["labelled_bound_weight"] == "one":
+            return torch.ones(len(self.runs))
+        return torch.tensor(
+            [len(s.labelled) / len(s.unlabelled) for s in self.splits], dtype=torch.float32
+        )
 
     # --- state -------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:

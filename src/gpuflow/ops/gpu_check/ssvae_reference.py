@@ -56,12 +56,14 @@ def m2_loss(
     eps_l: torch.Tensor,
     eps_u: torch.Tensor,
 ) -> float:
-    """mean(-L(x,y) + alpha CE) over the labelled batch + mean(-U(x)) over the unlabelled one,
-    for run `run`: -U(x) = sum_y q(y|x) (-L(x,y)) - H(q(y|x))."""
+    """mean(w (-L(x,y)) + alpha CE) over the labelled batch + mean(-U(x)) over the unlabelled
+    one, for run `run` (w: its labelled bound's weight);
+    -U(x) = sum_y q(y|x) (-L(x,y)) - H(q(y|x))."""
     x_l, y_l, x_u = batch["x_l"][run], batch["y_l"][run], batch["x_u"][run]
-    alpha = float(model.alpha[run])
+    alpha, weight = float(model.alpha[run]), float(model.bound_weight[run])
     labelled = _neg_elbo(model, run, x_l, F.one_hot(y_l, N_CLASSES).to(x_l.dtype), eps_l[run])
-    labelled = labelled + alpha * F.cross_entropy(_classify(model, run, x_l), y_l, reduction="none")
+    ce = F.cross_entropy(_classify(model, run, x_l), y_l, reduction="none")
+    labelled = weight * labelled + alpha * ce
     q = torch.softmax(_classify(model, run, x_u), dim=1)
     expected = torch.zeros(len(x_u), dtype=x_u.dtype, device=x_u.device)
     for label in range(N_CLASSES):

@@ -13,7 +13,9 @@ flag of rules below config `telemetry.low_utilisation_percent` with the most lik
 
 Expected time per job comes from earlier `benchmark:` files of the same rule (any wildcard
 values), scaled by size-like numeric wildcards (SIZE_WILDCARDS) when the job's value differs;
-without benchmarks, the rule's `runtime`. Benchmarks measure the machine they ran on.
+without any in the run folder, from the newest committed timings record that measured the rule
+(`gpuflow record-timings`, `--timings`); without either, the rule's `runtime`. Benchmarks
+measure the machine they ran on: a record names it.
 """
 
 from __future__ import annotations

@@ -17,8 +17,14 @@ from gpuflow.errors import GpuflowError
 from gpuflow.job.paths import RECORD, job_file
 from gpuflow.ops import snakemake_adapter
 from gpuflow.ops.plan import Job, plan_jobs, size_of
-from gpuflow.ops.snakemake_adapter import SUPPORTED, check_version, snakemake_version, why_it_runs
-from tests.conftest import workflow_env
+from gpuflow.ops.snakemake_adapter import (
+    SUPPORTED,
+    check_version,
+    params_digest,
+    snakemake_version,
+    why_it_runs,
+)
+from tests.conftest import BIN, workflow_env
 
 REPO = Path(__file__).resolve().parents[1]
 SNAKEFILE = REPO / "tests" / "slurm" / "Snakefile"
@@ -75,28 +81,64 @@ def test_expected_time_comes_from_earlier_benchmarks_of_the_rule(run_gpuflow, tm
     assert rows["probe_cpu"]["expected_h_per_job"] == pytest.approx(5 / 60)
 
 
-def test_a_run_s_times_recorded_elsewhere_give_the_plan_of_a_folder_that_never_ran(
+TIMED = """
+rule all:
+    input: expand('out/point~{p}.txt', p=[1, 2])
+
+rule train:
+    output: 'out/point~{p}.txt'
+    params: epochs=config['epochs']
+    benchmark: 'bench/point~{p}.tsv'
+    resources: gpu=1, runtime=600
+    shell: 'sleep 0.3; echo {params.epochs} > {output}'
+"""
+
+
+def timed_workflow(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """A Snakefile whose jobs' cost depends on a param, and configs at 5 and 75 epochs."""
+    snakefile = tmp_path / "Snakefile"
+    snakefile.write_text(TIMED)
+    configs = []
+    for epochs in (5, 75):
+        configs.append(tmp_path / f"epochs{epochs}.yaml")
+        configs[-1].write_text(f"epochs: {epochs}\n")
+    return snakefile, configs[0], configs[1]
+
+
+def test_times_recorded_on_the_gpu_machine_plan_the_same_jobs_where_they_never_ran(
     run_gpuflow, tmp_path
 ):
-    ran = tmp_path / "gpu-machine"
-    bench = ran / "results" / "probe" / "benchmarks"
-    bench.mkdir(parents=True)
-    (bench / "gpu~0.tsv").write_text("s\th:m:s\n300\t0:05:00\n420\t0:07:00\n")
-    (ran / ".snakemake" / "benchmarks").mkdir(parents=True)
-    (ran / ".snakemake" / "benchmarks" / "old.tsv").write_text("s\n1\n")
-    records = tmp_path / "records"
-    done = run_gpuflow("record-timings", "--directory", str(ran), "--out", str(records))
+    snakefile, five, seventy_five = timed_workflow(tmp_path)
+    ran, records = tmp_path / "gpu-machine", tmp_path / "records"
+    subprocess.run(
+        [str(BIN / "snakemake"), "--snakefile", str(snakefile), "--directory", str(ran),
+         "--configfile", str(five), "--cores", "2", "--quiet"],
+        env=workflow_env(), check=True, capture_output=True,
+    )  # fmt: skip
+    done = run_gpuflow(
+        "record-timings", "--snakefile", str(snakefile), "--directory", str(ran),
+        "--configfile", str(five), "--out", str(records),
+    )  # fmt: skip
     [written] = records.iterdir()
     assert written.name.endswith("-cpu-timings.json"), done.stdout
     record = json.loads(written.read_text())
-    assert record["benchmarks"] == {"results/probe/benchmarks/gpu~0.tsv": 360.0}
+    assert set(record["benchmarks"]) == {"bench/point~1.tsv", "bench/point~2.tsv"}
+    assert all(0.3 <= entry["seconds"] < 30 for entry in record["benchmarks"].values())
     assert record["devices"] == ["cpu"] and {"torch", "cuda", "commit", "created"} <= set(record)
 
-    rows = plan(run_gpuflow, tmp_path / "login-node", "--timings", str(records))
-    assert rows["probe_gpu"]["from_record"] == written.name
-    assert rows["probe_gpu"]["from_benchmarks"] is False
-    assert rows["probe_gpu"]["gpu_h_expected"] == pytest.approx(5 * 360 / 3600)
-    assert rows["probe_cpu"]["from_record"] is None  # no time of that rule was recorded
+    def plan_elsewhere(config: Path) -> dict:
+        result = run_gpuflow(
+            "plan", "--json", "--snakefile", str(snakefile), "--directory",
+            str(tmp_path / "login-node"), "--configfile", str(config), "--timings", str(records),
+        )  # fmt: skip
+        return {row["rule"]: row for row in json.loads(result.stdout)}["train"]
+
+    same = plan_elsewhere(five)
+    assert same["from_record"] == written.name and same["from_benchmarks"] is False
+    mean = sum(entry["seconds"] for entry in record["benchmarks"].values()) / 2
+    assert same["gpu_h_expected"] == pytest.approx(2 * mean / 3600)
+    other = plan_elsewhere(seventy_five)  # measured at 5 epochs: says nothing of 75
+    assert other["from_record"] is None and other["gpu_h_expected"] == pytest.approx(2 * 10)
 
 
 def test_the_newest_record_of_a_rule_counts_and_the_folder_s_own_benchmarks_come_first(
@@ -104,9 +146,11 @@ def test_the_newest_record_of_a_rule_counts_and_the_folder_s_own_benchmarks_come
 ):
     records = tmp_path / "records"
     records.mkdir()
+    no_params = params_digest([])  # probe_gpu's jobs take none
     for day, seconds in (("2026-01-01", 720), ("2026-02-01", 1080)):
         record = {"devices": ["cuda:0 (NVIDIA H100 80GB HBM3)"], "benchmarks": {
-            "results/probe/benchmarks/gpu~3.tsv": seconds}}  # fmt: skip
+            "results/probe/benchmarks/gpu~3.tsv": {"seconds": seconds, "params": no_params},
+            "results/probe/benchmarks/gpu~4.tsv": {"seconds": 1, "params": "other"}}}  # fmt: skip
         (records / f"{day}-nvidia-h100-80gb-hbm3-timings.json").write_text(json.dumps(record))
     (records / "2026-03-01-nvidia-h100-80gb-hbm3.json").write_text("{}")  # a gpu-check record
     config = write_probe_config(tmp_path / "run")

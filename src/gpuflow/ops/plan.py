@@ -116,20 +116,28 @@ def matching(measured: dict[str, float], regex: re.Pattern[str]) -> list[tuple[f
     return found
 
 
+def recorded(record: dict[str, Any], params: str) -> dict[str, float]:
+    """A timings record's seconds per benchmark path, of jobs that ran with `params`."""
+    entries = record.get("benchmarks", {}).items()
+    return {path: entry["seconds"] for path, entry in entries if entry.get("params") == params}
+
+
 class Benchmarks:
     """Earlier benchmark files per rule, read once: the run folder's own, else the newest
-    committed timings record (gpuflow.ops.timings) that measured the rule."""
+    committed timings record (gpuflow.ops.timings) that measured the rule's jobs with the
+    job's own params."""
 
     def __init__(self, directory: str, timings: str | None = None):
         self.directory = Path(directory)
         self.records = timings_records(Path(timings)) if timings else []
-        self.cache: dict[str, tuple[list[tuple[float, float]], str]] = {}
+        self.cache: dict[tuple[str, str], tuple[list[tuple[float, float]], str]] = {}
 
     def samples(self, job: Job) -> tuple[list[tuple[float, float]], str]:
         """(seconds, size) of every earlier benchmark of the job's rule, and where they came
         from: 'bench' (this folder's files), a timings record's file name, or 'runtime'."""
-        if job.rule not in self.cache:
-            self.cache[job.rule] = ([], "runtime")
+        key = (job.rule, job.params)
+        if key not in self.cache:
+            self.cache[key] = ([], "runtime")
             pattern = benchmark_pattern(job)
             if pattern is not None:
                 glob_pattern, regex = pattern
@@ -139,14 +147,14 @@ class Benchmarks:
                 }
                 found = matching({k: v for k, v in local.items() if v is not None}, regex)
                 if found:
-                    self.cache[job.rule] = (found, "bench")
+                    self.cache[key] = (found, "bench")
                 else:
                     for name, record in self.records:
-                        found = matching(record.get("benchmarks", {}), regex)
+                        found = matching(recorded(record, job.params), regex)
                         if found:
-                            self.cache[job.rule] = (found, name)
+                            self.cache[key] = (found, name)
                             break
-        return self.cache[job.rule]
+        return self.cache[key]
 
     def expected_hours(self, job: Job) -> tuple[float, str]:
         """Expected hours of a job and their source (see `samples`; else its runtime)."""

@@ -18,6 +18,8 @@ written and tested against (SUPPORTED) and stops with one line on any other.
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import logging
 import os
 import re
@@ -64,6 +66,7 @@ class DagJob:
     benchmark: str | None = None
     output: list[str] = field(default_factory=list)
     log: list[str] = field(default_factory=list)
+    params: str = ""  # params_digest of the job's params: what it computes, where it does
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,7 @@ class Records:
     backend: str
     markers: dict[str, Marker] = field(default_factory=dict)
     times: dict[str, tuple[float, float]] = field(default_factory=dict)
+    ran_params: dict[str, str] = field(default_factory=dict)  # params_digest it ran with
     locked: bool = False
 
 
@@ -156,6 +160,8 @@ def read_records(persistence: Any, backend: str, jobs: list[Any]) -> Records:
         record = persistence.metadata(job.output[0])
         if record is not None and record.starttime and record.endtime:
             records.times[str(job.output[0])] = (float(record.starttime), float(record.endtime))
+        if record is not None and record.params is not None:
+            records.ran_params[str(job.output[0])] = params_digest(record.params)
     records.locked = any(True for _ in persistence._read_locks())
     return records
 
@@ -222,6 +228,13 @@ def build_dag(args: argparse.Namespace, every_job: bool = False) -> Dag:
     return dag
 
 
+def params_digest(params: list[Any]) -> str:
+    """A short digest of a job's params as Snakemake's persistence serialises them (its
+    settings, seeds: what the job computes, so what it costs; not wildcards, not resources)."""
+    text = json.dumps(params, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def read_dag(workflow: Any, backend: str) -> Dag:
     """The jobs of a built DAG (in job id order), rule order, local rules, config, records."""
     dag = workflow.dag
@@ -247,6 +260,7 @@ def read_dag(workflow: Any, backend: str) -> Dag:
                 benchmark=str(job.benchmark) if job.benchmark else None,
                 output=[str(f) for f in job.output],
                 log=[str(f) for f in job.log],
+                params=params_digest(workflow.persistence._params(job)),
             )
             for job in jobs
         ],

@@ -83,9 +83,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     timings = subparsers.add_parser(
         "record-timings",
-        help="keep the run's benchmark times as one committed record, for gpuflow plan elsewhere",
+        help="keep the run's benchmark times as one committed record, for gpuflow plan elsewhere"
+        " (the run's own profile, config files and targets)",
     )
-    timings.add_argument("--directory", default=".", help="working directory of the run")
+    add_run_arguments(timings)
     timings.add_argument(
         "--out", default="benchmarks/records", help="folder of the records (default %(default)s)"
     )

@@ -140,6 +140,13 @@ def test_times_recorded_on_the_gpu_machine_plan_the_same_jobs_where_they_never_r
     other = plan_elsewhere(seventy_five)  # measured at 5 epochs: says nothing of 75
     assert other["from_record"] is None and other["gpu_h_expected"] == pytest.approx(2 * 10)
 
+    status = run_gpuflow(
+        "status", "--json", "--snakefile", str(snakefile), "--directory",
+        str(tmp_path / "login-node"), "--configfile", str(five), "--timings", str(records),
+    )  # fmt: skip
+    [train] = [row for row in json.loads(status.stdout)["rules"] if row["rule"] == "train"]
+    assert train["todo"] == 2 and train["gpu_h_left"] == pytest.approx(2 * mean / 3600)
+
 
 def test_the_newest_record_of_a_rule_counts_and_the_folder_s_own_benchmarks_come_first(
     run_gpuflow, tmp_path

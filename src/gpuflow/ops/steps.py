@@ -28,6 +28,16 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_timings_argument(parser: argparse.ArgumentParser) -> None:
+    """`--timings`: where the committed timings records are (gpuflow record-timings)."""
+    parser.add_argument(
+        "--timings",
+        default="benchmarks/records",
+        help="committed timings records (gpuflow record-timings), used for jobs without"
+        " benchmark files of their rule in the run folder (default %(default)s)",
+    )
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the operator tools to the `gpuflow` parser."""
     doctor = subparsers.add_parser(
@@ -48,12 +58,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_run_arguments(plan)
     plan.add_argument("--gpus-per-node", type=int, default=4, help="GPUs packed on one node")
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
-    plan.add_argument(
-        "--timings",
-        default="benchmarks/records",
-        help="committed timings records (gpuflow record-timings), used for rules without"
-        " benchmark files in the run folder (default benchmarks/records)",
-    )
+    add_timings_argument(plan)
     plan.set_defaults(run=lazy("gpuflow.ops.plan:main"))
 
     status = subparsers.add_parser(
@@ -61,6 +66,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     add_run_arguments(status)
     status.add_argument("--json", action="store_true", help="print the status as JSON")
+    add_timings_argument(status)
     status.add_argument(
         "--watch",
         type=float,

@@ -221,9 +221,9 @@ def account(status: JobStatus, seen: Seen, planned: Planned, benchmarks: Benchma
         status.gpu_h_left = gpus * status.hours_left
 
 
-def collect(planned: Planned, seen: Seen) -> list[JobStatus]:
-    """The status of every job with outputs (target-only rules such as `all` are left out)."""
-    benchmarks = Benchmarks(str(seen.directory))
+def collect(planned: Planned, seen: Seen, benchmarks: Benchmarks) -> list[JobStatus]:
+    """The status of every job with outputs (target-only rules such as `all` are left out);
+    `benchmarks` give the expected time of jobs not yet running, as in `gpuflow plan`."""
     statuses = []
     for job in planned.jobs:
         if not job.output:

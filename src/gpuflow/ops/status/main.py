@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuflow.ops.plan import plan_jobs
+from gpuflow.ops.plan import Benchmarks, plan_jobs
 from gpuflow.ops.snakemake_adapter import (
     failed_jobs,
     latest_run_log,
@@ -63,7 +63,8 @@ def read_status(args: argparse.Namespace) -> dict[str, Any]:
         stale_lock=unlock_command(args, records.backend) if run.stale_lock else None,
         backend=records.backend,
     )
-    return as_dict(collect(planned, seen), planned.rule_order, seen)
+    benchmarks = Benchmarks(str(directory), args.timings)
+    return as_dict(collect(planned, seen, benchmarks), planned.rule_order, seen)
 
 
 def show(args: argparse.Namespace) -> None:

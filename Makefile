@@ -20,17 +20,17 @@ TEST_CONFIGS := $(wildcard .test/*/config.yaml)
 
 install: $(STAMP)
 
-# WHEELHOUSE=DIR (a GPU node with no registry; see `make wheelhouse`): .venv sees PYTHON's own
-# packages (its CUDA torch; a .pth file names PYTHON's site-packages, which also works where
-# PYTHON is itself a venv) and installs from DIR alone, without the dev tools.
+# WHEELHOUSE=DIR (a GPU node with no registry; see `make wheelhouse`): .venv is made afresh with
+# PYTHON, sees PYTHON's own packages (its CUDA torch: a .pth file names PYTHON's site-packages
+# and user site, which also works where PYTHON is itself a venv) and installs from DIR alone.
 $(STAMP): pyproject.toml
 ifeq ($(WHEELHOUSE),)
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(VENV)/bin/python -m pip install --quiet $(TORCH_PIN) -e '.[dev]'
 else
-	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
-	$(PYTHON) -c 'import site; print(*site.getsitepackages(), sep="\n")' \
+	$(PYTHON) -m venv --clear $(VENV)
+	$(PYTHON) -c 'import site; print(*site.getsitepackages(), site.getusersitepackages(), sep="\n")' \
 		> $$($(VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/node-python.pth
 	$(VENV)/bin/python -m pip install --quiet --no-index --find-links $(WHEELHOUSE) -e .
 endif

@@ -9,8 +9,9 @@ on the node, in a checkout of this repository:
 
     make install PYTHON=python3 WHEELHOUSE=wheelhouse    # or make gpu-check / make run ...
 
-which makes .venv on top of the node's Python (system site packages: its torch) and installs
-from the folder alone (`pip --no-index`). `--skip` leaves out packages the node already has.
+which makes .venv with the node's Python, lets it see that Python's packages (its torch) through
+a .pth file, and installs from the folder alone (`pip --no-index`). `--skip` leaves out packages
+the node already has.
 """
 
 from __future__ import annotations

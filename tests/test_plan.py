@@ -126,6 +126,23 @@ def test_times_recorded_on_the_gpu_machine_plan_the_same_jobs_where_they_never_r
     assert all(0.3 <= entry["seconds"] < 30 for entry in record["benchmarks"].values())
     assert record["devices"] == ["cpu"] and {"torch", "cuda", "commit", "created"} <= set(record)
 
+    def record_as_h100() -> dict:
+        run_gpuflow(
+            "record-timings", "--snakefile", str(snakefile), "--directory", str(ran),
+            "--configfile", str(five), "--out", str(records / "h100"),
+            "--device", "NVIDIA H100 80GB HBM3",
+        )  # fmt: skip
+        [named] = (records / "h100").iterdir()
+        assert named.name.endswith("-nvidia-h100-80gb-hbm3-timings.json")
+        return json.loads(named.read_text()) | {"path": named}
+
+    first = record_as_h100()
+    assert first["devices"] == ["NVIDIA H100 80GB HBM3"]
+    first["benchmarks"]["bench/other.tsv"] = {"seconds": 9.0, "params": "earlier"}
+    first["path"].write_text(json.dumps({k: v for k, v in first.items() if k != "path"}))
+    again = record_as_h100()  # the same day and device: added to, not replaced
+    assert set(again["benchmarks"]) == {"bench/other.tsv", *record["benchmarks"]}
+
     def plan_elsewhere(config: Path) -> dict:
         result = run_gpuflow(
             "plan", "--json", "--snakefile", str(snakefile), "--directory",
@@ -160,6 +177,10 @@ def test_the_newest_record_of_a_rule_counts_and_the_folder_s_own_benchmarks_come
             "results/probe/benchmarks/gpu~4.tsv": {"seconds": 1, "params": "other"}}}  # fmt: skip
         (records / f"{day}-nvidia-h100-80gb-hbm3-timings.json").write_text(json.dumps(record))
     (records / "2026-03-01-nvidia-h100-80gb-hbm3.json").write_text("{}")  # a gpu-check record
+    old_format = {"benchmarks": {"results/probe/benchmarks/gpu~3.tsv": 5}}  # seconds, no params
+    (records / "2026-03-02-a100-timings.json").write_text(json.dumps(old_format))
+    (records / "2026-03-03-a100-timings.json").write_text("[1, 2]")
+    (records / "2026-03-04-a100-timings.json").write_text('{"benchmarks": null}')
     config = write_probe_config(tmp_path / "run")
     text = run_gpuflow(
         "plan", "--snakefile", str(SNAKEFILE), "--directory", str(tmp_path / "run"),

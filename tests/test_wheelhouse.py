@@ -50,6 +50,7 @@ def test_with_a_wheelhouse_make_installs_on_the_nodes_python_from_that_folder_al
         text=True,
         check=True,
     ).stdout
+    assert "-m venv --clear" in printed  # never a venv left by another interpreter
     assert "node-python.pth" in printed and "site.getsitepackages()" in printed  # its torch
     assert "pip install --quiet --no-index --find-links /nodes/wheels -e ." in printed
     assert "[dev]" not in printed and "torch==" not in printed

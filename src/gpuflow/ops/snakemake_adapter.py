@@ -66,7 +66,7 @@ class DagJob:
     benchmark: str | None = None
     output: list[str] = field(default_factory=list)
     log: list[str] = field(default_factory=list)
-    params: str = ""  # params_digest of the job's params: what it computes, where it does
+    params: str = ""  # params_digest of the job's params (what it computes, so what it costs)
 
 
 @dataclass(frozen=True)
@@ -230,7 +230,8 @@ def build_dag(args: argparse.Namespace, every_job: bool = False) -> Dag:
 
 def params_digest(params: list[Any]) -> str:
     """A short digest of a job's params as Snakemake's persistence serialises them (its
-    settings, seeds: what the job computes, so what it costs; not wildcards, not resources)."""
+    settings and seeds: what the job computes, so what it costs). Resources are not in it;
+    wildcards only where a param is made from one (e.g. one seed per job)."""
     text = json.dumps(params, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 

@@ -96,6 +96,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     timings.add_argument(
         "--out", default="benchmarks/records", help="folder of the records (default %(default)s)"
     )
+    timings.add_argument(
+        "--device",
+        default=None,
+        help="what the jobs ran on, e.g. 'NVIDIA H100 80GB HBM3' (default: this machine's"
+        " devices; name them where you record away from the GPUs, e.g. on a login node)",
+    )
     timings.set_defaults(run=lazy("gpuflow.ops.timings:main"))
 
     tables = subparsers.add_parser(

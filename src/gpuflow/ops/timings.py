@@ -15,6 +15,7 @@ import argparse
 import csv
 import datetime
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -39,13 +40,35 @@ def records(folder: Path) -> list[tuple[str, dict[str, Any]]]:
     """(file name, record) of every timings record in `folder`, newest first."""
     found = []
     for path in sorted(Path(folder).glob(f"*{SUFFIX}"), reverse=True):
-        if not DATED.match(path.name):
-            continue
-        try:
-            found.append((path.name, json.loads(path.read_text())))
-        except (OSError, json.JSONDecodeError):
-            continue
+        record = read_record(path) if DATED.match(path.name) else None
+        if record is not None:
+            found.append((path.name, record))
     return found
+
+
+def _entry(value: Any) -> dict[str, Any] | None:
+    """A benchmark entry as written by this module: positive finite seconds, params digest."""
+    if not isinstance(value, dict) or not isinstance(value.get("params"), str):
+        return None
+    seconds = value.get("seconds")
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        return None
+    return value if math.isfinite(seconds) and seconds > 0 else None
+
+
+def read_record(path: Path) -> dict[str, Any] | None:
+    """A timings record with its well-formed entries only (None when unreadable): an
+    entry of another format (e.g. bare seconds, with no params) can say nothing of a job."""
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    if not isinstance(record, dict) or not isinstance(record.get("benchmarks"), dict):
+        return None
+    entries = {k: e for k, e in record["benchmarks"].items() if _entry(e) is not None}
+    devices = record.get("devices")
+    named = isinstance(devices, list) and all(isinstance(d, str) for d in devices)
+    return {**record, "benchmarks": entries, "devices": devices if named else ["?"]}
 
 
 def measured(dag: Dag, directory: Path) -> tuple[dict[str, dict[str, Any]], int]:
@@ -68,7 +91,8 @@ def measured(dag: Dag, directory: Path) -> tuple[dict[str, dict[str, Any]], int]
 
 
 def main(args: argparse.Namespace) -> None:
-    """`gpuflow record-timings`: write the run's benchmark times as one record."""
+    """`gpuflow record-timings`: write the run's benchmark times as a record (a second run on
+    the same day and device adds to that day's record)."""
     import torch
 
     from gpuflow.job.atomic import write_json
@@ -84,13 +108,18 @@ def main(args: argparse.Namespace) -> None:
         if torch.cuda.is_available()
         else [torch.device("cpu")]
     )
+    checkout = Path(args.snakefile).resolve().parent if args.snakefile else Path.cwd()
+    env = environment(devices, checkout)
+    slug = device_slug(devices)
+    if args.device:
+        env["devices"] = [args.device]
+        slug = re.sub(r"[^a-z0-9]+", "-", args.device.lower()).strip("-")
     when = datetime.datetime.now(datetime.UTC)
-    record = {
-        "created": when.isoformat(timespec="seconds"),
-        **environment(devices, directory),
-        "benchmarks": benchmarks,
-    }
-    out = Path(args.out) / f"{when.date().isoformat()}-{device_slug(devices)}{SUFFIX}"
+    out = Path(args.out) / f"{when.date().isoformat()}-{slug}{SUFFIX}"
+    earlier = read_record(out) if out.exists() else None
+    if earlier is not None:
+        benchmarks = {**earlier["benchmarks"], **benchmarks}
+    record = {"created": when.isoformat(timespec="seconds"), **env, "benchmarks": benchmarks}
     write_json(out, record)
     skipped = f"; {unknown} without Snakemake's record of their params left out" if unknown else ""
     print(

@@ -118,8 +118,8 @@ def matching(measured: dict[str, float], regex: re.Pattern[str]) -> list[tuple[f
 
 def recorded(record: dict[str, Any], params: str) -> dict[str, float]:
     """A timings record's seconds per benchmark path, of jobs that ran with `params`."""
-    entries = record.get("benchmarks", {}).items()
-    return {path: entry["seconds"] for path, entry in entries if entry.get("params") == params}
+    entries = record["benchmarks"].items()
+    return {path: entry["seconds"] for path, entry in entries if entry["params"] == params}
 
 
 class Benchmarks:
@@ -130,31 +130,36 @@ class Benchmarks:
     def __init__(self, directory: str, timings: str | None = None):
         self.directory = Path(directory)
         self.records = timings_records(Path(timings)) if timings else []
-        self.cache: dict[tuple[str, str], tuple[list[tuple[float, float]], str]] = {}
+        self.local: dict[str, list[tuple[float, float]]] = {}
+        self.recorded: dict[tuple[str, str], tuple[list[tuple[float, float]], str]] = {}
 
     def samples(self, job: Job) -> tuple[list[tuple[float, float]], str]:
         """(seconds, size) of every earlier benchmark of the job's rule, and where they came
-        from: 'bench' (this folder's files), a timings record's file name, or 'runtime'."""
+        from: 'bench' (this folder's files, read once per rule), a timings record's file name
+        (searched once per rule and params), or 'runtime'."""
+        pattern = benchmark_pattern(job)
+        if pattern is None:
+            return [], "runtime"
+        glob_pattern, regex = pattern
+        if job.rule not in self.local:
+            local = {
+                os.path.relpath(name, self.directory): benchmark_seconds(Path(name))
+                for name in glob.glob(str(self.directory / glob_pattern))
+            }
+            self.local[job.rule] = matching(
+                {k: v for k, v in local.items() if v is not None}, regex
+            )
+        if self.local[job.rule]:
+            return self.local[job.rule], "bench"
         key = (job.rule, job.params)
-        if key not in self.cache:
-            self.cache[key] = ([], "runtime")
-            pattern = benchmark_pattern(job)
-            if pattern is not None:
-                glob_pattern, regex = pattern
-                local = {
-                    os.path.relpath(name, self.directory): benchmark_seconds(Path(name))
-                    for name in glob.glob(str(self.directory / glob_pattern))
-                }
-                found = matching({k: v for k, v in local.items() if v is not None}, regex)
+        if key not in self.recorded:
+            self.recorded[key] = ([], "runtime")
+            for name, record in self.records:
+                found = matching(recorded(record, job.params), regex)
                 if found:
-                    self.cache[key] = (found, "bench")
-                else:
-                    for name, record in self.records:
-                        found = matching(recorded(record, job.params), regex)
-                        if found:
-                            self.cache[key] = (found, name)
-                            break
-        return self.cache[key]
+                    self.recorded[key] = (found, name)
+                    break
+        return self.recorded[key]
 
     def expected_hours(self, job: Job) -> tuple[float, str]:
         """Expected hours of a job and their source (see `samples`; else its runtime)."""

@@ -93,27 +93,22 @@ def measured(dag: Dag, directory: Path) -> tuple[dict[str, dict[str, Any]], int]
 def main(args: argparse.Namespace) -> None:
     """`gpuflow record-timings`: write the run's benchmark times as a record (a second run on
     the same day and device adds to that day's record)."""
-    import torch
-
     from gpuflow.job.atomic import write_json
-    from gpuflow.ops.gpu_check.records import device_slug, environment
+    from gpuflow.job.devices import worker_devices
+    from gpuflow.ops.gpu_check.records import device_slug, environment, name_slug
     from gpuflow.ops.plan import plan_jobs
 
     directory = Path(args.directory)
     benchmarks, unknown = measured(plan_jobs(args, every_job=True), directory)
     if not benchmarks:
         raise SystemExit(f"record-timings: no benchmark file of a finished job under {directory}")
-    devices = (
-        [torch.device("cuda", i) for i in range(torch.cuda.device_count())]
-        if torch.cuda.is_available()
-        else [torch.device("cpu")]
-    )
+    devices = worker_devices("auto")
     checkout = Path(args.snakefile).resolve().parent if args.snakefile else Path.cwd()
     env = environment(devices, checkout)
     slug = device_slug(devices)
     if args.device:
         env["devices"] = [args.device]
-        slug = re.sub(r"[^a-z0-9]+", "-", args.device.lower()).strip("-")
+        slug = name_slug(args.device)
     when = datetime.datetime.now(datetime.UTC)
     out = Path(args.out) / f"{when.date().isoformat()}-{slug}{SUFFIX}"
     earlier = read_record(out) if out.exists() else None

@@ -22,10 +22,15 @@ from gpuflow.job.devices import describe_device
 PREFIX = re.compile(r"^\d{4}-\d{2}-\d{2}-")
 
 
+def name_slug(name: str) -> str:
+    """A file-name part for a device name: 'NVIDIA H100 80GB HBM3' -> 'nvidia-h100-80gb-hbm3'."""
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+
+
 def device_slug(devices: list[torch.device]) -> str:
     """A file-name part for the devices: e.g. '2x-nvidia-h100-80gb-hbm3' or 'cpu'."""
     names = sorted({describe_device(d).split("(", 1)[-1].rstrip(")") for d in devices})
-    slug = re.sub(r"[^a-z0-9]+", "-", "+".join(names).lower()).strip("-")
+    slug = name_slug("+".join(names))
     return f"{len(devices)}x-{slug}" if len(devices) > 1 else slug
 
 

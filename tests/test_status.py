@@ -190,6 +190,12 @@ def test_a_snakemake_process_counts_only_in_the_folder_it_works_in(tmp_path):
     before = time.time()
     process = subprocess.Popen([str(fake), "30"], cwd=tmp_path / "run")
     try:
+        # Popen returns once exec closed its pipe; the kernel fills in the new command line
+        # a moment later, and on a busy machine a reader can see it still empty.
+        cmdline = Path(f"/proc/{process.pid}/cmdline")
+        deadline = time.monotonic() + 10
+        while not cmdline.read_bytes() and time.monotonic() < deadline:
+            time.sleep(0.01)
         started = snakemake_started(tmp_path / "run")
         assert started is not None and before - 1 <= started <= time.time() + 1
         assert snakemake_started(tmp_path) is None

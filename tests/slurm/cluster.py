@@ -8,7 +8,9 @@ Used by the SLURM tests (session fixture in tests/slurm/fixtures.py) and by hand
 Facts it relies on (DESIGN.md section 5): no systemd, so munged, mariadbd, slurmdbd,
 slurmctld and slurmd are started here and stopped by pid; the config must be
 /etc/slurm/slurm.conf (the jobstep plugin drops SLURM_CONF); fake GPUs are gres device files,
-symlinks to /dev/null; DefMemPerCPU makes jobs share the node.
+symlinks to /dev/null; DefMemPerCPU makes jobs share the node. A requeued job waits out the
+job credential's lifetime before it starts again (AuthInfo cred_expire, 120 s by default); 10 s
+here, so a preemption test does not spend two minutes waiting.
 
 Accounting is a production one: slurmdbd over a MariaDB whose data lives in STATE/mysql (made
 fresh by each `up`, as slurmctld's job ids start again at 1), so `sacct` answers, with job
@@ -95,6 +97,7 @@ SlurmctldHost={host}({nodes.CONTROLLER_ADDR})
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
+AuthInfo=cred_expire=10
 StateSaveLocation={STATE}/ctld
 SlurmdSpoolDir={STATE}/slurmd/%n
 SlurmctldPidFile={STATE}/slurmctld.pid

@@ -165,3 +165,11 @@ def test_the_summary_prints_the_mean_validation_curve_per_label_count(kingma_sum
     assert "100 labels, mean over seeds:" in curve
     assert "| epoch | baseline | M2 α=0.1 |" in curve
     assert "| 5 | 50.50 | 60.50 |" in curve and "| 10 | 70.50 | 80.50 |" in curve
+
+
+def test_a_row_of_one_seed_shows_its_error_and_epoch_without_a_spread():
+    runs, curves = kingma_runs()
+    one_seed = runs[runs["seed"] == 0]
+    text = summary_markdown(one_seed, summarise(one_seed), curves[curves["seed"] == 0])
+    assert "| 100 | m2 | 0.1 | 1 | 12.00 | 100 | 14.00 | 11.97 ± 1.71 |" in text
+    assert "nan" not in text

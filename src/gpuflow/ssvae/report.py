@@ -93,14 +93,20 @@ def kingma_table(summary: pd.DataFrame, n_train: int) -> str:
         for _, row in rows.iterrows():
             paper, paper_std = KINGMA_M2_ERROR[n]
             lines.append(
-                f"| {n} | {row['alpha']:g} | {100 * row['error_mean']:.2f} ± "
-                f"{100 * row['error_std']:.2f} | {paper:.2f} ± {paper_std:.2f} |"
+                f"| {n} | {row['alpha']:g} | {_percent(row, 'error')} | "
+                f"{paper:.2f} ± {paper_std:.2f} |"
             )
     return "\n".join(lines)
 
 
 def _percent(row: pd.Series, prefix: str) -> str:
-    return f"{100 * row[f'{prefix}_mean']:.2f} ± {100 * row[f'{prefix}_std']:.2f}"
+    """Mean ± std of a share over seeds, in percent; the mean alone for one seed."""
+    mean, std = 100 * row[f"{prefix}_mean"], 100 * row[f"{prefix}_std"]
+    return f"{mean:.2f}" if pd.isna(std) else f"{mean:.2f} ± {std:.2f}"
+
+
+def _span(low: float, high: float) -> str:
+    return f"{int(low)}" if low == high else f"{int(low)}-{int(high)}"
 
 
 def selected_table(summary: pd.DataFrame, shared: list[int]) -> list[str]:
@@ -126,7 +132,7 @@ def selected_table(summary: pd.DataFrame, shared: list[int]) -> list[str]:
             lines.append(
                 f"| {n} | {row['model']} | {alpha} | {int(row['n_seeds'])} | "
                 f"{_percent(row, 'selected_error')} | "
-                f"{int(row['best_val_epoch_min'])}-{int(row['best_val_epoch_max'])} | "
+                f"{_span(row['best_val_epoch_min'], row['best_val_epoch_max'])} | "
                 f"{_percent(row, 'error')} | {paper if m2 else ''} |"
             )
     return lines

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -166,6 +167,17 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             return xdist_group_of(nodeid)
 
     return GroupScheduling(config, log)
+
+
+def wait_for(
+    condition: Callable[[], Any], what: str, timeout: float, interval: float = 0.2
+) -> None:
+    """Poll `condition()` every `interval` seconds until it holds; fail naming `what` after
+    `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(interval)
 
 
 def files_left(folder: Path) -> list[str]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-import time
 from pathlib import Path
 
 import pandas as pd
@@ -20,7 +19,7 @@ import pytest
 
 from gpuflow.job.outputlock import OutputTakenError, exclusive_output, lock_path
 from gpuflow.sweep.seedlog import SeedLog
-from tests.conftest import BIN, REPO, snakemake, workflow_env
+from tests.conftest import BIN, REPO, snakemake, wait_for, workflow_env
 
 SHARD = "results/sweep/shards/method~gnc/rank~2/width~4/shard~0.csv"
 SHARD_LOG = "results/sweep/logs/method~gnc/rank~2/width~4/shard~0.log"
@@ -53,15 +52,6 @@ def start_snakemake(workdir: Path, *args: str) -> subprocess.Popen[str]:
     )
 
 
-def wait_for(condition, timeout: float, what: str) -> None:
-    """Poll `condition()` until it holds; fail naming `what` after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
-
-
 def without_times(table: pd.DataFrame) -> pd.DataFrame:
     """The table's numbers, without the wall-clock column."""
     return table.drop(columns=["wall_s"])
@@ -75,7 +65,7 @@ def test_a_second_run_of_a_running_target_is_refused_and_the_first_output_is_int
     first = start_snakemake(shared, SHARD)
     try:
         lock = shared / lock_path(SHARD)
-        wait_for(lambda: "computing" in _read(shared / SHARD_LOG), 120, "the first job to start")
+        wait_for(lambda: "computing" in _read(shared / SHARD_LOG), "the first job to start", 120)
         assert f"host {socket.gethostname()}" in lock.read_text()
         unlock = start_snakemake(shared, "--unlock")
         assert unlock.wait(timeout=120) == 0, unlock.stdout.read() if unlock.stdout else ""

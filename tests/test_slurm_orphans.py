@@ -14,7 +14,6 @@ import json
 import os
 import signal
 import subprocess
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ from typing import Any
 import pytest
 
 from gpuflow.slurm.earlier_jobs import earlier_jobs
-from tests.conftest import snakemake, tiny_config
+from tests.conftest import snakemake, tiny_config, wait_for
 from tests.slurm import grid_faults, harness
 
 pytestmark = [pytest.mark.slurm, pytest.mark.workflow]
@@ -50,13 +49,6 @@ def training_jobs(workdir: Path) -> list[dict[str, str]]:
     return [job for job in harness.workdir_jobs(workdir) if job["comment"].startswith(TRAIN)]
 
 
-def wait_for(condition, what: str, timeout: float = 300) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.5)
-
-
 def kill_the_submitter_mid_run(workdir: Path, command: list[str], env: dict[str, str]) -> str:
     """Start the run, kill -9 its Snakemake once the training job has saved an epoch; the id of
     that job, still running."""
@@ -71,6 +63,8 @@ def kill_the_submitter_mid_run(workdir: Path, command: list[str], env: dict[str,
                     and any(job["state"] == "RUNNING" for job in training_jobs(workdir))
                 ),
                 "the training job's first saved epoch",
+                timeout=300,
+                interval=0.5,
             )
         finally:
             os.kill(submitter.pid, signal.SIGKILL)
@@ -112,7 +106,7 @@ def recovered(slurm_cluster, tmp_path_factory) -> dict[str, Any]:
         steps["jobs_while_refused"] = training_jobs(workdir)
         subprocess.run(["scancel", orphan], check=True)
         # ended when the run's own check no longer lists it (not while it completes)
-        wait_for(lambda: not earlier_jobs(workdir), "the orphan to end")
+        wait_for(lambda: not earlier_jobs(workdir), "the orphan to end", 300, 0.5)
         steps["final"] = same_command(command, env)
         reference.result()
     steps["jobs"] = training_jobs(workdir)

@@ -30,7 +30,7 @@ from gpuflow.ops.status.main import run_state
 from gpuflow.ops.status.progress import Progress, job_progress
 from gpuflow.ops.status.report import as_dict, render
 from gpuflow.slurm.queue import SlurmJob
-from tests.conftest import BIN, REPO, workflow_env
+from tests.conftest import BIN, REPO, wait_for, workflow_env
 
 SNAKEFILE = REPO / "tests" / "slurm" / "status" / "Snakefile"
 BACKENDS = pytest.mark.parametrize("backend", ["file", "db"])
@@ -193,9 +193,7 @@ def test_a_snakemake_process_counts_only_in_the_folder_it_works_in(tmp_path):
         # Popen returns once exec closed its pipe; the kernel fills in the new command line
         # a moment later, and on a busy machine a reader can see it still empty.
         cmdline = Path(f"/proc/{process.pid}/cmdline")
-        deadline = time.monotonic() + 10
-        while not cmdline.read_bytes() and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_for(cmdline.read_bytes, "the fake snakemake's command line", 10, interval=0.01)
         started = snakemake_started(tmp_path / "run")
         assert started is not None and before - 1 <= started <= time.time() + 1
         assert snakemake_started(tmp_path) is None

@@ -15,8 +15,9 @@ KINGMA_M2_ERROR = {100: (11.97, 1.71), 600: (4.94, 0.13), 1000: (3.60, 0.56), 30
 KINGMA_N_TRAIN = 50000
 
 
-def _cell(mean: float, std: float) -> str:
-    return f"{mean:.3f}" if pd.isna(std) else f"{mean:.3f} ± {std:.3f}"
+def _cell(mean: float, std: float, digits: int = 3) -> str:
+    """Mean ± std over seeds; the mean alone where there is no std (one seed)."""
+    return f"{mean:.{digits}f}" if pd.isna(std) else f"{mean:.{digits}f} ± {std:.{digits}f}"
 
 
 def accuracy_table(summary: pd.DataFrame, rate: float) -> str:
@@ -101,8 +102,7 @@ def kingma_table(summary: pd.DataFrame, n_train: int) -> str:
 
 def _percent(row: pd.Series, prefix: str) -> str:
     """Mean ± std of a share over seeds, in percent; the mean alone for one seed."""
-    mean, std = 100 * row[f"{prefix}_mean"], 100 * row[f"{prefix}_std"]
-    return f"{mean:.2f}" if pd.isna(std) else f"{mean:.2f} ± {std:.2f}"
+    return _cell(100 * row[f"{prefix}_mean"], 100 * row[f"{prefix}_std"], digits=2)
 
 
 def _span(low: float, high: float) -> str:

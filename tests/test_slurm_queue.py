@@ -14,11 +14,19 @@ import pytest
 from gpuflow.errors import GpuflowError
 from gpuflow.slurm import queue
 from gpuflow.slurm.earlier_jobs import check_no_earlier_jobs, earlier_jobs
-from gpuflow.slurm.queue import SlurmJob, parse_sacct_json, parse_squeue_json, parse_text
+from gpuflow.slurm.queue import (
+    SlurmJob,
+    parse_sacct_json,
+    parse_sacct_text,
+    parse_squeue_json,
+    parse_text,
+)
 
 CAPTURED = Path(__file__).parent / "slurm" / "captured"
 SQUEUE_RUN = "/tmp/h-slurm-cap"  # the run's folder when squeue.* were captured
 SACCT_RUN = "/tmp/h-slurm-acct/run"  # and when sacct.* were
+OOM_RUN = "/tmp/pytest-of-root/pytest-305/cluster0"  # and sacct-oom.*
+OOM_RULE = "rule_ssvae_train_wildcards_0.2_0.0_10"
 ROOT, NOBODY = 0, 65534
 
 SQUEUE_EXPECTED = [
@@ -101,7 +109,7 @@ def test_sacct_json_and_text_give_the_same_jobs():
         ("8", "rule_slow", "CANCELLED", "2026-11-24T03:56:00", "2026-11-24T03:56:04"),
     ]
     from_json = by_id(parse_sacct_json(json.loads(captured("sacct.json"))))
-    assert from_json == by_id(parse_text(captured("sacct.txt")))
+    assert from_json == by_id(parse_sacct_text(captured("sacct.txt")))
     assert [(j.job_id, j.comment, j.state, j.started, j.ended) for j in from_json] == expected
     assert {job.workdir for job in from_json} == {SACCT_RUN, "/tmp"}
     assert [job.job_id for job in from_json if job.active] == ["3"]
@@ -131,15 +139,31 @@ def test_sacct_json_is_asked_with_the_steps_of_each_job():
 
 
 def test_a_job_whose_step_ran_out_of_memory_is_out_of_memory_not_failed():
-    """sacct-oom.json: an SSVAE training job killed by its memory cgroup on the test cluster;
-    SLURM says FAILED (the batch step failed after step 0, the training, ended OUT_OF_MEMORY)."""
+    """sacct-oom.*: an SSVAE training job killed by its memory cgroup on the test cluster;
+    SLURM says FAILED (the batch step failed after step 0, the training, ended OUT_OF_MEMORY).
+    The JSON and the text (each with the job's steps) give the same record."""
     data = json.loads(captured("sacct-oom.json"))
     assert data["jobs"][0]["state"]["current"] == "FAILED"
-    [job] = parse_sacct_json(data)
-    assert (job.comment, job.state) == ("rule_ssvae_train_wildcards_0.2_0.0_10", "OUT_OF_MEMORY")
+    expected = SlurmJob(
+        "1",
+        OOM_RULE,
+        "OUT_OF_MEMORY",
+        "gpuflow_12a18b5f-68e7-44dd-bab4-d274e591b722",
+        OOM_RUN,
+        "2026-11-24T17:33:19",
+        "2026-11-24T17:33:28",
+    )
+    assert parse_sacct_json(data) == [expected]
+    assert parse_sacct_text(captured("sacct-oom.txt")) == [expected]
+
+
+def test_a_job_that_failed_with_no_step_out_of_memory_stays_failed():
+    data = json.loads(captured("sacct-oom.json"))
     for step in data["jobs"][0]["steps"]:
         step["state"] = "FAILED" if step["state"] == "OUT_OF_MEMORY" else step["state"]
     assert parse_sacct_json(data)[0].state == "FAILED"
+    text = captured("sacct-oom.txt").replace("OUT_OF_MEMORY", "FAILED")
+    assert parse_sacct_text(text)[0].state == "FAILED"
 
 
 def fake_command(bin_dir: Path, name: str, json_out: str | None, text_out: str) -> Path:
@@ -206,13 +230,15 @@ def test_the_newest_job_of_each_rule_wins_and_squeue_is_read_over_sacct(bin_dir)
     assert (jobs["rule_broken"].state, jobs["rule_slow"].state) == ("RUNNING", "COMPLETING")
 
 
-def test_an_ended_job_keeps_what_sacct_knows_over_squeue(bin_dir):
-    """squeue says FAILED for the job whose step ran out of memory; sacct knows why."""
-    fake_command(bin_dir, "sacct", captured("sacct-oom.json"), "")
-    run, comment = "/tmp/gf-mem/cluster0", "rule_ssvae_train_wildcards_0.2_0.0_10"
-    line = f"5|gpuflow_979d0639|{comment}|FAILED|{run}|2026-11-24T07:00:50|2026-11-24T07:01:06"
+@pytest.mark.parametrize("sacct_json", [True, False], ids=["sacct-json", "sacct-text"])
+def test_an_ended_job_keeps_what_sacct_knows_over_squeue(bin_dir, sacct_json):
+    """squeue says FAILED for the job whose step ran out of memory; sacct knows why, also
+    where its --json fails (a SLURM built without the openapi plugins)."""
+    sacct_out = captured("sacct-oom.json") if sacct_json else None
+    fake_command(bin_dir, "sacct", sacct_out, captured("sacct-oom.txt"))
+    line = f"1|gpuflow_12a1|{OOM_RULE}|FAILED|{OOM_RUN}|2026-11-24T17:33:19|2026-11-24T17:33:28"
     fake_command(bin_dir, "squeue", None, line)
-    assert queue.run_jobs(run)[comment].state == "OUT_OF_MEMORY"
+    assert queue.run_jobs(OOM_RUN)[OOM_RULE].state == "OUT_OF_MEMORY"
 
 
 def test_without_slurm_commands_a_run_has_no_slurm_jobs(bin_dir):

@@ -5,7 +5,8 @@ openapi plugins: Debian's 22.05 has them); where that fails or prints no SLURM J
 is asked for delimited text instead, from then on in this process. SLURM 22.05's
 `squeue --json` ignores `--me` and `--states`, so this user's jobs are picked here.
 
-sacct's JSON also names a job whose step ran out of memory OUT_OF_MEMORY (SLURM says FAILED).
+sacct is read with each job's steps, JSON or text, so that a job whose step ran out of memory
+is named OUT_OF_MEMORY (SLURM says FAILED) whichever output this cluster gives.
 
 A job is a run's when its name starts with `gpuflow_` (the profile's job name prefix) and it
 was submitted from the run's working directory; its comment (`job_comment`) names its rule and
@@ -20,16 +21,16 @@ import os
 import subprocess
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 JOB_NAME_PREFIX = "gpuflow_"
 SQUEUE_TEXT = ["squeue", "--me", "--states=all", "--noheader", "--format=%i|%j|%k|%T|%Z|%S|%e"]
 SQUEUE_JSON = ["squeue", "--me", "--states=all", "--json"]
-SACCT_TEXT = ["sacct", "--noheader", "--parsable2", "--allocations", "--starttime=now-7days"]
+# without --allocations both list each job's steps (<id>.batch, <id>.0, ...)
+SACCT_TEXT = ["sacct", "--noheader", "--parsable2", "--starttime=now-7days"]
 SACCT_TEXT += ["--format=JobID,JobName,Comment,State,WorkDir,Start,End"]
-# one record per job either way; without --allocations the JSON keeps each job's steps
 SACCT_JSON = ["sacct", "--starttime=now-7days", "--json"]
 NO_VALUE = {"", "(null)", "None", "NONE", "N/A", "Unknown"}
 RUNNING = {"RUNNING", "COMPLETING", "CONFIGURING", "SIGNALING", "STAGE_OUT"}
@@ -117,7 +118,10 @@ def parse_sacct_json(data: dict[str, Any]) -> list[SlurmJob]:
             _job(
                 job_id=str(job["job_id"]),
                 comment=(comment.get("job") if isinstance(comment, dict) else comment) or "",
-                state=_memory_failure(_first(job["state"]["current"]), job.get("steps")),
+                state=_memory_failure(
+                    _first(job["state"]["current"]),
+                    [_first(step.get("state", "")) for step in job.get("steps") or []],
+                ),
                 name=job["name"],
                 workdir=job["working_directory"],
                 started=_clock(times.get("start")),
@@ -127,25 +131,38 @@ def parse_sacct_json(data: dict[str, Any]) -> list[SlurmJob]:
     return jobs
 
 
-def _memory_failure(state: str, steps: list[dict[str, Any]] | None) -> str:
+def parse_sacct_text(out: str) -> list[SlurmJob]:
+    """The jobs in sacct's delimited lines (parse_text), each job's step lines (<id>.<step>)
+    folded into its state as in parse_sacct_json."""
+    lines = parse_text(out)
+    steps: dict[str, list[str]] = {}
+    for line in lines:
+        job_id, dot, _ = line.job_id.partition(".")
+        if dot:
+            steps.setdefault(job_id, []).append(line.state)
+    return [
+        replace(job, state=_memory_failure(job.state, steps.get(job.job_id, [])))
+        for job in lines
+        if "." not in job.job_id
+    ]
+
+
+def _memory_failure(state: str, step_states: list[str]) -> str:
     """OUT_OF_MEMORY for a job that failed because a step ran out of memory: the jobstep plugin
     runs the rule in step 0, and the batch step (the in-job Snakemake) then fails the job."""
-    if state == "FAILED" and any(
-        _first(s.get("state", "")) == "OUT_OF_MEMORY" for s in steps or []
-    ):
-        return "OUT_OF_MEMORY"
-    return state
+    return "OUT_OF_MEMORY" if state == "FAILED" and "OUT_OF_MEMORY" in step_states else state
 
 
 def squeue_jobs(workdir: str | Path) -> list[SlurmJob]:
     """This user's gpuflow jobs submitted from `workdir` that squeue still lists."""
     uid = os.getuid()
-    return _of_run(_read(SQUEUE_JSON, SQUEUE_TEXT, lambda d: parse_squeue_json(d, uid)), workdir)
+    jobs = _read(SQUEUE_JSON, lambda d: parse_squeue_json(d, uid), SQUEUE_TEXT, parse_text)
+    return _of_run(jobs, workdir)
 
 
 def sacct_jobs(workdir: str | Path) -> list[SlurmJob]:
     """Jobs SLURM's accounting database holds for `workdir` (none where there is no database)."""
-    return _of_run(_read(SACCT_JSON, SACCT_TEXT, parse_sacct_json), workdir)
+    return _of_run(_read(SACCT_JSON, parse_sacct_json, SACCT_TEXT, parse_sacct_text), workdir)
 
 
 def run_jobs(workdir: str | Path) -> dict[str, SlurmJob]:
@@ -163,8 +180,9 @@ def run_jobs(workdir: str | Path) -> dict[str, SlurmJob]:
 
 def _read(
     json_command: list[str],
-    text_command: list[str],
     parse_json: Callable[[dict[str, Any]], list[SlurmJob]],
+    text_command: list[str],
+    parse_lines: Callable[[str], list[SlurmJob]],
 ) -> list[SlurmJob]:
     """The jobs a command lists: its JSON while that works here, else its text."""
     program = json_command[0]
@@ -173,7 +191,7 @@ def _read(
         if jobs is not None:
             return jobs
         _json_fails.add(program)
-    return parse_text(_run(text_command) or "")
+    return parse_lines(_run(text_command) or "")
 
 
 def _json_jobs(

@@ -8,17 +8,21 @@ attempt saves BALLAST_EPOCH epochs and is killed by the cgroup: its step ends OU
 the job FAILED. Snakemake (status from sacct, as in production) retries it with twice the
 memory; the retry resumes after the saved epoch and ends with the metrics of an undisturbed
 local run. Meanwhile `gpuflow status` shows the first attempt as failed, OUT_OF_MEMORY (from
-sacct's steps), with its SLURM job id.
+sacct's steps), with its SLURM job id; the test holds Snakemake until status has shown it,
+so that the retry cannot come before the first read.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import subprocess
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -36,8 +40,9 @@ BALLAST_EPOCH = 2
 MEM_MB = 1200  # the job's whole cgroup: in-job Snakemake and the training, about 600 MB here
 BALLAST_MB = 1000  # 600 + 1000 > 1200, < 2400
 FAULTS = {"ssvae-train": f"ballast-from-epoch:{BALLAST_EPOCH}:{BALLAST_MB}"}
-# Snakemake sees a job end up to this long after SLURM ended it; status is read meanwhile
+# Snakemake sees a job end up to this long after SLURM ended it
 STATUS_CHECK_S = 20
+HOLD_S = 120  # the longest Snakemake is held for status to show the failed attempt
 
 
 def memory_config() -> dict[str, Any]:
@@ -49,21 +54,70 @@ def memory_config() -> dict[str, Any]:
     return config
 
 
-def watch_status(cluster, seen: list[dict[str, Any]], stop: threading.Event) -> None:
-    """Collect every `gpuflow status --json` entry of ssvae_train, running or failed."""
+def read_status(cluster) -> dict[str, list[dict[str, Any]]] | None:
+    """`gpuflow status --json` of the run, as a user types it (None while it cannot answer)."""
     command = [str(harness.BIN / "gpuflow"), "status", "--json", "--directory", str(cluster)]
     command += ["--profile", str(harness.REPO / "profiles" / "slurm")]
     command += ["--profile", str(harness.TEST_PROFILE)]
     command += ["--configfile", str(cluster / "test-config.yaml")]
-    while not stop.wait(1):
-        result = subprocess.run(
-            command, capture_output=True, text=True, env=harness.cluster_env(), check=False
-        )
-        if result.returncode != 0:
+    result = subprocess.run(
+        command, capture_output=True, text=True, env=harness.cluster_env(), check=False
+    )
+    return json.loads(result.stdout) if result.returncode == 0 else None
+
+
+def training_entries(status: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The ssvae_train entries of a status, running or failed, each with its kind."""
+    return [
+        {**job, "kind": kind}
+        for kind in ("running", "failed")
+        for job in status[kind]
+        if job["rule"] == "ssvae_train"
+    ]
+
+
+def run_snakemake() -> int | None:
+    """The pid of the run's Snakemake: this process's child started with --profile."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            cmdline = (stat.parent / "cmdline").read_bytes().split(b"\0")
+        except (OSError, IndexError, ValueError):
             continue
-        status = json.loads(result.stdout)
-        for kind in ("running", "failed"):
-            seen += [{**job, "kind": kind} for job in status[kind] if job["rule"] == "ssvae_train"]
+        if ppid == os.getpid() and b"--profile" in cmdline:
+            return int(stat.parent.name)
+    return None
+
+
+def watch_status(cluster, seen: list[dict[str, Any]], stop: threading.Event) -> None:
+    """Collect every status entry of ssvae_train into `seen`, reading status every second.
+
+    The run's Snakemake is held (SIGSTOP) from the start of the first training job until
+    status has shown that job out of memory, or HOLD_S have passed (SLURM's accounting may
+    record the step a moment after the job): Snakemake submits the retry at its
+    first status check after the failure, which may come before status is read once. The
+    SLURM job runs on meanwhile; only the retry waits, as it does for up to STATUS_CHECK_S.
+    """
+    pid = None
+    while pid is None and not stop.wait(0.2):
+        running = [j for j in harness.workdir_jobs(cluster) if j["state"] == "RUNNING"]
+        if any(j["comment"].startswith("rule_ssvae_train") for j in running):
+            pid = run_snakemake()
+    if pid is None:
+        return
+    os.kill(pid, signal.SIGSTOP)
+    held_until = time.monotonic() + HOLD_S
+    try:
+        while time.monotonic() < held_until and not stop.wait(1):
+            status = read_status(cluster)
+            seen += training_entries(status) if status else []
+            if any((j["kind"], j["slurm_state"]) == ("failed", "OUT_OF_MEMORY") for j in seen):
+                break
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    while not stop.wait(1):
+        status = read_status(cluster)
+        seen += training_entries(status) if status else []
 
 
 def sacct_attempts(name: str) -> list[tuple[str, str, str]]:

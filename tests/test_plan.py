@@ -165,6 +165,29 @@ def test_times_recorded_on_the_gpu_machine_plan_the_same_jobs_where_they_never_r
     assert train["todo"] == 2 and train["gpu_h_left"] == pytest.approx(2 * mean / 3600)
 
 
+def test_a_resumed_job_is_recorded_with_the_time_its_earlier_attempts_saved(run_gpuflow, tmp_path):
+    """Its benchmark covers its last attempt only; its job record says what the attempts before
+    spent on the work it resumed (written from the resume state: tests/test_stopping.py)."""
+    snakefile, five, _ = timed_workflow(tmp_path)
+    ran, records = tmp_path / "gpu-machine", tmp_path / "records"
+    subprocess.run(
+        [str(BIN / "snakemake"), "--snakefile", str(snakefile), "--directory", str(ran),
+         "--configfile", str(five), "--cores", "2", "--quiet"],
+        env=workflow_env(), check=True, capture_output=True,
+    )  # fmt: skip
+    resumed = job_file(ran / "out" / "point~1.txt", RECORD)
+    resumed.parent.mkdir(parents=True)
+    resumed.write_text(json.dumps({"status": "finished", "timings": {"earlier_attempts_s": 3600}}))
+    run_gpuflow(
+        "record-timings", "--snakefile", str(snakefile), "--directory", str(ran),
+        "--configfile", str(five), "--out", str(records),
+    )  # fmt: skip
+    [written] = records.iterdir()
+    seconds = {k: e["seconds"] for k, e in json.loads(written.read_text())["benchmarks"].items()}
+    assert 3600.3 <= seconds["bench/point~1.tsv"] < 3630
+    assert 0.3 <= seconds["bench/point~2.tsv"] < 30
+
+
 def test_the_newest_record_of_a_rule_counts_and_the_folder_s_own_benchmarks_come_first(
     run_gpuflow, tmp_path
 ):

@@ -53,6 +53,9 @@ def test_a_warned_training_saves_after_its_epoch_stops_and_the_retry_resumes_the
     assert f"stopped by {signum.name} after epoch {saved} of {epochs}" in err
     assert f"epoch {saved}/{epochs}" in out, "the epoch in progress was finished, then saved"
     assert saved < epochs and not (stopped / "seed~4.json").exists()
+    record = job_file(stopped / "seed~4.json", RECORD)
+    first = json.loads(record.read_text())
+    assert first["status"] == "stopped"
     retry = subprocess.run(
         train_command(data_path, stopped, epochs),
         check=True,
@@ -64,6 +67,8 @@ def test_a_warned_training_saves_after_its_epoch_stops_and_the_retry_resumes_the
     assert f"epoch {saved}/{epochs}" not in retry.stdout, "finished epochs are not redone"
     for name in ("seed~4.json", "seed~9.json"):
         assert comparable(stopped / name) == comparable(whole / name)
+    earlier = json.loads(record.read_text())["timings"]["earlier_attempts_s"]
+    assert 0 < earlier < first["ended"] - first["started"], "the stopped attempt's saved work"
 
 
 def test_a_step_outside_a_loop_stops_at_once_with_one_line_and_writes_nothing(tmp_path):

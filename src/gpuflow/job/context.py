@@ -80,6 +80,8 @@ class Job:
         trace: TracebackType | None,
     ) -> bool | None:
         Job.active = None
+        if self._state is not None and self._state.earlier_s:
+            self.note(earlier_attempts_s=self._state.earlier_s)
         return self._stack.__exit__(kind, error, trace)
 
     def finish(self, code: int) -> int:

@@ -1,9 +1,13 @@
 """Resume states: one format and one path scheme for every family.
 
 A job's state is `job_file(first output, "state.pt")`: a torch file holding
-{"fingerprint", "gpuflow", "data"}. The fingerprint covers the content of the job's input files,
-its results-affecting settings, anything else that makes two runs the same run, and the gpuflow
-version; a state with another fingerprint is ignored with one line and the run starts over.
+{"fingerprint", "gpuflow", "elapsed_s", "data"}; `elapsed_s` is the work the state holds in
+seconds (every attempt's, up to its last save), so that a job resumed after a time limit or a
+preemption still tells what it cost (the job record's `earlier_attempts_s`).
+
+The fingerprint covers the content of the job's input files, its results-affecting settings,
+anything else that makes two runs the same run, and the gpuflow version; a state with another
+fingerprint is ignored with one line and the run starts over.
 
 A state file is only a shortcut: when it is truncated, corrupted or not a state at all (a disk
 filled up, a copy went wrong, someone replaced it), the run reports it and starts from scratch
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -93,6 +98,8 @@ class State:
         self.first_output = Path(first_output)
         self.path = job_file(first_output, STATE)
         self.fingerprint = fingerprint
+        self.started = time.monotonic()
+        self.earlier_s = 0.0  # what earlier attempts spent on the loaded state
 
     def load(self, map_location: Any = "cpu") -> dict[str, Any] | None:
         """The saved data when the state exists and matches, else None (and one line why)."""
@@ -110,6 +117,8 @@ class State:
                 flush=True,
             )
             return None
+        elapsed = state.get("elapsed_s", 0.0)
+        self.earlier_s = float(elapsed) if isinstance(elapsed, int | float) else 0.0
         return state["data"]
 
     def _mention_legacy(self) -> None:
@@ -128,7 +137,12 @@ class State:
 
         save_torch(
             self.path,
-            {"fingerprint": self.fingerprint, "gpuflow": gpuflow.__version__, "data": dict(data)},
+            {
+                "fingerprint": self.fingerprint,
+                "gpuflow": gpuflow.__version__,
+                "elapsed_s": self.earlier_s + time.monotonic() - self.started,
+                "data": dict(data),
+            },
         )
 
     def exists(self) -> bool:

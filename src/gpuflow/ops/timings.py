@@ -6,7 +6,9 @@ and on the machine that ran it. `gpuflow record-timings` keeps them beside the g
 benchmark file by its path in the workflow, the mean seconds and the digest of the params the
 job ran with), so that `gpuflow plan` elsewhere (a login node, before a grid is ever run there)
 estimates from a measurement, not a guess, and only for jobs of the same params: a time
-measured at 5 epochs never stands for a job of 75.
+measured at 5 epochs never stands for a job of 75. A job resumed after a time limit or a
+preemption has a benchmark of its last attempt only; the work its earlier attempts saved (the
+job record's `earlier_attempts_s`, from its resume state) is added to it.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from gpuflow.job.record import read_record as read_job_record
+from gpuflow.job.record import record_path
 from gpuflow.ops.snakemake_adapter import Dag
 
 SUFFIX = "-timings.json"
@@ -34,6 +38,15 @@ def benchmark_seconds(path: Path) -> float | None:
     except (OSError, KeyError, ValueError):
         return None
     return sum(values) / len(values) if values else None
+
+
+def earlier_attempts_s(first_output: Path) -> float:
+    """Seconds the earlier attempts of a finished job spent on the work it resumed (0 for a
+    job that ran in one attempt, or without a record)."""
+    record = read_job_record(record_path(first_output)) or {}
+    timings = record.get("timings") if record.get("status") == "finished" else None
+    seconds = timings.get("earlier_attempts_s", 0.0) if isinstance(timings, dict) else 0.0
+    return float(seconds) if isinstance(seconds, int | float) else 0.0
 
 
 def records(folder: Path) -> list[tuple[str, dict[str, Any]]]:
@@ -72,9 +85,9 @@ def read_record(path: Path) -> dict[str, Any] | None:
 
 
 def measured(dag: Dag, directory: Path) -> tuple[dict[str, dict[str, Any]], int]:
-    """benchmark path -> its mean seconds and the params the job ran with (what Snakemake
-    recorded), for every job of the DAG with a benchmark file; and how many files had no such
-    record (left out: no one can say what they measured)."""
+    """benchmark path -> its mean seconds (with its earlier attempts') and the params the job
+    ran with (what Snakemake recorded), for every job of the DAG with a benchmark file; and
+    how many files had no such record (left out: no one can say what they measured)."""
     found, unknown = {}, 0
     for job in dag.jobs:
         if not job.benchmark or not job.output:
@@ -86,6 +99,7 @@ def measured(dag: Dag, directory: Path) -> tuple[dict[str, dict[str, Any]], int]
         if ran is None:
             unknown += 1
             continue
+        seconds += earlier_attempts_s(directory / job.output[0])
         found[job.benchmark] = {"seconds": seconds, "params": ran}
     return found, unknown
 

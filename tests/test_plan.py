@@ -105,20 +105,32 @@ def timed_workflow(tmp_path: Path) -> tuple[Path, Path, Path]:
     return snakefile, configs[0], configs[1]
 
 
+def run_timed(snakefile: Path, config: Path, ran: Path) -> None:
+    """The timed workflow run in `ran`, as on the GPU machine."""
+    subprocess.run(
+        [str(BIN / "snakemake"), "--snakefile", str(snakefile), "--directory", str(ran),
+         "--configfile", str(config), "--cores", "2", "--quiet"],
+        env=workflow_env(), check=True, capture_output=True,
+    )  # fmt: skip
+
+
+def record_timings(
+    run_gpuflow, snakefile: Path, config: Path, ran: Path, out: Path, *args: str
+) -> subprocess.CompletedProcess[str]:
+    """`gpuflow record-timings` of the run in `ran`, into `out`."""
+    return run_gpuflow(
+        "record-timings", "--snakefile", str(snakefile), "--directory", str(ran),
+        "--configfile", str(config), "--out", str(out), *args,
+    )  # fmt: skip
+
+
 def test_times_recorded_on_the_gpu_machine_plan_the_same_jobs_where_they_never_ran(
     run_gpuflow, tmp_path
 ):
     snakefile, five, seventy_five = timed_workflow(tmp_path)
     ran, records = tmp_path / "gpu-machine", tmp_path / "records"
-    subprocess.run(
-        [str(BIN / "snakemake"), "--snakefile", str(snakefile), "--directory", str(ran),
-         "--configfile", str(five), "--cores", "2", "--quiet"],
-        env=workflow_env(), check=True, capture_output=True,
-    )  # fmt: skip
-    done = run_gpuflow(
-        "record-timings", "--snakefile", str(snakefile), "--directory", str(ran),
-        "--configfile", str(five), "--out", str(records),
-    )  # fmt: skip
+    run_timed(snakefile, five, ran)
+    done = record_timings(run_gpuflow, snakefile, five, ran, records)
     [written] = records.iterdir()
     assert written.name.endswith("-cpu-timings.json"), done.stdout
     record = json.loads(written.read_text())
@@ -127,11 +139,8 @@ def test_times_recorded_on_the_gpu_machine_plan_the_same_jobs_where_they_never_r
     assert record["devices"] == ["cpu"] and {"torch", "cuda", "commit", "created"} <= set(record)
 
     def record_as_h100() -> dict:
-        run_gpuflow(
-            "record-timings", "--snakefile", str(snakefile), "--directory", str(ran),
-            "--configfile", str(five), "--out", str(records / "h100"),
-            "--device", "NVIDIA H100 80GB HBM3",
-        )  # fmt: skip
+        h100 = ("--device", "NVIDIA H100 80GB HBM3")
+        record_timings(run_gpuflow, snakefile, five, ran, records / "h100", *h100)
         [named] = (records / "h100").iterdir()
         assert named.name.endswith("-nvidia-h100-80gb-hbm3-timings.json")
         return json.loads(named.read_text()) | {"path": named}
@@ -170,18 +179,11 @@ def test_a_resumed_job_is_recorded_with_the_time_its_earlier_attempts_saved(run_
     spent on the work it resumed (written from the resume state: tests/test_stopping.py)."""
     snakefile, five, _ = timed_workflow(tmp_path)
     ran, records = tmp_path / "gpu-machine", tmp_path / "records"
-    subprocess.run(
-        [str(BIN / "snakemake"), "--snakefile", str(snakefile), "--directory", str(ran),
-         "--configfile", str(five), "--cores", "2", "--quiet"],
-        env=workflow_env(), check=True, capture_output=True,
-    )  # fmt: skip
+    run_timed(snakefile, five, ran)
     resumed = job_file(ran / "out" / "point~1.txt", RECORD)
     resumed.parent.mkdir(parents=True)
     resumed.write_text(json.dumps({"status": "finished", "timings": {"earlier_attempts_s": 3600}}))
-    run_gpuflow(
-        "record-timings", "--snakefile", str(snakefile), "--directory", str(ran),
-        "--configfile", str(five), "--out", str(records),
-    )  # fmt: skip
+    record_timings(run_gpuflow, snakefile, five, ran, records)
     [written] = records.iterdir()
     seconds = {k: e["seconds"] for k, e in json.loads(written.read_text())["benchmarks"].items()}
     assert 3600.3 <= seconds["bench/point~1.tsv"] < 3630

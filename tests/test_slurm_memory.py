@@ -66,8 +66,12 @@ def read_status(cluster) -> dict[str, list[dict[str, Any]]] | None:
     return json.loads(result.stdout) if result.returncode == 0 else None
 
 
-def training_entries(status: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """The ssvae_train entries of a status, running or failed, each with its kind."""
+def read_training_entries(cluster) -> list[dict[str, Any]]:
+    """The ssvae_train entries of one status read, running or failed, each with its kind
+    (none while status cannot answer)."""
+    status = read_status(cluster)
+    if status is None:
+        return []
     return [
         {**job, "kind": kind}
         for kind in ("running", "failed")
@@ -109,15 +113,13 @@ def watch_status(cluster, seen: list[dict[str, Any]], stop: threading.Event) -> 
     held_until = time.monotonic() + HOLD_S
     try:
         while time.monotonic() < held_until and not stop.wait(1):
-            status = read_status(cluster)
-            seen += training_entries(status) if status else []
+            seen += read_training_entries(cluster)
             if any((j["kind"], j["slurm_state"]) == ("failed", "OUT_OF_MEMORY") for j in seen):
                 break
     finally:
         os.kill(pid, signal.SIGCONT)
     while not stop.wait(1):
-        status = read_status(cluster)
-        seen += training_entries(status) if status else []
+        seen += read_training_entries(cluster)
 
 
 def sacct_attempts(name: str) -> list[tuple[str, str, str]]:

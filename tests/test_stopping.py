@@ -13,17 +13,10 @@ import pytest
 import torch
 
 from gpuflow.job.paths import RECORD, STATE, job_file
-from tests.conftest import BIN, workflow_env
+from tests.conftest import BIN, wait_for, workflow_env
 from tests.test_ssvae_train import comparable, data_path, train_command
 
 __all__ = ["data_path"]  # the fixture, shared with the SSVAE training tests
-
-
-def wait_for(path, process, seconds=120):
-    deadline = time.monotonic() + seconds
-    while not path.exists() and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert path.exists(), f"{path} never appeared"
 
 
 @pytest.mark.parametrize("signum", [signal.SIGUSR1, signal.SIGTERM], ids=lambda s: s.name)
@@ -45,7 +38,8 @@ def test_a_warned_training_saves_after_its_epoch_stops_and_the_retry_resumes_the
         stderr=subprocess.PIPE,
         text=True,
     )
-    wait_for(state, process)
+    wait_for(lambda: state.exists() or process.poll() is not None, "a saved state", 120, 0.01)
+    assert state.exists(), f"{state} never appeared"
     process.send_signal(signum)
     out, err = process.communicate(timeout=120)
     saved = torch.load(state, weights_only=True)["data"]["epoch"]

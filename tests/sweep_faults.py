@@ -2,8 +2,10 @@
 
 `python -m tests.sweep_faults FAULTS -- <gpuflow sweep-shard arguments>` runs the real shard
 step with its seed function wrapped: FAULTS="kill:0:5,raise:*:7" makes worker process 0 SIGKILL
-itself when it starts seed 5, and any worker raise at seed 7. Workers are spawned, so the fault
-list travels in the environment and each worker finds its id in its process name.
+itself when it starts seed 5, and any worker raise at seed 7. With SWEEP_TEST_SEED_FLOOR_S set,
+every seed lasts at least that many seconds (it waits out the rest after its real work), so a
+test can act between two seeds that take milliseconds. Workers are spawned, so the fault list
+and the floor travel in the environment and each worker finds its id in its process name.
 """
 
 from __future__ import annotations
@@ -12,9 +14,11 @@ import multiprocessing as mp
 import os
 import signal
 import sys
+import time
 from typing import Any
 
 FAULTS_ENV = "SWEEP_TEST_FAULTS"
+SEED_FLOOR_ENV = "SWEEP_TEST_SEED_FLOOR_S"
 
 
 def parse_faults(text: str) -> list[tuple[str, str, int]]:
@@ -38,7 +42,11 @@ def run_seed_with_faults(settings: dict[str, Any], seed: int, device: Any) -> di
             if action == "kill":
                 os.kill(os.getpid(), signal.SIGKILL)
             raise RuntimeError(f"injected fault at seed {seed}")
-    return run_seed(settings, seed, device)
+    begin = time.monotonic()
+    row = run_seed(settings, seed, device)
+    floor = float(os.environ.get(SEED_FLOOR_ENV) or 0)
+    time.sleep(max(0.0, floor - (time.monotonic() - begin)))
+    return row
 
 
 def main(argv: list[str]) -> int:

@@ -4,7 +4,10 @@ One tiny run of all four families is the reference. A copy of it re-runs the job
 state (perplexity, SSVAE training, DDP training, sweep shards and everything after them) while a
 driver SIGKILLs them at chosen moments, seen by polling their logs and state files: a job's
 process during model load, jobs mid-epoch, the whole Snakemake process tree mid-epoch and while
-an output is being written. After every kill each output is absent or complete; re-running the
+an output is being written. The run's `gpuflow` is tests/slurm/grid_faults.py, which makes every
+seed of the sweep shards last at least SEED_FLOOR_S: their seeds take milliseconds, and the kill
+after a shard's first seed would otherwise land after its last one on a busy machine (seen once,
+"3 already done"). After every kill each output is absent or complete; re-running the
 same command finishes the workflow, and its numbers equal the reference's.
 """
 
@@ -182,15 +185,18 @@ def start(workdir: Path, *args: str, env: dict[str, str] | None = None) -> subpr
     )
 
 
-def run_with_faults(workdir: Path, faults: list[Fault], reference: Path) -> list[str]:
-    """Run to completion, firing each fault once; return what happened, in order.
+def run_with_faults(
+    workdir: Path, faults: list[Fault], reference: Path, env: dict[str, str]
+) -> list[str]:
+    """Run to completion (`env` added to the environment), firing each fault once; return what
+    happened, in order.
 
     After a single job is killed, Snakemake lets its other running jobs finish: faults that
     become ready meanwhile still fire in that run. Killing the whole tree ends the run.
     """
     events: list[str] = []
     for _attempt in range(12):
-        process = start(workdir)
+        process = start(workdir, env=env)
         fired: list[Fault] = []
         while process.poll() is None and not (fired and fired[-1].target is None):
             for fault in (f for f in faults if not f.fired):
@@ -242,6 +248,7 @@ SSVAE_STATE = "results/ssvae/jobs/frac~0.1/corrupt~0.5/alpha~1/seed~0/metrics.js
 SCALING_STATE = "results/scaling/jobs/runs/short/nodes~1/world~2/run.json.state.pt"
 SWEEP_PROGRESS = "results/sweep/jobs/shards/method~gnc/rank~2/width~4/shard~0.csv.seeds.jsonl"
 FLUENCY_LOG = "results/fluency/logs/perplexity/shard~0.log"
+SEED_FLOOR_S = 1
 
 
 def faults() -> list[Fault]:
@@ -249,12 +256,12 @@ def faults() -> list[Fault]:
         Fault(
             "perplexity job killed while loading the model",
             lambda w: (w / FLUENCY_LOG).is_file() and not (w / FLUENCY_LOG).stat().st_size,
-            "gpuflow perplexity",
+            "perplexity --texts",
         ),
         Fault(
             "SSVAE job killed mid-training (state after an epoch)",
             lambda w: (w / SSVAE_STATE).is_file(),
-            "gpuflow ssvae-train --model m2",
+            "ssvae-train --model m2",
         ),
         Fault(
             "whole tree killed mid-epoch of a 2-process DDP run",
@@ -264,7 +271,7 @@ def faults() -> list[Fault]:
         Fault(
             "sweep shard killed after its first seed",
             lambda w: lines(w / SWEEP_PROGRESS) >= 2,
-            "gpuflow sweep-shard --method gnc",
+            "sweep-shard --method gnc",
         ),
         Fault(
             "whole tree killed while a figure is being written",
@@ -287,7 +294,9 @@ def faulted(reference: Path, tmp_path_factory) -> tuple[Path, list[str]]:
     for pattern in RERUN_OUTPUTS:
         for path in filter(Path.is_file, workdir.glob(pattern)):
             path.unlink()
-    events = run_with_faults(workdir, faults(), reference)
+    floor = {"shard~0.csv": f"seed-floor:{SEED_FLOOR_S}"}
+    env = grid_faults.install(tmp_path_factory.mktemp("faulty-bin"), floor)
+    events = run_with_faults(workdir, faults(), reference, env)
     return workdir, events
 
 

@@ -7,6 +7,8 @@ folder first on PATH (SLURM jobs inherit the submitter's environment) every rule
 - "fail-once": its first run goes through tests/sweep_faults.py with every seed raising, a real
   failed shard (the seeds are recorded as failed, the step fails); later runs go as usual;
 - "slow:<seconds>": it waits that long, then runs as usual;
+- "seed-floor:<seconds>": every seed of it lasts at least that long (tests/sweep_faults.py), so a
+  test can act between two of its seeds;
 - "linger-once:<seconds>": its first run writes its outputs as usual, then waits that long before
   it ends (a job ended meanwhile, by its time limit or `scancel`, fails with its outputs written).
 The key `ssvae-train` gives SSVAE training "epoch-floor:<seconds>": every epoch lasts at least
@@ -109,6 +111,9 @@ def main(argv: list[str]) -> int:
             code = cli.main(argv)
             time.sleep(float(fault.split(":", 1)[1]))
             return code
+        if fault.startswith("seed-floor:"):
+            os.environ[sweep_faults.SEED_FLOOR_ENV] = fault.split(":", 1)[1]
+            return sweep_faults.main(["", "--", *argv[1:]])
         if fault.startswith("slow:"):
             time.sleep(float(fault.split(":", 1)[1]))
     return cli.main(argv)

@@ -180,6 +180,13 @@ def wait_for(
         time.sleep(interval)
 
 
+def wait_for_file(path: Path, process: subprocess.Popen, timeout: float) -> None:
+    """Wait until `process` has written `path` (polled every 0.01 s); fail when the process
+    ended or `timeout` seconds passed without it."""
+    wait_for(lambda: path.exists() or process.poll() is not None, str(path), timeout, 0.01)
+    assert path.exists(), f"{path} never appeared"
+
+
 def files_left(folder: Path) -> list[str]:
     """Names of the files in `folder` (none when it is missing) but the `jobs/` folder, where
     a failed job's record goes (gpuflow.job.paths)."""

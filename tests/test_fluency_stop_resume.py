@@ -21,9 +21,8 @@ from gpuflow.cli import main as gpuflow_main
 from gpuflow.data.embedded import load_movie_reviews
 from gpuflow.fluency.chunked import state_path
 from gpuflow.job.progress import progress_path, read_progress
-from tests.conftest import BIN, workflow_env
+from tests.conftest import BIN, wait_for_file, workflow_env
 from tests.test_perplexity import reviews, tiny_lm
-from tests.test_stopping import wait_for
 
 __all__ = ["reviews", "tiny_lm"]  # fixtures, shared with the perplexity tests
 
@@ -77,7 +76,7 @@ def stop_midway(argv: list[str], out: Path, every_process: bool = False) -> tupl
         text=True,
         start_new_session=every_process,
     )
-    wait_for(state_path(out), process, seconds=300)
+    wait_for_file(state_path(out), process, 300)
     if every_process:
         os.killpg(process.pid, signal.SIGUSR1)
     else:
@@ -170,7 +169,7 @@ def test_a_killed_perplexity_worker_hands_its_batches_to_the_other_and_the_outpu
             stdout=subprocess.DEVNULL,
             stderr=err,
         )
-    wait_for(state_path(out), process, seconds=300)  # the first chunk is scored
+    wait_for_file(state_path(out), process, 300)  # the first chunk is scored
     ready = re.compile(r"worker (\d+) ready \(pid (\d+), cpu\)")
     while not (match := ready.search(log.read_text())) and process.poll() is None:
         time.sleep(0.01)

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from gpuflow.job.paths import RECORD, STATE, job_file
-from tests.conftest import BIN, wait_for, workflow_env
+from tests.conftest import BIN, wait_for_file, workflow_env
 from tests.test_ssvae_train import comparable, data_path, train_command
 
 __all__ = ["data_path"]  # the fixture, shared with the SSVAE training tests
@@ -38,8 +38,7 @@ def test_a_warned_training_saves_after_its_epoch_stops_and_the_retry_resumes_the
         stderr=subprocess.PIPE,
         text=True,
     )
-    wait_for(lambda: state.exists() or process.poll() is not None, "a saved state", 120, 0.01)
-    assert state.exists(), f"{state} never appeared"
+    wait_for_file(state, process, 120)
     process.send_signal(signum)
     out, err = process.communicate(timeout=120)
     saved = torch.load(state, weights_only=True)["data"]["epoch"]

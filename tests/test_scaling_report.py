@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
+from gpuflow.errors import DataError
 from gpuflow.scaling.report import build_report
-from gpuflow.scaling.summary import build, cost_table, latex_table
+from gpuflow.scaling.summary import build, cost_table, latex_table, read_runs
 
 
 def fake_run(
@@ -144,3 +148,19 @@ def test_steps_the_fp16_loss_scaler_skipped_are_counted_in_the_tables_and_the_re
     text = build_report(summary, cost_table(summary), target=0.7)
     assert "at 2 GPUs the fp16 loss scaler skipped 3 optimizer step(s) for overflow" in text
     assert "at 1 GPU the fp16" not in text
+
+
+def test_a_run_record_of_an_older_gpuflow_is_named_with_what_it_lacks(tmp_path: Path):
+    """Snakemake keeps a finished training whose params did not change; its record may predate
+    a field the tables read (here the fp16 skipped steps, and an epoch's peak memory)."""
+    old = fake_run("tiny", 2, 5.0, 3.0)
+    del old["skipped_steps"], old["epochs"][1]["peak_memory_mb"]
+    current = tmp_path / "current.json"
+    current.write_text(json.dumps(fake_run("tiny", 1, 4.0, 0.0)))
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    assert read_runs([str(current)])[0]["world_size"] == 1
+    with pytest.raises(DataError) as error:
+        read_runs([str(current), str(tmp_path / "old.json")])
+    assert str(error.value).startswith(f"{tmp_path / 'old.json'}: a run record without")
+    assert "skipped_steps, peak_memory_mb" in str(error.value)
+    assert "snakemake --forcerun scaling_train" in str(error.value)

@@ -27,6 +27,12 @@ EPOCH_COLUMNS = [
     "sync_step_ms", "no_sync_step_ms", "comm_exposed_ms", "comm_total_ms", "skipped_steps",
     "loss_scale",
 ]  # fmt: skip
+# What `run_row` reads of each epoch (the epochs table shows the others where they are).
+SUMMARISED_EPOCH_FIELDS = [
+    "measured", "train_seconds", "val_seconds", "samples_per_second", "tokens_per_second",
+    "cpu_seconds_per_process", "comm_exposed_ms", "comm_total_ms", "comm_probe_steps",
+    "val_accuracy", "peak_memory_mb",
+]  # fmt: skip
 RUN_COLUMNS = [
     "configuration", "world_size", "nodes", "processes_per_node", "device_type", "backend",
     "precision", "global_batch_size", "per_gpu_batch_size", "accumulation_steps",
@@ -36,12 +42,25 @@ RUN_COLUMNS = [
 
 
 def read_runs(paths: list[str]) -> list[dict[str, Any]]:
-    """Run records written by `scaling-train`."""
+    """Run records written by `scaling-train`, each checked for every field the tables read.
+
+    A record of an older gpuflow (whose training Snakemake does not re-run: its params did
+    not change) lacks the newer fields; it is named with them, and how to redo it.
+    """
     runs = []
     for path in paths:
         run = json.loads(Path(path).read_text())
         if not run.get("epochs"):
             raise DataError(path, "no epochs recorded", expected="a finished scaling-train run")
+        missing = [c for c in [*RUN_COLUMNS, "run_record"] if c not in run]
+        missing += sorted({c for e in run["epochs"] for c in SUMMARISED_EPOCH_FIELDS if c not in e})
+        if missing:
+            raise DataError(
+                path,
+                f"a run record without {', '.join(missing)}, as an older gpuflow wrote them",
+                expected="a record of this gpuflow: redo the run with "
+                "`snakemake --forcerun scaling_train ...`",
+            )
         runs.append(run)
     return runs
 

@@ -24,6 +24,7 @@ from gpuflow.ops.snakemake_adapter import (
     snakemake_version,
     why_it_runs,
 )
+from gpuflow.ops.timings import benchmark_seconds
 from tests.conftest import BIN, workflow_env
 
 REPO = Path(__file__).resolve().parents[1]
@@ -69,25 +70,13 @@ def test_gpu_hours_requested_are_gpus_times_runtime(run_gpuflow, tmp_path):
     assert rows["probe_retried"]["node_h"] == pytest.approx(2.0), "4 GPUs = one node"
 
 
-def test_expected_time_comes_from_earlier_benchmarks_of_the_rule(run_gpuflow, tmp_path):
-    bench = tmp_path / "results" / "probe" / "benchmarks"
-    bench.mkdir(parents=True)
-    (bench / "gpu~0.tsv").write_text("s\th:m:s\n300\t0:05:00\n420\t0:07:00\n")
-    rows = plan(run_gpuflow, tmp_path)
-    assert rows["probe_gpu"]["from_benchmarks"] is True
-    assert rows["probe_gpu"]["expected_h_per_job"] == pytest.approx(360 / 3600)
-    assert rows["probe_gpu"]["gpu_h_expected"] == pytest.approx(5 * 0.1)
-    assert rows["probe_cpu"]["from_benchmarks"] is False
-    assert rows["probe_cpu"]["expected_h_per_job"] == pytest.approx(5 / 60)
-
-
 TIMED = """
 rule all:
-    input: expand('out/point~{p}.txt', p=[1, 2])
+    input: expand('out/point~{p}.txt', p=config.get('points', [1, 2]))
 
 rule train:
     output: 'out/point~{p}.txt'
-    params: epochs=config['epochs']
+    params: epochs=config['epochs'], point='{p}'
     benchmark: 'bench/point~{p}.tsv'
     resources: gpu=1, runtime=600
     shell: 'sleep 0.3; echo {params.epochs} > {output}'
@@ -95,7 +84,8 @@ rule train:
 
 
 def timed_workflow(tmp_path: Path) -> tuple[Path, Path, Path]:
-    """A Snakefile whose jobs' cost depends on a param, and configs at 5 and 75 epochs."""
+    """A Snakefile whose jobs' cost depends on a param (and another param names the job's
+    point, its wildcard), and configs at 5 and 75 epochs."""
     snakefile = tmp_path / "Snakefile"
     snakefile.write_text(TIMED)
     configs = []
@@ -190,9 +180,46 @@ def test_a_resumed_job_is_recorded_with_the_time_its_earlier_attempts_saved(run_
     assert 0.3 <= seconds["bench/point~2.tsv"] < 30
 
 
-def test_the_newest_record_of_a_rule_counts_and_the_folder_s_own_benchmarks_come_first(
+def test_the_folder_s_own_benchmarks_plan_jobs_of_the_same_params_with_earlier_attempts(
     run_gpuflow, tmp_path
 ):
+    """Point 3 is new; points 1 and 2 ran at 5 epochs, point 1 resumed after an attempt that
+    saved an hour. At 5 epochs their times plan point 3, before a committed record's; at 75
+    they say nothing, and all three jobs are planned from the rule's runtime."""
+    snakefile, five, _ = timed_workflow(tmp_path)
+    ran, records = tmp_path / "run", tmp_path / "records"
+    run_timed(snakefile, five, ran)
+    resumed = job_file(ran / "out" / "point~1.txt", RECORD)
+    resumed.parent.mkdir(parents=True)
+    resumed.write_text(json.dumps({"status": "finished", "timings": {"earlier_attempts_s": 3600}}))
+    record_timings(run_gpuflow, snakefile, five, ran, records)
+    [written] = records.iterdir()
+    committed = json.loads(written.read_text())
+    for entry in committed["benchmarks"].values():
+        entry["seconds"] = 99_999  # told apart from the folder's own
+    written.write_text(json.dumps(committed))
+    ran_s = [benchmark_seconds(ran / "bench" / f"point~{p}.tsv") or 0.0 for p in (1, 2)]
+
+    def planned(epochs: int) -> dict:
+        config = tmp_path / f"three-points-{epochs}.yaml"
+        config.write_text(f"epochs: {epochs}\npoints: [1, 2, 3]\n")
+        result = run_gpuflow(
+            "plan", "--json", "--snakefile", str(snakefile), "--directory", str(ran),
+            "--configfile", str(config), "--timings", str(records),
+        )  # fmt: skip
+        return {row["rule"]: row for row in json.loads(result.stdout)}["train"]
+
+    same = planned(5)
+    assert (same["jobs"], same["why"]) == (1, {"missing": 1})
+    assert same["from_benchmarks"] is True and same["from_record"] is None
+    assert same["expected_h_per_job"] == pytest.approx((ran_s[0] + 3600 + ran_s[1]) / 2 / 3600)
+    other = planned(75)
+    assert (other["jobs"], other["why"]) == (3, {"changed": 2, "missing": 1})
+    assert other["from_benchmarks"] is False and other["from_record"] is None
+    assert other["expected_h_per_job"] == pytest.approx(10)
+
+
+def test_the_newest_record_of_a_rule_with_the_job_s_params_counts(run_gpuflow, tmp_path):
     records = tmp_path / "records"
     records.mkdir()
     no_params = params_digest([])  # probe_gpu's jobs take none
@@ -213,13 +240,6 @@ def test_the_newest_record_of_a_rule_counts_and_the_folder_s_own_benchmarks_come
     ).stdout  # fmt: skip
     assert "18.0 min m" in text
     assert "m: 2026-02-01-nvidia-h100-80gb-hbm3-timings.json, measured on cuda:0 (NVIDIA" in text
-
-    bench = tmp_path / "run" / "results" / "probe" / "benchmarks"
-    bench.mkdir(parents=True)
-    (bench / "gpu~0.tsv").write_text("s\n60\n")
-    rows = plan(run_gpuflow, tmp_path / "run", "--timings", str(records))
-    assert rows["probe_gpu"]["from_benchmarks"] is True and rows["probe_gpu"]["from_record"] is None
-    assert rows["probe_gpu"]["expected_h_per_job"] == pytest.approx(60 / 3600)
 
 
 def test_after_a_partial_failure_only_jobs_without_outputs_run_again(run_gpuflow, tmp_path):

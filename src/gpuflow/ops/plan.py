@@ -11,11 +11,14 @@ Beside it, per rule, what earlier jobs of the rule used (their job records,
 `<family>/jobs/<output>.record.json`, any wildcard values): GPU-hours, mean utilisation, and the
 flag of rules below config `telemetry.low_utilisation_percent` with the most likely reason.
 
-Expected time per job comes from earlier `benchmark:` files of the same rule (any wildcard
-values), scaled by size-like numeric wildcards (SIZE_WILDCARDS) when the job's value differs;
-without any in the run folder, from the newest committed timings record that measured the rule
-(`gpuflow record-timings`, `--timings`); without either, the rule's `runtime`. Benchmarks
-measure the machine they ran on: a record names it.
+Expected time per job comes from earlier `benchmark:` files of the same rule's jobs that ran
+with the job's params (Snakemake's record of them; wildcard values may differ: gpuflow.ops.
+snakemake_adapter.params_digest), each with the time its earlier attempts saved (resumed jobs,
+gpuflow.ops.timings), scaled by size-like numeric wildcards (SIZE_WILDCARDS) when the job's value
+differs: first the run folder's own, of the targets' jobs; else the newest committed timings
+record that measured them (`gpuflow record-timings`, `--timings`); else the rule's `runtime`. A
+benchmark of 5 epochs never stands for a job of 75. Benchmarks measure the machine they ran on:
+a record names it.
 """
 
 from __future__ import annotations
@@ -24,14 +27,13 @@ import argparse
 import glob
 import json
 import math
-import os
 import re
 import time
 from pathlib import Path
 from typing import Any
 
 from gpuflow.ops.snakemake_adapter import Dag, DagJob, build_dag
-from gpuflow.ops.timings import benchmark_seconds
+from gpuflow.ops.timings import measured
 from gpuflow.ops.timings import records as timings_records
 
 # Not a label fraction: an SSVAE epoch walks the unlabelled digits, so its time hardly moves
@@ -70,9 +72,9 @@ def plan_jobs(args: argparse.Namespace, every_job: bool = False) -> Planned:
     return dag
 
 
-def benchmark_pattern(job: Job) -> tuple[str, re.Pattern[str]] | None:
-    """A glob over the rule's benchmark files (any wildcard values) and a regex reading them."""
-    return wildcard_pattern(job.benchmark, job.wildcards) if job.benchmark else None
+def benchmark_regex(job: Job) -> re.Pattern[str] | None:
+    """A regex reading the wildcard values of the rule's benchmark paths (any values)."""
+    return wildcard_pattern(job.benchmark, job.wildcards)[1] if job.benchmark else None
 
 
 def wildcard_pattern(path: str, wildcards: dict[str, str]) -> tuple[str, re.Pattern[str]]:
@@ -123,43 +125,31 @@ def recorded(record: dict[str, Any], params: str) -> dict[str, float]:
 
 
 class Benchmarks:
-    """Earlier benchmark files per rule, read once: the run folder's own, else the newest
-    committed timings record (gpuflow.ops.timings) that measured the rule's jobs with the
-    job's own params."""
+    """Earlier benchmark times of the jobs' rule and params: the run folder's own (its DAG's
+    jobs, finished or not, read once), else the newest committed timings record
+    (gpuflow.ops.timings) that measured them."""
 
-    def __init__(self, directory: str, timings: str | None = None):
-        self.directory = Path(directory)
+    def __init__(self, planned: Planned, directory: str, timings: str | None = None):
+        self.own = {"benchmarks": measured(planned, Path(directory))[0]}
         self.records = timings_records(Path(timings)) if timings else []
-        self.local: dict[str, list[tuple[float, float]]] = {}
-        self.recorded: dict[tuple[str, str], tuple[list[tuple[float, float]], str]] = {}
+        self.found: dict[tuple[str, str], tuple[list[tuple[float, float]], str]] = {}
 
     def samples(self, job: Job) -> tuple[list[tuple[float, float]], str]:
-        """(seconds, size) of every earlier benchmark of the job's rule, and where they came
-        from: 'bench' (this folder's files, read once per rule), a timings record's file name
-        (searched once per rule and params), or 'runtime'."""
-        pattern = benchmark_pattern(job)
-        if pattern is None:
+        """(seconds, size) of every earlier benchmark of the job's rule and params, and where
+        they came from: 'bench' (this folder's), a timings record's file name, or 'runtime'
+        (searched once per rule and params)."""
+        regex = benchmark_regex(job)
+        if regex is None:
             return [], "runtime"
-        glob_pattern, regex = pattern
-        if job.rule not in self.local:
-            local = {
-                os.path.relpath(name, self.directory): benchmark_seconds(Path(name))
-                for name in glob.glob(str(self.directory / glob_pattern))
-            }
-            self.local[job.rule] = matching(
-                {k: v for k, v in local.items() if v is not None}, regex
-            )
-        if self.local[job.rule]:
-            return self.local[job.rule], "bench"
         key = (job.rule, job.params)
-        if key not in self.recorded:
-            self.recorded[key] = ([], "runtime")
-            for name, record in self.records:
-                found = matching(recorded(record, job.params), regex)
-                if found:
-                    self.recorded[key] = (found, name)
+        if key not in self.found:
+            self.found[key] = ([], "runtime")
+            for name, record in [("bench", self.own), *self.records]:
+                samples = matching(recorded(record, job.params), regex)
+                if samples:
+                    self.found[key] = (samples, name)
                     break
-        return self.recorded[key]
+        return self.found[key]
 
     def expected_hours(self, job: Job) -> tuple[float, str]:
         """Expected hours of a job and their source (see `samples`; else its runtime)."""
@@ -304,8 +294,9 @@ def render(
         f"{hours(total['gpu_h_requested']):>10} {hours(total['gpu_h_expected']):>10} "
         f"{total['sbatch']:>7} {hours(total['node_h']):>8}",
         "",
-        "time/job: b = mean of earlier benchmark files of the rule (scaled by size wildcards),",
-        "m = the same from a committed timings record, r = the rule's runtime (first attempt).",
+        "time/job: b = mean of the benchmark files of this folder's jobs of the rule that ran",
+        "with the same params (scaled by size wildcards), m = the same from a committed timings",
+        "record, r = the rule's runtime (first attempt).",
         f"GPU-h req = GPUs x runtime; node-h = expected GPU-hours / {per_node} GPUs per node.",
         "sbatch: job arrays count once per chunk.",
     ]
@@ -345,7 +336,7 @@ def main(args: argparse.Namespace) -> None:
     """Print the plan (a table, or JSON with --json)."""
     started = time.monotonic()
     planned = plan_jobs(args)
-    benchmarks = Benchmarks(args.directory, args.timings)
+    benchmarks = Benchmarks(planned, args.directory, args.timings)
     rows = summarise(
         planned.jobs,
         benchmarks,

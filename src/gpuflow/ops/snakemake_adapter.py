@@ -91,9 +91,11 @@ class Records:
 
 @dataclass
 class Dag:
-    """What Snakemake would do: its jobs, rule order, config, and how the executor submits."""
+    """What Snakemake would do: its jobs (and the finished ones of its targets), rule order,
+    config, and how the executor submits."""
 
     jobs: list[DagJob]
+    done: list[DagJob]  # finished jobs of the targets (none under every_job: all are in jobs)
     rule_order: list[str]
     config: dict[str, Any]
     array_rules: set[str]
@@ -161,7 +163,9 @@ def read_records(persistence: Any, backend: str, jobs: list[Any]) -> Records:
         if record is not None and record.starttime and record.endtime:
             records.times[str(job.output[0])] = (float(record.starttime), float(record.endtime))
         if record is not None and record.params is not None:
-            records.ran_params[str(job.output[0])] = params_digest(record.params)
+            records.ran_params[str(job.output[0])] = params_digest(
+                record.params, job.wildcards_dict
+            )
     records.locked = any(True for _ in persistence._read_locks())
     return records
 
@@ -228,19 +232,24 @@ def build_dag(args: argparse.Namespace, every_job: bool = False) -> Dag:
     return dag
 
 
-def params_digest(params: list[Any]) -> str:
+def params_digest(params: list[Any], wildcards: dict[str, Any] | None = None) -> str:
     """A short digest of a job's params as Snakemake's persistence serialises them (its
-    settings and seeds: what the job computes, so what it costs). Resources are not in it;
-    wildcards only where a param is made from one (e.g. one seed per job)."""
-    text = json.dumps(params, sort_keys=True, default=str)
+    settings and seeds: what the job computes, so what it costs). Resources are not in it, nor
+    a param that is one of the job's `wildcards` values (one seed per job: which seed, not what
+    it costs), so jobs of one rule that differ only by their wildcards share a digest."""
+    values = [str(value) for value in (wildcards or {}).values()]
+    named = {*values, *map(repr, values)}  # a param is serialised as its repr: '3' or 3
+    text = json.dumps([p for p in params if str(p) not in named], sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def read_dag(workflow: Any, backend: str) -> Dag:
-    """The jobs of a built DAG (in job id order), rule order, local rules, config, records."""
+    """The jobs of a built DAG (in job id order), the finished ones it holds (`done`, without
+    resources or logs), rule order, local rules, config, records."""
     dag = workflow.dag
     jobs = sorted(dag.needrun_jobs(exclude_finished=False), key=dag.jobid)
-    records = read_records(workflow.persistence, backend, jobs)
+    done = sorted((job for job in dag.jobs if not dag.needrun(job)), key=dag.jobid)
+    records = read_records(workflow.persistence, backend, jobs + done)
     # workflow.is_local() answers True for every rule under the dry-run executor;
     # `localrules:` and rules without a body (e.g. `all`) run on the submit node.
     local = {
@@ -248,23 +257,31 @@ def read_dag(workflow: Any, backend: str) -> Dag:
         for rule in workflow.rules
         if rule.group is None and (rule.name in workflow._localrules or rule.norun)
     }
+
+    def described(job: Any, **more: Any) -> DagJob:
+        return DagJob(
+            rule=job.rule.name,
+            local=job.rule.name in local,
+            wildcards={k: str(v) for k, v in job.wildcards_dict.items()},
+            benchmark=str(job.benchmark) if job.benchmark else None,
+            output=[str(f) for f in job.output],
+            params=params_digest(workflow.persistence._params(job), job.wildcards_dict),
+            **more,
+        )
+
     return Dag(
         jobs=[
-            DagJob(
-                rule=job.rule.name,
-                local=job.rule.name in local,
+            described(
+                job,
                 resources=dict(job.resources.items()),
-                wildcards={k: str(v) for k, v in job.wildcards_dict.items()},
                 why=why_it_runs(
                     dag.reason(job), any(str(f) in records.markers for f in job.output)
                 ),
-                benchmark=str(job.benchmark) if job.benchmark else None,
-                output=[str(f) for f in job.output],
                 log=[str(f) for f in job.log],
-                params=params_digest(workflow.persistence._params(job)),
             )
             for job in jobs
         ],
+        done=[described(job, why="done") for job in done],
         rule_order=[rule.name for rule in workflow.rules],
         config=dict(workflow.config),
         array_rules=set(),

@@ -86,10 +86,11 @@ def read_record(path: Path) -> dict[str, Any] | None:
 
 def measured(dag: Dag, directory: Path) -> tuple[dict[str, dict[str, Any]], int]:
     """benchmark path -> its mean seconds (with its earlier attempts') and the params the job
-    ran with (what Snakemake recorded), for every job of the DAG with a benchmark file; and
-    how many files had no such record (left out: no one can say what they measured)."""
+    ran with (what Snakemake recorded), for every job of the DAG (finished or to run) with a
+    benchmark file; and how many files had no such record (left out: no one can say what they
+    measured)."""
     found, unknown = {}, 0
-    for job in dag.jobs:
+    for job in [*dag.jobs, *dag.done]:
         if not job.benchmark or not job.output:
             continue
         seconds = benchmark_seconds(directory / job.benchmark)

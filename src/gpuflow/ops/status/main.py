@@ -63,7 +63,7 @@ def read_status(args: argparse.Namespace) -> dict[str, Any]:
         stale_lock=unlock_command(args, records.backend) if run.stale_lock else None,
         backend=records.backend,
     )
-    benchmarks = Benchmarks(str(directory), args.timings)
+    benchmarks = Benchmarks(planned, str(directory), args.timings)
     return as_dict(collect(planned, seen, benchmarks), planned.rule_order, seen)
 
 

@@ -31,6 +31,7 @@ import pandas as pd
 import pytest
 import torch
 
+from gpuflow.job.paths import RECORD, job_file
 from tests.conftest import BIN, REPO, snakemake, tiny_config, workflow_env
 from tests.slurm import grid_faults
 
@@ -347,6 +348,26 @@ def test_killed_training_resumed_from_its_state_instead_of_starting_over(faulted
     assert run["resumed_at_epochs"], "the DDP run started over"
     sweep_log = workdir / "results/sweep/logs/method~gnc/rank~2/width~4/shard~0.log"
     assert "1 already done" in sweep_log.read_text() or "2 already done" in sweep_log.read_text()
+
+
+RESUMED_OUTPUTS = {
+    "ssvae": "results/ssvae/frac~0.1/corrupt~0.5/alpha~1/seed~0/metrics.json",
+    "scaling": "results/scaling/runs/short/nodes~1/world~2/run.json",
+    "sweep": "results/sweep/shards/method~gnc/rank~2/width~4/shard~0.csv",
+}
+
+
+def test_each_resumed_job_s_record_counts_the_work_its_killed_attempt_saved(faulted):
+    """The resume state (SSVAE, scaling) or seed log (sweep) carries the killed attempt's
+    seconds to the attempt that finished, whose job record notes them (`gpuflow
+    record-timings` adds them to its benchmark): at least one sweep seed of SEED_FLOOR_S."""
+    workdir, _ = faulted
+    for family, output in RESUMED_OUTPUTS.items():
+        record = json.loads(job_file(workdir / output, RECORD).read_text())
+        assert record["status"] == "finished", family
+        assert record["timings"].get("earlier_attempts_s", 0) > 0, (family, record["timings"])
+    sweep = json.loads(job_file(workdir / RESUMED_OUTPUTS["sweep"], RECORD).read_text())
+    assert sweep["timings"]["earlier_attempts_s"] >= SEED_FLOOR_S
 
 
 def test_no_temporary_files_or_resume_states_are_left_after_the_rerun(faulted):

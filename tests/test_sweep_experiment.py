@@ -98,6 +98,24 @@ def test_the_seed_log_keeps_finished_seeds_and_cuts_a_torn_last_line(tmp_path):
     assert [line.get("seed") for line in lines] == [None, 0, 1, 2]
 
 
+def test_a_reopened_seed_log_carries_the_seconds_its_earlier_attempts_spent(tmp_path):
+    out = tmp_path / "shard~0.csv"
+    first = SeedLog(out, {"a": 1}).open()
+    first.started -= 30  # this attempt has run for 30 s when its seeds finish
+    first.add_ok(0, {"seed": 0})
+    first.add_failed(1, "boom")
+    first.close()
+    again = SeedLog(out, {"a": 1}).open()
+    assert 30 <= again.earlier_s < 31, "the seconds up to the last seed line, failed or not"
+    again.add_ok(1, {"seed": 1})
+    again.close()
+    last = json.loads(seeds_path(out).read_text().splitlines()[-1])
+    assert again.earlier_s <= last["elapsed_s"] < again.earlier_s + 1
+    other = SeedLog(out, {"a": 2}).open()
+    other.close()
+    assert other.started_over and other.earlier_s == 0, "a log started over holds no work"
+
+
 def test_a_seed_log_written_for_other_settings_is_started_over(tmp_path):
     out = tmp_path / "shard~0.csv"
     first = SeedLog(out, {"a": 1}).open()

@@ -53,6 +53,7 @@ class Job:
         self.telemetry: Any = None
         self._stack = ExitStack()
         self._state: State | None = None
+        self._earlier_s = 0.0
 
     @property
     def first_output(self) -> Path:
@@ -80,8 +81,9 @@ class Job:
         trace: TracebackType | None,
     ) -> bool | None:
         Job.active = None
-        if self._state is not None and self._state.earlier_s:
-            self.note(earlier_attempts_s=self._state.earlier_s)
+        earlier = max(self._earlier_s, self._state.earlier_s if self._state is not None else 0.0)
+        if earlier:
+            self.note(earlier_attempts_s=earlier)
         return self._stack.__exit__(kind, error, trace)
 
     def finish(self, code: int) -> int:
@@ -102,6 +104,11 @@ class Job:
         fingerprint = fingerprint or make_fingerprint(inputs, settings, identity)
         self._state = State(self.first_output, fingerprint)
         return self._state
+
+    def resumed_after(self, seconds: float) -> None:
+        """This attempt goes on from work that earlier attempts spent `seconds` on, kept in a
+        resume file other than `state()` (the sweep's seed log): the job record notes it."""
+        self._earlier_s = seconds
 
     def progress(self, total: float, unit: str, resumed_at: float = 0) -> ProgressWriter:
         """The job's progress file (`gpuflow status` reads it): `update(done)` as units finish.

@@ -6,9 +6,11 @@ job's progress file like every other step's.
 The first line records the settings and the gpuflow version; a file written for other settings
 or by another version is started over. Each seed line is flushed and fsynced before the next
 seed is reported, so a job killed at any moment loses at most the seeds still running. A torn
-last line (killed mid-write) is cut off. The file goes once the shard's table is written, so a
-forced re-run (`--forcerun sweep_shard`) computes every seed again (kept until the run has
-accepted the table, gpuflow.job.finished_states).
+last line (killed mid-write) is cut off. Each seed line carries `elapsed_s`, the shard's seconds
+of work up to it over every attempt, so a resumed shard still tells what it cost (`earlier_s`,
+the job record's `earlier_attempts_s`, as a `gpuflow.job.state.State` does). The file goes once
+the shard's table is written, so a forced re-run (`--forcerun sweep_shard`) computes every seed
+again (kept until the run has accepted the table, gpuflow.job.finished_states).
 The file has one writer at a time: it is read, cut and appended only under the lock of the
 shard's table (gpuflow.job.outputlock; the job holds it already when run through `gpuflow`), so a
 second job on the same shard fails instead of overwriting it.
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, TextIO
@@ -42,6 +45,8 @@ class SeedLog:
         self.records: dict[int, dict[str, Any]] = {}
         self.started_over = False
         self.reason: str | None = None
+        self.started = time.monotonic()
+        self.earlier_s = 0.0  # what earlier attempts spent on the seeds read back
         self._handle: TextIO | None = None
         self._lock = ExitStack()
 
@@ -73,6 +78,9 @@ class SeedLog:
             )
             return self
         self.records = records
+        self.earlier_s = max(
+            (float(r.get("elapsed_s", 0.0)) for r in records.values()), default=0.0
+        )
         self._handle = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (closed by close())
         return self
 
@@ -108,6 +116,8 @@ class SeedLog:
                 raise ValueError(f"line {number}: not a seed record")
             if record["status"] == "ok" and not isinstance(record.get("row"), dict):
                 raise ValueError(f"line {number}: a finished seed without its row")
+            if not isinstance(record.get("elapsed_s", 0.0), int | float):
+                raise ValueError(f"line {number}: elapsed_s is not a number")
             records[int(record["seed"])] = record
         return header, records
 
@@ -117,16 +127,20 @@ class SeedLog:
 
     def add_ok(self, seed: int, row: dict[str, Any]) -> dict[str, Any]:
         """Record a finished seed durably; return the row as it reads back from the file."""
-        record = json.loads(json.dumps({"kind": "seed", "seed": seed, "status": "ok", "row": row}))
+        record = json.loads(json.dumps({**self._seed(seed, "ok"), "row": row}))
         self._append(record)
         self.records[seed] = record
         return record["row"]
 
     def add_failed(self, seed: int, error: str) -> None:
         """Record a failed seed with its error (a re-run tries it again)."""
-        record = {"kind": "seed", "seed": seed, "status": "failed", "error": error}
+        record = {**self._seed(seed, "failed"), "error": error}
         self._append(record)
         self.records[seed] = record
+
+    def _seed(self, seed: int, status: str) -> dict[str, Any]:
+        elapsed = self.earlier_s + time.monotonic() - self.started
+        return {"kind": "seed", "seed": seed, "status": status, "elapsed_s": elapsed}
 
     def _append(self, record: dict[str, Any]) -> None:
         assert self._handle is not None

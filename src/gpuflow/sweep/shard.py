@@ -90,6 +90,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         if seed_log.started_over:
             log(f"{seed_log.path}: {seed_log.reason}, starting over")
+        job.resumed_after(seed_log.earlier_s)
         rows = {s: r for s, r in seed_log.done().items() if s in seeds}
         todo = [s for s in seeds if s not in rows]
         name = f"{args.method} rank={args.teacher_rank} width={args.student_width}"

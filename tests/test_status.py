@@ -182,6 +182,21 @@ def test_a_job_not_started_is_queued_while_a_run_is_active_and_todo_otherwise(tm
     assert classify(SLOW, Seen(tmp_path, {}, pending, [], run_active=True)).state == "queued"
 
 
+def test_a_recorded_failure_stands_unless_a_run_started_after_it(tmp_path):
+    record = job_file(tmp_path / "results/out/slow.txt", RECORD)
+    record.parent.mkdir(parents=True)
+    record.write_text(json.dumps({"status": "failed (ValueError)", "ended": 1000.0}))
+
+    def state(run_active: bool, run_started: float | None = None) -> str:
+        return classify(SLOW, Seen(tmp_path, {}, {}, [], run_active, run_started)).state
+
+    assert state(run_active=False) == "failed"
+    assert state(run_active=True, run_started=900.0) == "failed", "it failed in the active run"
+    assert state(run_active=True, run_started=1100.0) == "queued", "the active run retries it"
+    record.write_text(json.dumps({"status": "finished", "ended": 1000.0}))
+    assert state(run_active=False) == "todo"
+
+
 def test_a_snakemake_process_counts_only_in_the_folder_it_works_in(tmp_path):
     fake = tmp_path / "bin" / "snakemake"  # a process whose command is `snakemake`
     fake.parent.mkdir()
@@ -285,6 +300,53 @@ def test_gpu_hours_used_come_from_a_telemetry_file_only_where_nvml_saw_the_gpus(
     assert telemetry_gpu_hours(output) is None, "no GPU seen: the job's wall time counts"
     telemetry.unlink()
     assert telemetry_gpu_hours(output) is None
+
+
+FAILING_STEP = """
+rule all:
+    input: 'results/table.csv', 'results/other.txt'
+
+rule aggregate:
+    input: 'shard.csv'
+    output: table='results/table.csv', summary='results/summary.csv'
+    log: 'results/logs/aggregate.log'
+    shell: 'gpuflow sweep-aggregate --shards {input} --out {output.table}'
+           ' --summary {output.summary} > {log} 2>&1'
+
+rule other:
+    output: 'results/other.txt'
+    shell: 'echo ok > {output}'
+"""
+
+
+def test_a_failed_step_stays_failed_after_later_runs_from_its_job_record(tmp_path):
+    """The latest run log knows only the jobs of its own run; the job record of a gpuflow step
+    keeps its last attempt's failure and error until a run retries it."""
+    snakefile = tmp_path / "Snakefile"
+    snakefile.write_text(FAILING_STEP, encoding="utf-8")
+    (tmp_path / "shard.csv").write_text("seed,error\n0,0.5\n", encoding="utf-8")
+    command = [str(BIN / "snakemake"), "--snakefile", str(snakefile), "--cores", "1"]
+    env = workflow_env()
+
+    def run(*args: str) -> None:
+        subprocess.run([*command, *args], cwd=tmp_path, env=env, capture_output=True, check=False)
+
+    def failed() -> list[dict[str, Any]]:
+        result = subprocess.run(
+            [str(BIN / "gpuflow"), "status", "--json", "--snakefile", str(snakefile)],
+            cwd=tmp_path, env=env, capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        return json.loads(result.stdout)["failed"]
+
+    run("--keep-going")
+    assert [job["rule"] for job in failed()] == ["aggregate"]
+    run("results/other.txt", "--forcerun", "other")  # a later run: its log says nothing of it
+    [job] = failed()
+    assert job["rule"] == "aggregate" and job["log"] == "results/logs/aggregate.log"
+    assert "shard.csv: missing columns ['method'" in job["last_line"]
+    (tmp_path / "results" / "logs" / "aggregate.log").unlink()
+    [job] = failed()
+    assert job["last_line"].startswith("failed (DataError): shard.csv: missing columns")
 
 
 def test_failed_jobs_are_read_from_snakemakes_run_log(tmp_path):

@@ -1,8 +1,9 @@
 """The job record: one file per job with what it used, written when its step ends.
 
 `job_file(first output, "record.json")` holds the telemetry summary (status, GPU and CPU use,
-the step's own timings, see gpuflow.job.telemetry) and where the job ran (step, outputs, host,
-SLURM job, start and end). Reports, `gpuflow plan` and `gpuflow status` read it.
+the step's own timings, see gpuflow.job.telemetry), where the job ran (step, outputs, host,
+SLURM job, start and end) and, when the step failed, the first line of its error. Reports,
+`gpuflow plan` and `gpuflow status` read it.
 
 It is written when the step finishes, fails or stops on a signal. Which process samples and
 writes it: the one that holds the step's output locks (see gpuflow.job.telemetry.job).
@@ -69,6 +70,7 @@ def job_record(step: str, outputs: list[Path], interval_s: float) -> Iterator[Jo
         raise
     except BaseException as error:
         telemetry.status = f"failed ({type(error).__name__})"
+        identity["error"] = (str(error).strip().splitlines() or [""])[0][:500]
         raise
     finally:
         JobTelemetry.active = None

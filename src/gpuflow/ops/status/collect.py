@@ -5,7 +5,9 @@ A job is
   lock's holder is alive (gpuflow.job.outputlock), or the Snakemake run active in the working
   directory marked it incomplete (it started in this run);
 - done: every output exists and no incomplete marker is left;
-- failed: the latest run log reports it ("Error in rule"), or SLURM ended it unsuccessfully;
+- failed: its job record says its last attempt failed (and no run has started since, which
+  would retry it), the latest run log reports it ("Error in rule": a job killed before it could
+  write its record), or SLURM ended it unsuccessfully;
 - incomplete: Snakemake's marker is left by a killed run or job (none, or one older than the
   active run), whether or not its outputs exist (a killed job may have written part): a run
   redoes it;
@@ -106,6 +108,23 @@ def _failed_for(job: Job, failed: list[FailedJob]) -> FailedJob | None:
     return None
 
 
+def recorded_failure(output: Path, seen: Seen) -> str | None:
+    """The error of a job whose record says its last attempt failed ('failed (DataError): ...'),
+    unless a run active now started after it (that run retries the job); else None."""
+    record = read_record(record_path(output)) or {}
+    status, ended = record.get("status"), record.get("ended")
+    if not isinstance(status, str) or not status.startswith("failed"):
+        return None
+    if seen.run_active and not (
+        seen.run_started is not None
+        and isinstance(ended, int | float)
+        and ended >= seen.run_started
+    ):
+        return None
+    error = record.get("error")
+    return f"{status}: {error}" if isinstance(error, str) and error else status
+
+
 def classify(job: Job, seen: Seen) -> JobStatus:
     """The state of one job (see the module docstring for the order of the checks)."""
     root = seen.directory
@@ -115,6 +134,7 @@ def classify(job: Job, seen: Seen) -> JobStatus:
     status = JobStatus(job, "todo", family_of(job.rule), slurm=slurm)
     held = next((t for t in map(local_holder_alive, paths) if t is not None), None)
     report = _failed_for(job, seen.failed)
+    recorded = recorded_failure(paths[0], seen) if paths else None
     if slurm is not None and slurm.state in RUNNING:
         status.state = "running"
     elif slurm is not None and slurm.state in QUEUED:
@@ -123,12 +143,12 @@ def classify(job: Job, seen: Seen) -> JobStatus:
         status.state = "running"
     elif marker is None and paths and all(p.exists() for p in paths):
         status.state = "done"
-    elif report is not None or (slurm is not None and slurm.state in ENDED_BADLY):
+    elif report or recorded or (slurm is not None and slurm.state in ENDED_BADLY):
         status.state = "failed"
         logs = report.log if report is not None else job.log
         status.log, status.last_line = last_error_line(logs or job.log, root)
-        if report is not None and not status.last_line:
-            status.last_line = report.message
+        if not status.last_line:
+            status.last_line = report.message if report is not None else recorded or ""
     elif marker is not None:
         # A marker older than the active run was left by a killed one (the run redoes it later).
         this_run = seen.run_started is not None and marker.started >= seen.run_started - 1

@@ -185,7 +185,8 @@ def test_the_folder_s_own_benchmarks_plan_jobs_of_the_same_params_with_earlier_a
 ):
     """Point 3 is new; points 1 and 2 ran at 5 epochs, point 1 resumed after an attempt that
     saved an hour. At 5 epochs their times plan point 3, before a committed record's; at 75
-    they say nothing, and all three jobs are planned from the rule's runtime."""
+    they say nothing, and all three jobs are planned from the rule's runtime. Status counts
+    the hour among the GPU-hours spent."""
     snakefile, five, _ = timed_workflow(tmp_path)
     ran, records = tmp_path / "run", tmp_path / "records"
     run_timed(snakefile, five, ran)
@@ -217,6 +218,12 @@ def test_the_folder_s_own_benchmarks_plan_jobs_of_the_same_params_with_earlier_a
     assert (other["jobs"], other["why"]) == (3, {"changed": 2, "missing": 1})
     assert other["from_benchmarks"] is False and other["from_record"] is None
     assert other["expected_h_per_job"] == pytest.approx(10)
+    status = run_gpuflow(
+        "status", "--json", "--snakefile", str(snakefile), "--directory", str(ran),
+        "--configfile", str(five),
+    )  # fmt: skip
+    [train] = [row for row in json.loads(status.stdout)["rules"] if row["rule"] == "train"]
+    assert train["gpu_h_spent"] == pytest.approx((ran_s[0] + 3600 + ran_s[1]) / 3600, rel=1e-3)
 
 
 def test_the_newest_record_of_a_rule_with_the_job_s_params_counts(run_gpuflow, tmp_path):

@@ -28,7 +28,7 @@ from gpuflow.job.record import read_record, record_path
 from gpuflow.ops.plan import Benchmarks, Job, Planned
 from gpuflow.ops.snakemake_adapter import FailedJob, Marker
 from gpuflow.ops.status.progress import Progress, job_progress
-from gpuflow.ops.timings import benchmark_seconds
+from gpuflow.ops.timings import benchmark_seconds, earlier_attempts_s
 from gpuflow.slurm.queue import ENDED_BADLY, QUEUED, RUNNING, SlurmJob, job_comment
 
 STATES = ("done", "running", "queued", "failed", "incomplete", "todo")
@@ -216,8 +216,9 @@ def telemetry_gpu_hours(output: Path) -> float | None:
 def account(status: JobStatus, seen: Seen, planned: Planned, benchmarks: Benchmarks) -> None:
     """Progress of a running job; GPU-hours spent; job-hours and GPU-hours still expected.
 
-    Spent: a finished job's record, else GPUs x its wall time (job_hours); a running
-    job's GPUs x the time since it started.
+    Spent: a finished job's record, else GPUs x its wall time (job_hours), plus GPUs x the
+    time its earlier attempts saved when it resumed (their lost work after the last save is
+    not known); a running job's GPUs x the time since it started.
 
     Still expected: a running job's ETA, else the plan's expected time per job (earlier
     benchmarks of its rule, or its runtime) less the time it has run.
@@ -231,6 +232,7 @@ def account(status: JobStatus, seen: Seen, planned: Planned, benchmarks: Benchma
     elif status.state == "done" and gpus:
         measured = telemetry_gpu_hours(first)
         status.gpu_h_spent = gpus * job_hours(status, seen) if measured is None else measured
+        status.gpu_h_spent += gpus * earlier_attempts_s(first) / 3600
     if status.state != "done":
         eta = status.progress.eta_s(seen.now) if status.progress else None
         if eta is not None:

@@ -164,27 +164,13 @@ def test_times_recorded_on_the_gpu_machine_plan_the_same_jobs_where_they_never_r
     assert train["todo"] == 2 and train["gpu_h_left"] == pytest.approx(2 * mean / 3600)
 
 
-def test_a_resumed_job_is_recorded_with_the_time_its_earlier_attempts_saved(run_gpuflow, tmp_path):
-    """Its benchmark covers its last attempt only; its job record says what the attempts before
-    spent on the work it resumed (written from the resume state: tests/test_stopping.py)."""
-    snakefile, five, _ = timed_workflow(tmp_path)
-    ran, records = tmp_path / "gpu-machine", tmp_path / "records"
-    run_timed(snakefile, five, ran)
-    resumed = job_file(ran / "out" / "point~1.txt", RECORD)
-    resumed.parent.mkdir(parents=True)
-    resumed.write_text(json.dumps({"status": "finished", "timings": {"earlier_attempts_s": 3600}}))
-    record_timings(run_gpuflow, snakefile, five, ran, records)
-    [written] = records.iterdir()
-    seconds = {k: e["seconds"] for k, e in json.loads(written.read_text())["benchmarks"].items()}
-    assert 3600.3 <= seconds["bench/point~1.tsv"] < 3630
-    assert 0.3 <= seconds["bench/point~2.tsv"] < 30
-
-
 def test_the_folder_s_own_benchmarks_plan_jobs_of_the_same_params_with_earlier_attempts(
     run_gpuflow, tmp_path
 ):
     """Point 3 is new; points 1 and 2 ran at 5 epochs, point 1 resumed after an attempt that
-    saved an hour. At 5 epochs their times plan point 3, before a committed record's; at 75
+    saved an hour (its job record says so, written from the resume state:
+    tests/test_stopping.py; its benchmark covers its last attempt only). record-timings adds
+    the hour. At 5 epochs the folder's times plan point 3, before a committed record's; at 75
     they say nothing, and all three jobs are planned from the rule's runtime. Status counts
     the hour among the GPU-hours spent."""
     snakefile, five, _ = timed_workflow(tmp_path)
@@ -196,6 +182,9 @@ def test_the_folder_s_own_benchmarks_plan_jobs_of_the_same_params_with_earlier_a
     record_timings(run_gpuflow, snakefile, five, ran, records)
     [written] = records.iterdir()
     committed = json.loads(written.read_text())
+    recorded_s = {k: e["seconds"] for k, e in committed["benchmarks"].items()}
+    assert 3600.3 <= recorded_s["bench/point~1.tsv"] < 3630
+    assert 0.3 <= recorded_s["bench/point~2.tsv"] < 30
     for entry in committed["benchmarks"].values():
         entry["seconds"] = 99_999  # told apart from the folder's own
     written.write_text(json.dumps(committed))

@@ -18,7 +18,8 @@ import pandas as pd
 import pytest
 
 from gpuflow.job.outputlock import OutputTakenError, exclusive_output, lock_path
-from gpuflow.sweep.seedlog import SeedLog
+from gpuflow.job.state import make_fingerprint
+from gpuflow.job.unitlog import UnitLog
 from tests.conftest import BIN, REPO, snakemake, wait_for, workflow_env
 
 SHARD = "results/sweep/shards/method~gnc/rank~2/width~4/shard~0.csv"
@@ -122,15 +123,15 @@ def test_an_output_lock_names_its_holder_and_frees_with_the_holder(tmp_path):
         assert lock_path(out).read_text().startswith(f"host {socket.gethostname()}, pid")
 
 
-def test_a_seed_log_has_one_writer_at_a_time(tmp_path):
+def test_a_unit_log_has_one_writer_at_a_time(tmp_path):
     out = tmp_path / "shard~0.csv"
-    first = SeedLog(out, {"a": 1}).open()
+    first = UnitLog(out, make_fingerprint(settings={"a": 1})).open()
     first.add_ok(0, {"seed": 0})
-    second = subprocess.run(  # other settings: it would start the file over
+    second = subprocess.run(  # another fingerprint: it would start the file over
         [
             str(BIN / "python"), "-c",
-            "import sys; from gpuflow.sweep.seedlog import SeedLog\n"
-            "SeedLog(sys.argv[1], {'a': 2}).open()",
+            "import sys; from gpuflow.job.unitlog import UnitLog\n"
+            "UnitLog(sys.argv[1], 'another').open()",
             str(out),
         ],
         capture_output=True, text=True,
@@ -139,6 +140,6 @@ def test_a_seed_log_has_one_writer_at_a_time(tmp_path):
     assert "another job is writing this output" in second.stderr
     first.add_ok(1, {"seed": 1})
     first.close()
-    again = SeedLog(out, {"a": 1}).open()
+    again = UnitLog(out, make_fingerprint(settings={"a": 1})).open()
     assert sorted(again.done()) == [0, 1]
     again.close()

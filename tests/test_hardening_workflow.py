@@ -247,7 +247,7 @@ def tmp_file_under(folder: str) -> Callable[[Path], bool]:
 
 SSVAE_STATE = "results/ssvae/jobs/frac~0.1/corrupt~0.5/alpha~1/seed~0/metrics.json.state.pt"
 SCALING_STATE = "results/scaling/jobs/runs/short/nodes~1/world~2/run.json.state.pt"
-SWEEP_PROGRESS = "results/sweep/jobs/shards/method~gnc/rank~2/width~4/shard~0.csv.seeds.jsonl"
+SWEEP_PROGRESS = "results/sweep/jobs/shards/method~gnc/rank~2/width~4/shard~0.csv.units.jsonl"
 FLUENCY_LOG = "results/fluency/logs/perplexity/shard~0.log"
 SEED_FLOOR_S = 1
 
@@ -374,7 +374,7 @@ def test_no_temporary_files_or_resume_states_are_left_after_the_rerun(faulted):
     workdir, _ = faulted
     results = workdir / "results"
     assert not list(results.rglob(".*.tmp-*"))
-    assert not list(results.rglob("*.state.pt")) and not list(results.rglob("*.seeds.jsonl"))
+    assert not list(results.rglob("*.state.pt")) and not list(results.rglob("*.units.jsonl"))
 
 
 def frame(workdir: Path, name: str, columns: list[str], key: list[str]) -> pd.DataFrame:
@@ -437,7 +437,7 @@ def test_corrupted_resume_states_are_reported_and_the_jobs_start_over(reference,
     (workdir / scaling_state).write_bytes(whole[: len(whole) // 2])  # truncated
     # A finished shard keeps no progress file: write the one a killed job would leave, cut short.
     progress = workdir / SWEEP_PROGRESS.replace("method~gnc", "method~gd")
-    progress.write_bytes(b'{"kind": "header", "settings": {"data": ' + b"\xff\xfe garbage\n")
+    progress.write_bytes(b'{"kind": "header", "fingerprint": "' + b"\xff\xfe garbage\n")
     targets = [
         "results/ssvae/frac~0.1/corrupt~0.5/alpha~1/seed~0/metrics.json",
         "results/scaling/runs/short/nodes~1/world~1/run.json",

@@ -15,10 +15,9 @@ from typing import Any
 
 import pytest
 
-from gpuflow.job.paths import RECORD, job_of
+from gpuflow.job.paths import RECORD, UNITS, job_file, job_of
 from gpuflow.settings.blocks import family_schema, keys_of_kind
 from gpuflow.settings.validate import load_config, merge_config
-from gpuflow.sweep.seedlog import seeds_path
 from tests.conftest import REPO, job_counts, snakemake, tiny_config
 
 pytestmark = pytest.mark.workflow
@@ -248,7 +247,7 @@ def test_a_forced_sweep_shard_computes_every_seed_again(finished, tmp_path):
     shutil.copytree(finished, workdir, symlinks=True)
     cell = "results/sweep/shards/method~gd/rank~2/width~4"
     shard = workdir / cell
-    assert not seeds_path(shard / "shard~0.csv").exists(), "the seed log goes with the table"
+    assert not job_file(shard / "shard~0.csv", UNITS).exists(), "the seed log goes with the table"
     snakemake(workdir, TINY, f"{cell}/shard~0.csv", "--forcerun", "sweep_shard")
     record = json.loads((shard / "shard~0.run.json").read_text())
     assert record["computed"] == [0, 1, 2] and record["resumed"] == 0

@@ -1,13 +1,10 @@
-"""A teacher-student run is a pure function of its seed; the progress file survives being killed."""
+"""A teacher-student run is a pure function of its seed, for both methods."""
 
 from __future__ import annotations
-
-import json
 
 import torch
 
 from gpuflow.sweep.experiment import make_problem, run_seed
-from gpuflow.sweep.seedlog import SeedLog, seeds_path
 
 DATA = {"seed": 0, "input_dim": 8, "output_dim": 8, "n_train": 4, "label_noise": 0.0}
 GD = {"lr": 0.5, "init_scale": 0.01, "loss_threshold": 0.5, "max_steps": 10000}
@@ -79,48 +76,3 @@ def test_guess_and_check_that_cannot_succeed_spends_the_budget_and_reports_its_b
     assert not row["reached_threshold"]
     assert row["guesses"] == 3000
     assert 0 < row["train_error"] < 1
-
-
-def test_the_seed_log_keeps_finished_seeds_and_cuts_a_torn_last_line(tmp_path):
-    out = tmp_path / "shard~0.csv"
-    path = seeds_path(out)
-    progress = SeedLog(out, {"a": 1}).open()
-    progress.add_ok(0, {"seed": 0, "x": 0.5})
-    progress.add_failed(1, "boom")
-    progress.close()
-    with open(path, "a", encoding="utf-8") as handle:
-        handle.write('{"kind": "seed", "seed": 2, "sta')  # killed mid-write
-    again = SeedLog(out, {"a": 1}).open()
-    assert again.done() == {0: {"seed": 0, "x": 0.5}}
-    again.add_ok(2, {"seed": 2})
-    again.close()
-    lines = [json.loads(line) for line in path.read_text().splitlines()]
-    assert [line.get("seed") for line in lines] == [None, 0, 1, 2]
-
-
-def test_a_reopened_seed_log_carries_the_seconds_its_earlier_attempts_spent(tmp_path):
-    out = tmp_path / "shard~0.csv"
-    first = SeedLog(out, {"a": 1}).open()
-    first.started -= 30  # this attempt has run for 30 s when its seeds finish
-    first.add_ok(0, {"seed": 0})
-    first.add_failed(1, "boom")
-    first.close()
-    again = SeedLog(out, {"a": 1}).open()
-    assert 30 <= again.earlier_s < 31, "the seconds up to the last seed line, failed or not"
-    again.add_ok(1, {"seed": 1})
-    again.close()
-    last = json.loads(seeds_path(out).read_text().splitlines()[-1])
-    assert again.earlier_s <= last["elapsed_s"] < again.earlier_s + 1
-    other = SeedLog(out, {"a": 2}).open()
-    other.close()
-    assert other.started_over and other.earlier_s == 0, "a log started over holds no work"
-
-
-def test_a_seed_log_written_for_other_settings_is_started_over(tmp_path):
-    out = tmp_path / "shard~0.csv"
-    first = SeedLog(out, {"a": 1}).open()
-    first.add_ok(0, {"seed": 0})
-    first.close()
-    second = SeedLog(out, {"a": 2}).open()
-    second.close()
-    assert second.started_over and second.done() == {}

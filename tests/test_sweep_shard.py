@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuflow.sweep.seedlog import seeds_path
+from gpuflow.job.paths import UNITS, job_file
 from tests.conftest import BIN, REPO, workflow_env
 
 # Guess-and-check that can never reach its threshold: every seed does the same, fixed work.
@@ -72,7 +72,7 @@ def table(path: Path) -> list[dict[str, str]]:
 
 
 def progress_lines(out: Path) -> list[dict]:
-    path = seeds_path(out)
+    path = job_file(out, UNITS)
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
@@ -126,7 +126,7 @@ def test_a_shard_killed_midway_reruns_only_the_missing_seeds_and_ends_identical(
             time.sleep(0.02)
         job.send_signal(signal.SIGKILL)
         job.wait()
-        done_before = {line["seed"] for line in progress_lines(out)[1:]}
+        done_before = {line["unit"] for line in progress_lines(out)[1:]}
         assert 2 <= len(done_before) < 6, "the kill must land midway"
         assert not out.exists(), "no table before every seed is done"
         for pid in worker_pids(log_path.read_text()):  # workers die with their job
@@ -146,7 +146,7 @@ def test_a_shard_killed_midway_reruns_only_the_missing_seeds_and_ends_identical(
     assert rerun.returncode == 0, rerun.stderr
     assert computed_seeds(rerun.stderr) == sorted(set(range(6)) - done_before)
     assert table(out) == reference
-    assert not seeds_path(out).exists(), "the table holds it all now"
+    assert not job_file(out, UNITS).exists(), "the table holds it all now"
 
 
 def test_a_worker_that_dies_hands_its_seeds_to_the_survivor_and_the_shard_completes(
@@ -172,7 +172,7 @@ def test_a_failing_seed_is_recorded_does_not_stop_the_others_and_fails_the_shard
     assert "1 of 6 seed(s) failed: [3]" in result.stderr
     assert "injected fault at seed 3" in result.stderr
     assert not out.exists()
-    records = {line["seed"]: line for line in progress_lines(out)[1:]}
+    records = {line["unit"]: line for line in progress_lines(out)[1:]}
     assert records[3]["status"] == "failed" and "injected fault" in records[3]["error"]
     assert sorted(s for s, r in records.items() if r["status"] == "ok") == [0, 1, 2, 4, 5]
 
@@ -189,5 +189,5 @@ def test_a_seed_that_kills_every_worker_is_failed_after_two_deaths(tmp_path, ref
     assert "started replacement worker 1 on cpu" in result.stderr
     assert "1 of 3 seed(s) failed: [1]" in result.stderr
     assert "2 workers died running this seed" in result.stderr
-    ok = [line["seed"] for line in progress_lines(out)[1:] if line["status"] == "ok"]
+    ok = [line["unit"] for line in progress_lines(out)[1:] if line["status"] == "ok"]
     assert sorted(ok) == [0, 2]

@@ -4,8 +4,9 @@
 of its outputs (gpuflow.job.outputlock), the device locks it needs (gpuflow.job.gpulock), handles
 SIGTERM/SIGUSR1 as a stop request (gpuflow.job.stopping) and samples what it uses; when the step
 ends it writes the job record (gpuflow.job.record). A step reaches its job with `current()`
-and asks it for its resume state, its progress file, the NaN guard and stop requests; it
-writes no state, progress or lock file of its own. All job files are named by the first
+and asks it for its resume state (a `State` snapshot, or a `UnitLog` of units finished one by one),
+its progress file, the NaN guard and stop requests; it writes no state, progress or lock file of
+its own. All job files are named by the first
 output (gpuflow.job.paths).
 """
 
@@ -22,12 +23,13 @@ from gpuflow.job.divergence import SkippedSteps, check_finite, check_skipped
 from gpuflow.job.finished_states import release
 from gpuflow.job.gpulock import gpus_for_this_process
 from gpuflow.job.outputlock import exclusive_outputs, locks_this_process
-from gpuflow.job.paths import PROGRESS, SEEDS, STATE, job_file
+from gpuflow.job.paths import PROGRESS, STATE, UNITS, job_file
 from gpuflow.job.progress import ProgressWriter, progress_path
 from gpuflow.job.record import job_record
 from gpuflow.job.state import State, make_fingerprint
 from gpuflow.job.telemetry.job import note
 from gpuflow.job.telemetry.settings import telemetry_settings
+from gpuflow.job.unitlog import UnitLog
 
 
 class Job:
@@ -52,8 +54,7 @@ class Job:
         self.writer = locks_this_process()  # False in torchrun ranks but 0: rank 0 writes
         self.telemetry: Any = None
         self._stack = ExitStack()
-        self._state: State | None = None
-        self._earlier_s = 0.0
+        self._state: State | UnitLog | None = None
 
     @property
     def first_output(self) -> Path:
@@ -81,9 +82,8 @@ class Job:
         trace: TracebackType | None,
     ) -> bool | None:
         Job.active = None
-        earlier = max(self._earlier_s, self._state.earlier_s if self._state is not None else 0.0)
-        if earlier:
-            self.note(earlier_attempts_s=earlier)
+        if self._state is not None and self._state.earlier_s:
+            self.note(earlier_attempts_s=self._state.earlier_s)
         return self._stack.__exit__(kind, error, trace)
 
     def finish(self, code: int) -> int:
@@ -105,10 +105,14 @@ class Job:
         self._state = State(self.first_output, fingerprint)
         return self._state
 
-    def resumed_after(self, seconds: float) -> None:
-        """This attempt goes on from work that earlier attempts spent `seconds` on, kept in a
-        resume file other than `state()` (the sweep's seed log): the job record notes it."""
-        self._earlier_s = seconds
+    def unit_log(
+        self, inputs: Iterable[str | Path] = (), settings: Any = None, identity: Any = None
+    ) -> UnitLog:
+        """The job's unit log (not yet opened), fingerprinted as `state` is: for a step whose
+        units (a shard's seeds) finish on their own, in any order, on several workers."""
+        unit_log = UnitLog(self.first_output, make_fingerprint(inputs, settings, identity))
+        self._state = unit_log
+        return unit_log
 
     def progress(self, total: float, unit: str, resumed_at: float = 0) -> ProgressWriter:
         """The job's progress file (`gpuflow status` reads it): `update(done)` as units finish.
@@ -120,11 +124,11 @@ class Job:
         return ProgressWriter(path, total, unit, resumed_at)
 
     def release(self, outputs: Iterable[str | Path] | None = None) -> None:
-        """The outputs are written: drop the state, seeds and progress files, or under the workflow
-        keep them until the run has accepted `outputs` (default: the job's outputs)."""
+        """The outputs are written: drop the state, unit log and progress files, or under the
+        workflow keep them until the run has accepted `outputs` (default: the job's outputs)."""
         if not self.writer or not self.outputs:
             return
-        files = [job_file(self.first_output, kind) for kind in (STATE, PROGRESS, SEEDS)]
+        files = [job_file(self.first_output, kind) for kind in (STATE, PROGRESS, UNITS)]
         release(files, outputs=self.outputs if outputs is None else list(outputs))
 
     # --- guards ---------------------------------------------------------------------------

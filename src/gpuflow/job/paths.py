@@ -13,8 +13,8 @@ from pathlib import Path
 
 JOBS = "jobs"
 RECORD, PROGRESS, STATE = "record.json", "progress.json", "state.pt"
-SEEDS = "seeds.jsonl"
-KINDS = (RECORD, PROGRESS, STATE, SEEDS)
+UNITS = "units.jsonl"
+KINDS = (RECORD, PROGRESS, STATE, UNITS)
 
 
 def family_root(output: str | Path) -> Path:

@@ -2,7 +2,8 @@
 
 Seeds already in the shard's seed log are skipped; the rest run in one worker per device
 (gpuflow.sweep.pool). Each finished seed is appended durably to the seed log (the job's resume
-state, gpuflow.sweep.seedlog) and counted in the job's progress file; the table
+state, a gpuflow.job.unitlog whose units are seeds) and counted in the job's progress file; the
+table
 (CSV, one row per seed, in seed order) and the run record (JSON) are written atomically once
 every seed is done. Failed seeds are recorded and do not stop the others; the step then fails
 naming them (a re-run tries them again).
@@ -26,7 +27,6 @@ from gpuflow.settings.blocks import family_settings
 from gpuflow.sweep.columns import COLUMNS
 from gpuflow.sweep.experiment import METHODS
 from gpuflow.sweep.pool import Outcome, SeedPool
-from gpuflow.sweep.seedlog import SeedLog
 
 TARGET = "gpuflow.sweep.experiment:run_seed"
 
@@ -85,12 +85,11 @@ def main(args: argparse.Namespace) -> int:
     settings = shard_settings(args, sweep)
     devices = worker_devices(sweep["device"], sweep["cpu_workers"])
     job = current([args.out, args.run_out])
-    seed_log = SeedLog(args.out, settings).open()
+    seed_log = job.unit_log(settings=settings).open()
     started = time.perf_counter()
     try:
         if seed_log.started_over:
             log(f"{seed_log.path}: {seed_log.reason}, starting over")
-        job.resumed_after(seed_log.earlier_s)
         rows = {s: r for s, r in seed_log.done().items() if s in seeds}
         todo = [s for s in seeds if s not in rows]
         name = f"{args.method} rank={args.teacher_rank} width={args.student_width}"

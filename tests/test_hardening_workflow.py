@@ -247,7 +247,7 @@ def tmp_file_under(folder: str) -> Callable[[Path], bool]:
 
 SSVAE_STATE = "results/ssvae/jobs/frac~0.1/corrupt~0.5/alpha~1/seed~0/metrics.json.state.pt"
 SCALING_STATE = "results/scaling/jobs/runs/short/nodes~1/world~2/run.json.state.pt"
-SWEEP_PROGRESS = "results/sweep/jobs/shards/method~gnc/rank~2/width~4/shard~0.csv.units.jsonl"
+SWEEP_UNIT_LOG = "results/sweep/jobs/shards/method~gnc/rank~2/width~4/shard~0.csv.units.jsonl"
 FLUENCY_LOG = "results/fluency/logs/perplexity/shard~0.log"
 SEED_FLOOR_S = 1
 
@@ -271,7 +271,7 @@ def faults() -> list[Fault]:
         ),
         Fault(
             "sweep shard killed after its first seed",
-            lambda w: lines(w / SWEEP_PROGRESS) >= 2,
+            lambda w: lines(w / SWEEP_UNIT_LOG) >= 2,
             "sweep-shard --method gnc",
         ),
         Fault(
@@ -436,7 +436,7 @@ def test_corrupted_resume_states_are_reported_and_the_jobs_start_over(reference,
     whole = (workdir / scaling_state).read_bytes()
     (workdir / scaling_state).write_bytes(whole[: len(whole) // 2])  # truncated
     # A finished shard keeps no progress file: write the one a killed job would leave, cut short.
-    progress = workdir / SWEEP_PROGRESS.replace("method~gnc", "method~gd")
+    progress = workdir / SWEEP_UNIT_LOG.replace("method~gnc", "method~gd")
     progress.write_bytes(b'{"kind": "header", "fingerprint": "' + b"\xff\xfe garbage\n")
     targets = [
         "results/ssvae/frac~0.1/corrupt~0.5/alpha~1/seed~0/metrics.json",

@@ -293,6 +293,14 @@ def test_jobs_come_from_snakemake_records_with_wildcards_resources_and_reasons(t
     assert (train.local, jobs["all"].local) == (False, True), "a rule without body is local"
 
 
+def test_the_params_digest_leaves_out_only_string_params_naming_a_wildcard_value():
+    """Snakemake serialises each param as its repr: a seed taken from the wildcard is "'3'"."""
+    assert params_digest(["'3'", "5"], {"seed": "3"}) == params_digest(["'4'", "5"], {"seed": "4"})
+    assert params_digest(["'3'", "5"], {"seed": "3"}) != params_digest(["'3'", "75"], {"seed": "3"})
+    world_4, world_2 = params_digest(["4", "x"], {"world": "4"}), params_digest(["2", "x"], {})
+    assert world_4 != params_digest(["x"], {}) and world_4 != world_2, "a number stays"
+
+
 def test_reasons_are_sorted_into_resume_changed_and_downstream():
     def why(incomplete: bool = False, **parts: set[str] | bool) -> str:
         reason = Reason()

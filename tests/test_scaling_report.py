@@ -152,9 +152,9 @@ def test_steps_the_fp16_loss_scaler_skipped_are_counted_in_the_tables_and_the_re
 
 def test_a_run_record_of_an_older_gpuflow_is_named_with_what_it_lacks(tmp_path: Path):
     """Snakemake keeps a finished training whose params did not change; its record may predate
-    a field the tables read (here the fp16 skipped steps, and an epoch's peak memory)."""
+    a field the tables read (here the fp16 skipped steps, its host, an epoch's peak memory)."""
     old = fake_run("tiny", 2, 5.0, 3.0)
-    del old["skipped_steps"], old["epochs"][1]["peak_memory_mb"]
+    del old["skipped_steps"], old["run_record"]["host"], old["epochs"][1]["peak_memory_mb"]
     current = tmp_path / "current.json"
     current.write_text(json.dumps(fake_run("tiny", 1, 4.0, 0.0)))
     (tmp_path / "old.json").write_text(json.dumps(old))
@@ -162,5 +162,5 @@ def test_a_run_record_of_an_older_gpuflow_is_named_with_what_it_lacks(tmp_path: 
     with pytest.raises(DataError) as error:
         read_runs([str(current), str(tmp_path / "old.json")])
     assert str(error.value).startswith(f"{tmp_path / 'old.json'}: a run record without")
-    assert "skipped_steps, peak_memory_mb" in str(error.value)
+    assert "without skipped_steps, run_record.host, peak_memory_mb," in str(error.value)
     assert "snakemake --forcerun scaling_train" in str(error.value)

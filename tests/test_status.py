@@ -193,6 +193,8 @@ def test_a_recorded_failure_stands_unless_a_run_started_after_it(tmp_path):
     assert state(run_active=False) == "failed"
     assert state(run_active=True, run_started=900.0) == "failed", "it failed in the active run"
     assert state(run_active=True, run_started=1100.0) == "queued", "the active run retries it"
+    killed_later = seen_with_marker(tmp_path, 1200.0, run_active=False)
+    assert classify(SLOW, killed_later).state == "incomplete", "a later attempt was killed"
     record.write_text(json.dumps({"status": "finished", "ended": 1000.0}))
     assert state(run_active=False) == "todo"
 

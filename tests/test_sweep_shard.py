@@ -71,7 +71,7 @@ def table(path: Path) -> list[dict[str, str]]:
         return [{k: v for k, v in row.items() if k != "wall_s"} for row in csv.DictReader(handle)]
 
 
-def progress_lines(out: Path) -> list[dict]:
+def unit_log_lines(out: Path) -> list[dict]:
     path = job_file(out, UNITS)
     if not path.exists():
         return []
@@ -121,12 +121,12 @@ def test_a_shard_killed_midway_reruns_only_the_missing_seeds_and_ends_identical(
         )
     try:
         deadline = time.monotonic() + 120
-        while len(progress_lines(out)) < 3 and time.monotonic() < deadline:  # header + 2 seeds
+        while len(unit_log_lines(out)) < 3 and time.monotonic() < deadline:  # header + 2 seeds
             assert job.poll() is None, log_path.read_text()
             time.sleep(0.02)
         job.send_signal(signal.SIGKILL)
         job.wait()
-        done_before = {line["unit"] for line in progress_lines(out)[1:]}
+        done_before = {line["unit"] for line in unit_log_lines(out)[1:]}
         assert 2 <= len(done_before) < 6, "the kill must land midway"
         assert not out.exists(), "no table before every seed is done"
         for pid in worker_pids(log_path.read_text()):  # workers die with their job
@@ -172,7 +172,7 @@ def test_a_failing_seed_is_recorded_does_not_stop_the_others_and_fails_the_shard
     assert "1 of 6 seed(s) failed: [3]" in result.stderr
     assert "injected fault at seed 3" in result.stderr
     assert not out.exists()
-    records = {line["unit"]: line for line in progress_lines(out)[1:]}
+    records = {line["unit"]: line for line in unit_log_lines(out)[1:]}
     assert records[3]["status"] == "failed" and "injected fault" in records[3]["error"]
     assert sorted(s for s, r in records.items() if r["status"] == "ok") == [0, 1, 2, 4, 5]
 
@@ -189,5 +189,5 @@ def test_a_seed_that_kills_every_worker_is_failed_after_two_deaths(tmp_path, ref
     assert "started replacement worker 1 on cpu" in result.stderr
     assert "1 of 3 seed(s) failed: [1]" in result.stderr
     assert "2 workers died running this seed" in result.stderr
-    ok = [line["unit"] for line in progress_lines(out)[1:] if line["status"] == "ok"]
+    ok = [line["unit"] for line in unit_log_lines(out)[1:] if line["status"] == "ok"]
     assert sorted(ok) == [0, 2]

@@ -134,8 +134,19 @@ def test_a_failed_step_records_its_telemetry_too(tmp_path, capsys):
     files = {"texts": {"source": "files", "files": [str(bad)], "id_column": "id"}}
     argv = ["fluency-texts", "--settings", json.dumps(files), "--out", str(out)]
     assert gpuflow_main(argv) == 2
-    assert json.loads(record_path(out).read_text())["status"].startswith("failed")
+    record = json.loads(record_path(out).read_text())
+    assert record["status"] == "failed (DataError)"
+    assert record["error"].startswith(f"{bad}, row 2:"), "the error's first line, for status"
     assert not out.exists()
+
+
+def test_a_step_interrupted_by_ctrl_c_is_recorded_stopped_not_failed(tmp_path):
+    """Ctrl-C on a local run reaches its jobs too: like a SIGTERM, not the step's failure."""
+    out = tmp_path / "out.json"
+    with pytest.raises(KeyboardInterrupt), job_record("test", [out], INTERVAL):
+        raise KeyboardInterrupt
+    record = json.loads(record_path(out).read_text())
+    assert record["status"] == "stopped" and "error" not in record
 
 
 def test_only_rank_0_of_a_torchrun_job_samples(tmp_path, monkeypatch):

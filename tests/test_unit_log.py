@@ -56,3 +56,16 @@ def test_a_unit_log_of_another_fingerprint_is_started_over_and_holds_no_work(tmp
     second.close()
     assert second.started_over and second.done() == {} and second.earlier_s == 0
     assert second.reason == "written for other inputs, settings or gpuflow version"
+
+
+def test_an_older_gpuflow_s_seed_log_is_removed_with_one_line(tmp_path: Path, capsys):
+    out = tmp_path / "shard~0.csv"
+    legacy = job_file(out, UNITS).with_name("shard~0.csv.seeds.jsonl")
+    legacy.parent.mkdir(parents=True)
+    legacy.write_text('{"kind": "header", "settings": {"a": 1}, "version": "0.9"}\n')
+    log = UnitLog(out, ONE).open()
+    log.close()
+    assert not legacy.exists() and log.done() == {}
+    assert capsys.readouterr().out == (
+        f"ignoring {legacy}: a seed log of an older gpuflow; starting over\n"
+    )

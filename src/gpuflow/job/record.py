@@ -65,7 +65,7 @@ def job_record(step: str, outputs: list[Path], interval_s: float) -> Iterator[Jo
         yield telemetry
         if telemetry.status == "running":
             telemetry.status = "finished"
-    except Stopped:
+    except (Stopped, KeyboardInterrupt):  # SIGTERM/SIGUSR1, or Ctrl-C on a local run
         telemetry.status = "stopped"
         raise
     except BaseException as error:

@@ -54,6 +54,7 @@ class UnitLog:
         """
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock.enter_context(exclusive_output(self.first_output))
+        self._drop_legacy()
         lines = self._read_whole_lines()
         try:
             fingerprint, records = self._parse(lines)
@@ -74,6 +75,14 @@ class UnitLog:
         )
         self._handle = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (closed by close())
         return self
+
+    def _drop_legacy(self) -> None:
+        """Remove the seed log an older gpuflow kept for this job (`<output>.seeds.jsonl`), which
+        this one cannot resume from, with one line: nothing else would ever remove it."""
+        legacy = self.path.with_name(f"{self.first_output.name}.seeds.jsonl")
+        if legacy.is_file():
+            print(f"ignoring {legacy}: a seed log of an older gpuflow; starting over", flush=True)
+            legacy.unlink()
 
     def _read_whole_lines(self) -> list[bytes]:
         if not self.path.exists():

@@ -236,9 +236,10 @@ def params_digest(params: list[Any], wildcards: dict[str, Any] | None = None) ->
     """A short digest of a job's params as Snakemake's persistence serialises them (its
     settings and seeds: what the job computes, so what it costs). Resources are not in it, nor
     a param that is one of the job's `wildcards` values (one seed per job: which seed, not what
-    it costs), so jobs of one rule that differ only by their wildcards share a digest."""
-    values = [str(value) for value in (wildcards or {}).values()]
-    named = {*values, *map(repr, values)}  # a param is serialised as its repr: '3' or 3
+    it costs), so jobs of one rule that differ only by their wildcards share a digest. Only a
+    string param counts as one (serialised as its repr, "'3'"): wildcards are strings, and a
+    number that happens to equal one (4 CPU slots, world size 4) stays."""
+    named = {repr(str(value)) for value in (wildcards or {}).values()}
     text = json.dumps([p for p in params if str(p) not in named], sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 

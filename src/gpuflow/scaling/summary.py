@@ -33,6 +33,7 @@ SUMMARISED_EPOCH_FIELDS = [
     "cpu_seconds_per_process", "comm_exposed_ms", "comm_total_ms", "comm_probe_steps",
     "val_accuracy", "peak_memory_mb",
 ]  # fmt: skip
+RUN_RECORD_FIELDS = ["host", "slurm_job_id"]  # what `run_row` reads of where the run ran
 RUN_COLUMNS = [
     "configuration", "world_size", "nodes", "processes_per_node", "device_type", "backend",
     "precision", "global_batch_size", "per_gpu_batch_size", "accumulation_steps",
@@ -52,7 +53,10 @@ def read_runs(paths: list[str]) -> list[dict[str, Any]]:
         run = json.loads(Path(path).read_text())
         if not run.get("epochs"):
             raise DataError(path, "no epochs recorded", expected="a finished scaling-train run")
-        missing = [c for c in [*RUN_COLUMNS, "run_record"] if c not in run]
+        missing = [c for c in RUN_COLUMNS if c not in run]
+        missing += [
+            f"run_record.{c}" for c in RUN_RECORD_FIELDS if c not in run.get("run_record", {})
+        ]
         missing += sorted({c for e in run["epochs"] for c in SUMMARISED_EPOCH_FIELDS if c not in e})
         if missing:
             raise DataError(

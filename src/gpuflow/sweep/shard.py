@@ -3,9 +3,8 @@
 Seeds already in the shard's seed log are skipped; the rest run in one worker per device
 (gpuflow.sweep.pool). Each finished seed is appended durably to the seed log (the job's resume
 state, a gpuflow.job.unitlog whose units are seeds) and counted in the job's progress file; the
-table
-(CSV, one row per seed, in seed order) and the run record (JSON) are written atomically once
-every seed is done. Failed seeds are recorded and do not stop the others; the step then fails
+table (CSV, one row per seed, in seed order) and the run record (JSON) are written atomically
+once every seed is done. Failed seeds are recorded and do not stop the others; the step then fails
 naming them (a re-run tries them again).
 """
 

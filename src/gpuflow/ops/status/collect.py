@@ -5,9 +5,9 @@ A job is
   lock's holder is alive (gpuflow.job.outputlock), or the Snakemake run active in the working
   directory marked it incomplete (it started in this run);
 - done: every output exists and no incomplete marker is left;
-- failed: its job record says its last attempt failed (and no run has started since, which
-  would retry it), the latest run log reports it ("Error in rule": a job killed before it could
-  write its record), or SLURM ended it unsuccessfully;
+- failed: its job record says its last attempt failed (no incomplete marker is left, and no
+  run has started since, which would retry it), the latest run log reports it ("Error in
+  rule": a job killed before it could write its record), or SLURM ended it unsuccessfully;
 - incomplete: Snakemake's marker is left by a killed run or job (none, or one older than the
   active run), whether or not its outputs exist (a killed job may have written part): a run
   redoes it;
@@ -110,7 +110,9 @@ def _failed_for(job: Job, failed: list[FailedJob]) -> FailedJob | None:
 
 def recorded_failure(output: Path, seen: Seen) -> str | None:
     """The error of a job whose record says its last attempt failed ('failed (DataError): ...'),
-    unless a run active now started after it (that run retries the job); else None."""
+    unless a run active now started after it (that run retries the job); else None. Asked only
+    when no incomplete marker is left: Snakemake removes a failed job's marker, so a marker says
+    a later attempt was killed (the job is incomplete)."""
     record = read_record(record_path(output)) or {}
     status, ended = record.get("status"), record.get("ended")
     if not isinstance(status, str) or not status.startswith("failed"):
@@ -134,7 +136,7 @@ def classify(job: Job, seen: Seen) -> JobStatus:
     status = JobStatus(job, "todo", family_of(job.rule), slurm=slurm)
     held = next((t for t in map(local_holder_alive, paths) if t is not None), None)
     report = _failed_for(job, seen.failed)
-    recorded = recorded_failure(paths[0], seen) if paths else None
+    recorded: str | None = None
     if slurm is not None and slurm.state in RUNNING:
         status.state = "running"
     elif slurm is not None and slurm.state in QUEUED:
@@ -143,7 +145,11 @@ def classify(job: Job, seen: Seen) -> JobStatus:
         status.state = "running"
     elif marker is None and paths and all(p.exists() for p in paths):
         status.state = "done"
-    elif report or recorded or (slurm is not None and slurm.state in ENDED_BADLY):
+    elif (
+        report is not None
+        or (slurm is not None and slurm.state in ENDED_BADLY)
+        or (marker is None and paths and (recorded := recorded_failure(paths[0], seen)))
+    ):
         status.state = "failed"
         logs = report.log if report is not None else job.log
         status.log, status.last_line = last_error_line(logs or job.log, root)
@@ -221,7 +227,7 @@ def account(status: JobStatus, seen: Seen, planned: Planned, benchmarks: Benchma
     not known); a running job's GPUs x the time since it started.
 
     Still expected: a running job's ETA, else the plan's expected time per job (earlier
-    benchmarks of its rule, or its runtime) less the time it has run.
+    benchmarks of its rule and params, or its runtime) less the time it has run.
     """
     job, gpus = status.job, status.job.gpus
     first = seen.directory / job.output[0]

@@ -207,6 +207,7 @@ def test_the_folder_s_own_benchmarks_plan_jobs_of_the_same_params_with_earlier_a
     assert (other["jobs"], other["why"]) == (3, {"changed": 2, "missing": 1})
     assert other["from_benchmarks"] is False and other["from_record"] is None
     assert other["expected_h_per_job"] == pytest.approx(10)
+    assert (same["benchmarks_other_params"], other["benchmarks_other_params"]) == (0, 2)
     status = run_gpuflow(
         "status", "--json", "--snakefile", str(snakefile), "--directory", str(ran),
         "--configfile", str(five),

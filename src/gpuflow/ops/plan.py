@@ -160,6 +160,16 @@ class Benchmarks:
         scaled = [seconds * size / bench_size for seconds, bench_size in samples if bench_size]
         return sum(scaled) / len(scaled) / 3600, source
 
+    def other_params(self, jobs: list[Job]) -> int:
+        """How many of this folder's benchmark files of the rule of `jobs` ran with params none
+        of them has (left out of their expected time: 5 epochs say nothing of 75)."""
+        regex = benchmark_regex(jobs[0])
+        if regex is None:
+            return 0
+        params = {job.params for job in jobs}
+        entries = self.own["benchmarks"].items()
+        return sum(1 for path, e in entries if e["params"] not in params and regex.match(path))
+
     def devices(self, name: str) -> str:
         """What the timings record `name` was measured on."""
         for record_name, record in self.records:
@@ -238,6 +248,9 @@ def summarise(
         row["gpu_h_expected"] += job.gpus * hours
         row["why"][job.why] = row["why"].get(job.why, 0) + 1
     for row in rows.values():
+        row["benchmarks_other_params"] = benchmarks.other_params(
+            [job for job in jobs if job.rule == row["rule"]]
+        )
         n = row["jobs"]
         row["expected_h_per_job"] = row.pop("expected_h") / n
         row["gpus_per_job"] = "/".join(str(g) for g in sorted(row["gpus_per_job"]))
@@ -301,6 +314,12 @@ def render(
         "sbatch: job arrays count once per chunk.",
     ]
     lines += [f"m: {name}, measured on {devices}" for name, devices in sorted(measured_on.items())]
+    lines += [
+        f"{row['rule']}: {row['benchmarks_other_params']} benchmark file(s) of this folder's jobs "
+        "ran with other params, left out"
+        for row in rows
+        if row["benchmarks_other_params"]
+    ]
     lines += telemetry_lines(rows)
     resume = sum(row["why"].get(k, 0) for row in rows for k in ("missing", "incomplete"))
     incomplete = sum(row["why"].get("incomplete", 0) for row in rows)

@@ -23,6 +23,7 @@ import pytest
 
 from gpuflow.job.paths import RECORD, job_file
 from gpuflow.job.progress import ProgressWriter, progress_path, write_progress
+from gpuflow.job.record import read_record
 from gpuflow.ops.plan import Job, plan_jobs
 from gpuflow.ops.snakemake_adapter import Marker, failed_jobs, snakemake_started
 from gpuflow.ops.status.collect import Seen, classify, telemetry_gpu_hours
@@ -297,11 +298,13 @@ def test_gpu_hours_used_come_from_a_telemetry_file_only_where_nvml_saw_the_gpus(
     telemetry = job_file(output, RECORD)
     telemetry.parent.mkdir(parents=True)
     telemetry.write_text(json.dumps({"gpu": {"count": 2, "gpu_hours": 1.5}}))
-    assert telemetry_gpu_hours(output) == 1.5
+    assert telemetry_gpu_hours(read_record(telemetry) or {}) == 1.5
     telemetry.write_text(json.dumps({"gpu": {"absent": "NVML init failed", "count": 0}}))
-    assert telemetry_gpu_hours(output) is None, "no GPU seen: the job's wall time counts"
+    assert telemetry_gpu_hours(read_record(telemetry) or {}) is None, (
+        "no GPU seen: the job's wall time counts"
+    )
     telemetry.unlink()
-    assert telemetry_gpu_hours(output) is None
+    assert telemetry_gpu_hours(read_record(telemetry) or {}) is None
 
 
 FAILING_STEP = """

@@ -40,10 +40,9 @@ def benchmark_seconds(path: Path) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def earlier_attempts_s(first_output: Path) -> float:
-    """Seconds the earlier attempts of a finished job spent on the work it resumed (0 for a
-    job that ran in one attempt, or without a record)."""
-    record = read_job_record(record_path(first_output)) or {}
+def earlier_attempts_s(record: dict[str, Any]) -> float:
+    """Seconds the earlier attempts of a finished job spent on the work it resumed, from its
+    job record (0 for a job that ran in one attempt; `record` {} where it has none)."""
     timings = record.get("timings") if record.get("status") == "finished" else None
     seconds = timings.get("earlier_attempts_s", 0.0) if isinstance(timings, dict) else 0.0
     return float(seconds) if isinstance(seconds, int | float) else 0.0
@@ -100,7 +99,7 @@ def measured(dag: Dag, directory: Path) -> tuple[dict[str, dict[str, Any]], int]
         if ran is None:
             unknown += 1
             continue
-        seconds += earlier_attempts_s(directory / job.output[0])
+        seconds += earlier_attempts_s(read_job_record(record_path(directory / job.output[0])) or {})
         found[job.benchmark] = {"seconds": seconds, "params": ran}
     return found, unknown
 

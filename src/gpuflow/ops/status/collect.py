@@ -22,6 +22,7 @@ import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from gpuflow.job.outputlock import SINCE_FORMAT, lock_path, read_holder
 from gpuflow.job.record import read_record, record_path
@@ -212,10 +213,9 @@ def job_hours(status: JobStatus, seen: Seen) -> float:
     return max(times[1] - times[0], 0.0) / 3600 if times else 0.0
 
 
-def telemetry_gpu_hours(output: Path) -> float | None:
+def telemetry_gpu_hours(record: dict[str, Any]) -> float | None:
     """GPU-hours a job's record (its telemetry) holds, if it saw its GPUs (NVML answered)."""
-    summary = read_record(record_path(output)) or {}
-    gpu = summary.get("gpu") or {}
+    gpu = record.get("gpu") or {}
     return float(gpu["gpu_hours"]) if gpu.get("count") else None
 
 
@@ -236,9 +236,10 @@ def account(status: JobStatus, seen: Seen, planned: Planned, benchmarks: Benchma
         status.progress = job_progress(job, seen.directory)
         status.gpu_h_spent = gpus * max(seen.now - started, 0.0) / 3600
     elif status.state == "done" and gpus:
-        measured = telemetry_gpu_hours(first)
+        record = read_record(record_path(first)) or {}
+        measured = telemetry_gpu_hours(record)
         status.gpu_h_spent = gpus * job_hours(status, seen) if measured is None else measured
-        status.gpu_h_spent += gpus * earlier_attempts_s(first) / 3600
+        status.gpu_h_spent += gpus * earlier_attempts_s(record) / 3600
     if status.state != "done":
         eta = status.progress.eta_s(seen.now) if status.progress else None
         if eta is not None:

@@ -82,6 +82,9 @@ rule train:
     shell: 'sleep 0.3; echo {params.epochs} > {output}'
 """
 
+# A job sleeps 0.3 s; Snakemake's benchmark timer starts a little after the shell (0.28 s seen).
+MEASURED_MIN_S = 0.2
+
 
 def timed_workflow(tmp_path: Path) -> tuple[Path, Path, Path]:
     """A Snakefile whose jobs' cost depends on a param (and another param names the job's
@@ -125,7 +128,7 @@ def test_times_recorded_on_the_gpu_machine_plan_the_same_jobs_where_they_never_r
     assert written.name.endswith("-cpu-timings.json"), done.stdout
     record = json.loads(written.read_text())
     assert set(record["benchmarks"]) == {"bench/point~1.tsv", "bench/point~2.tsv"}
-    assert all(0.3 <= entry["seconds"] < 30 for entry in record["benchmarks"].values())
+    assert all(MEASURED_MIN_S <= entry["seconds"] < 30 for entry in record["benchmarks"].values())
     assert record["devices"] == ["cpu"] and {"torch", "cuda", "commit", "created"} <= set(record)
 
     def record_as_h100() -> dict:
@@ -183,8 +186,8 @@ def test_the_folder_s_own_benchmarks_plan_jobs_of_the_same_params_with_earlier_a
     [written] = records.iterdir()
     committed = json.loads(written.read_text())
     recorded_s = {k: e["seconds"] for k, e in committed["benchmarks"].items()}
-    assert 3600.3 <= recorded_s["bench/point~1.tsv"] < 3630
-    assert 0.3 <= recorded_s["bench/point~2.tsv"] < 30
+    assert 3600 + MEASURED_MIN_S <= recorded_s["bench/point~1.tsv"] < 3630
+    assert MEASURED_MIN_S <= recorded_s["bench/point~2.tsv"] < 30
     for entry in committed["benchmarks"].values():
         entry["seconds"] = 99_999  # told apart from the folder's own
     written.write_text(json.dumps(committed))

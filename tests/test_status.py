@@ -21,12 +21,14 @@ from typing import Any
 
 import pytest
 
+from gpuflow.job.outputlock import read_holder
 from gpuflow.job.paths import RECORD, job_file
 from gpuflow.job.progress import ProgressWriter, progress_path, write_progress
 from gpuflow.job.record import read_record
+from gpuflow.job.telemetry.tables import read_folder
 from gpuflow.ops.plan import Job, plan_jobs
 from gpuflow.ops.snakemake_adapter import Marker, failed_jobs, snakemake_started
-from gpuflow.ops.status.collect import Seen, classify, telemetry_gpu_hours
+from gpuflow.ops.status.collect import KILLED, Seen, classify, telemetry_gpu_hours
 from gpuflow.ops.status.main import run_state
 from gpuflow.ops.status.progress import Progress, job_progress
 from gpuflow.ops.status.report import as_dict, render
@@ -352,6 +354,68 @@ def test_a_failed_step_stays_failed_after_later_runs_from_its_job_record(tmp_pat
     (tmp_path / "results" / "logs" / "aggregate.log").unlink()
     [job] = failed()
     assert job["last_line"].startswith("failed (DataError): shard.csv: missing columns")
+
+
+KILLED_STEP = """
+import json
+
+rule shard:
+    output: table='results/shard.csv', run='results/shard.run.json'
+    log: 'results/logs/shard.log'
+    params:
+        settings=json.dumps({"data": {"seed": 0, "input_dim": 8, "output_dim": 8, "n_train": 4,
+            "label_noise": 0.0}, "gnc": {"loss_threshold": 1e-9, "max_guesses": 80000,
+            "batch_size": 4096}}),
+        runtime=json.dumps({"device": "cpu", "cpu_workers": 1}),
+    shell: 'gpuflow sweep-shard --method gnc --teacher-rank 2 --student-width 4 --seeds 0:20000'
+           ' --settings {params.settings:q} --runtime {params.runtime:q} --out {output.table}'
+           ' --run-out {output.run} > {log} 2>&1'
+
+rule other:
+    output: 'results/other.txt'
+    shell: 'echo ok > {output}'
+"""
+
+
+def test_a_step_killed_under_a_live_run_stays_failed_after_later_runs(tmp_path):
+    """A SIGKILL (the out-of-memory killer's) leaves a step no time to end its job record: the
+    record it wrote when it started, with no live holder of its output lock, says it was killed,
+    after the run that saw it die and after later runs too. The family reports and the plan read
+    only ended records."""
+    snakefile = tmp_path / "Snakefile"
+    snakefile.write_text(KILLED_STEP, encoding="utf-8")
+    command = [str(BIN / "snakemake"), "--snakefile", str(snakefile), "--cores", "1"]
+    env = workflow_env()
+
+    def status() -> dict[str, Any]:
+        result = subprocess.run(
+            [str(BIN / "gpuflow"), "status", "--json", "--snakefile", str(snakefile)],
+            cwd=tmp_path, env=env, capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        return json.loads(result.stdout)
+
+    table = tmp_path / "results" / "shard.csv"
+    run = subprocess.Popen(
+        [*command, "results/shard.csv"], cwd=tmp_path, env=env, start_new_session=True,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        wait_for(lambda: read_record(job_file(table, RECORD)), "the record of the step", 120)
+        during = status()
+        assert [job["rule"] for job in during["running"]] == ["shard"] and not during["failed"]
+        os.kill(int((read_holder(table) or {})["pid"]), signal.SIGKILL)
+        assert run.wait(timeout=60) != 0
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+    [job] = status()["failed"]
+    assert job["rule"] == "shard" and job["last_line"] == KILLED
+    subprocess.run([*command, "results/other.txt"], cwd=tmp_path, env=env, check=True,
+                   capture_output=True)  # fmt: skip
+    after = status()
+    assert [(job["rule"], job["last_line"]) for job in after["failed"]] == [("shard", KILLED)]
+    assert by_rule(after)["shard"]["failed"] == 1
+    assert read_folder(tmp_path / "results") == {}, "no report lists a step that never ended"
 
 
 def test_failed_jobs_are_read_from_snakemakes_run_log(tmp_path):

@@ -5,8 +5,11 @@ the step's own timings, see gpuflow.job.telemetry), where the job ran (step, out
 SLURM job, start and end) and, when the step failed, the first line of its error. Reports,
 `gpuflow plan` and `gpuflow status` read it.
 
-It is written when the step finishes, fails or stops on a signal. Which process samples and
-writes it: the one that holds the step's output locks (see gpuflow.job.telemetry.job).
+It is written when the step starts (status "running": where, since when) and again when it
+finishes, fails or stops on a signal. A record still "running" whose step holds no output lock
+was left by a step killed before it could end (SIGKILL, the out-of-memory killer): `gpuflow
+status` reads it so. Which process samples and writes it: the one that holds the step's output
+locks (see gpuflow.job.telemetry.job).
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from gpuflow.job.stopping import Stopped
 from gpuflow.job.telemetry.job import JobTelemetry, job_gpus, node_count, tree_root
 from gpuflow.job.telemetry.sampler import Sampler
 
+STARTED = "running"  # the status of the record written when the step starts
+
 
 def record_path(first_output: str | Path) -> Path:
     """The record file of the job whose first output is `first_output`."""
@@ -40,6 +45,12 @@ def read_record(path: str | Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return record if isinstance(record, dict) else None
+
+
+def ended(record: dict[str, Any]) -> bool:
+    """Whether the record is of a step that ended (finished, failed or stopped), so it holds
+    the step's telemetry; a record written at the start says "running"."""
+    return record.get("status") != STARTED
 
 
 @contextmanager
@@ -61,6 +72,7 @@ def job_record(step: str, outputs: list[Path], interval_s: float) -> Iterator[Jo
         "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
         "started": time.time(),
     }
+    _write(outputs[0], {**identity, "status": STARTED}, quiet=True)
     try:
         yield telemetry
         if telemetry.status == "running":
@@ -80,9 +92,9 @@ def job_record(step: str, outputs: list[Path], interval_s: float) -> Iterator[Jo
 
 
 def _write(first_output: Path, record: dict[str, Any], quiet: bool) -> None:
-    """Write the record. After a failed step it is written only when the output's folder exists
-    (none is made for a job that wrote nothing), and a failed write stays silent: the step's
-    own error is the one line to read."""
+    """Write the record. When the step starts, and after a step that did not finish, it is
+    written only when the output's folder exists (none is made for a job that wrote nothing),
+    and a failed write stays silent: the step's own error is the one line to read."""
     if quiet and not Path(first_output).parent.is_dir():
         return
     try:

@@ -189,7 +189,7 @@ class Telemetry:
     def of_rule(self, job: Job) -> dict[str, Any]:
         """GPU-hours used, mean utilisation and flag of the rule's earlier jobs."""
         from gpuflow.job.paths import RECORD, job_file
-        from gpuflow.job.record import read_record
+        from gpuflow.job.record import ended, read_record
         from gpuflow.job.telemetry.tables import rule_summary
 
         if job.rule not in self.cache:
@@ -204,7 +204,8 @@ class Telemetry:
                     )
                 )
             }
-            summaries = [s for s in map(read_record, sorted(paths)) if s is not None]
+            records = [r for r in map(read_record, sorted(paths)) if r is not None]
+            summaries = [record for record in records if ended(record)]
             self.cache[job.rule] = rule_summary(summaries, self.threshold)
         return self.cache[job.rule]
 

@@ -6,18 +6,18 @@ from pathlib import Path
 from typing import Any
 
 from gpuflow.job.paths import RECORD, job_of
-from gpuflow.job.record import read_record
+from gpuflow.job.record import ended, read_record
 from gpuflow.job.telemetry.flags import flag, utilisation
 
 
 def read_folder(folder: str | Path) -> dict[str, dict[str, Any]]:
-    """Every job record under `folder` (its `jobs/` folders), by job (its first output,
+    """Every ended job's record under `folder` (its `jobs/` folders), by job (its first output,
     relative to the family folder)."""
     found = {}
     for path in sorted(Path(folder).rglob(f"*.{RECORD}")):
         job = job_of(path.relative_to(folder), RECORD)
         summary = read_record(path) if job is not None else None
-        if summary is not None:
+        if summary is not None and ended(summary):
             found[job] = summary
     return found
 

@@ -5,9 +5,11 @@ A job is
   lock's holder is alive (gpuflow.job.outputlock), or the Snakemake run active in the working
   directory marked it incomplete (it started in this run);
 - done: every output exists and no incomplete marker is left;
-- failed: its job record says its last attempt failed (no incomplete marker is left, and no
-  run has started since, which would retry it), the latest run log reports it ("Error in
-  rule": a job killed before it could write its record), or SLURM ended it unsuccessfully;
+- failed: its job record says its last attempt failed, or was killed (a record written when
+  the step started and never ended, with no live holder of its output lock), while no
+  incomplete marker is left and no run has started since, which would retry it; or the latest
+  run log reports it ("Error in rule": a job that failed before its step began); or SLURM
+  ended it unsuccessfully;
 - incomplete: Snakemake's marker is left by a killed run or job (none, or one older than the
   active run), whether or not its outputs exist (a killed job may have written part): a run
   redoes it;
@@ -25,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuflow.job.outputlock import SINCE_FORMAT, lock_path, read_holder
-from gpuflow.job.record import read_record, record_path
+from gpuflow.job.record import STARTED, read_record, record_path
 from gpuflow.ops.plan import Benchmarks, Job, Planned
 from gpuflow.ops.snakemake_adapter import FailedJob, Marker
 from gpuflow.ops.status.progress import Progress, job_progress
@@ -110,22 +112,32 @@ def _failed_for(job: Job, failed: list[FailedJob]) -> FailedJob | None:
 
 
 def recorded_failure(output: Path, seen: Seen) -> str | None:
-    """The error of a job whose record says its last attempt failed ('failed (DataError): ...'),
-    unless a run active now started after it (that run retries the job); else None. Asked only
-    when no incomplete marker is left: Snakemake removes a failed job's marker, so a marker says
-    a later attempt was killed (the job is incomplete)."""
+    """The error of a job whose record says its last attempt failed ('failed (DataError): ...')
+    or never ended (still "running" with no live holder of its output lock: killed), unless a
+    run active now started after it (that run retries the job); else None. Asked only when no
+    incomplete marker is left and no holder of the job's output lock is alive: Snakemake removes
+    a failed job's marker, so a marker says a later attempt was killed (the job is incomplete).
+    """
     record = read_record(record_path(output)) or {}
-    status, ended = record.get("status"), record.get("ended")
-    if not isinstance(status, str) or not status.startswith("failed"):
+    status = record.get("status")
+    if status == STARTED:
+        status, since = KILLED, record.get("started")
+    elif isinstance(status, str) and status.startswith("failed"):
+        since = record.get("ended")
+    else:
         return None
     if seen.run_active and not (
         seen.run_started is not None
-        and isinstance(ended, int | float)
-        and ended >= seen.run_started
+        and isinstance(since, int | float)
+        and since >= seen.run_started
     ):
         return None
     error = record.get("error")
     return f"{status}: {error}" if isinstance(error, str) and error else status
+
+
+# What status says of a job whose record was written when it started and never again.
+KILLED = "failed (killed: its job record was never ended)"
 
 
 def classify(job: Job, seen: Seen) -> JobStatus:
@@ -138,6 +150,7 @@ def classify(job: Job, seen: Seen) -> JobStatus:
     held = next((t for t in map(local_holder_alive, paths) if t is not None), None)
     report = _failed_for(job, seen.failed)
     recorded: str | None = None
+    ended_badly = slurm is not None and slurm.state in ENDED_BADLY
     if slurm is not None and slurm.state in RUNNING:
         status.state = "running"
     elif slurm is not None and slurm.state in QUEUED:
@@ -147,15 +160,16 @@ def classify(job: Job, seen: Seen) -> JobStatus:
     elif marker is None and paths and all(p.exists() for p in paths):
         status.state = "done"
     elif (
-        report is not None
-        or (slurm is not None and slurm.state in ENDED_BADLY)
-        or (marker is None and paths and (recorded := recorded_failure(paths[0], seen)))
+        (marker is None and paths and (recorded := recorded_failure(paths[0], seen)))
+        or report is not None
+        or ended_badly
     ):
         status.state = "failed"
         logs = report.log if report is not None else job.log
         status.log, status.last_line = last_error_line(logs or job.log, root)
-        if not status.last_line:
-            status.last_line = report.message if report is not None else recorded or ""
+        if (recorded == KILLED and not ended_badly) or not status.last_line:
+            # a killed step's log ends wherever the kill found it: the record says what happened
+            status.last_line = recorded or (report.message if report is not None else "")
     elif marker is not None:
         # A marker older than the active run was left by a killed one (the run redoes it later).
         this_run = seen.run_started is not None and marker.started >= seen.run_started - 1

@@ -12,13 +12,14 @@ import numpy as np
 import pytest
 import torch
 
+from gpuflow.job.context import current
 from gpuflow.job.paths import STATE, job_file
 from gpuflow.job.state import State
 from gpuflow.settings.blocks import family_schema, select
 from gpuflow.ssvae.batches import epoch_indices
 from gpuflow.ssvae.data import split_embedded
 from gpuflow.ssvae.model import StackedM2
-from gpuflow.ssvae.train import Run, StackTrainer, train, train_settings
+from gpuflow.ssvae.train import Run, StackTrainer, resume_state, train, train_settings
 from tests.conftest import BIN, workflow_env
 
 TINY_CHANGES = {
@@ -296,6 +297,20 @@ def test_a_state_from_other_settings_is_not_resumed(data_path, tmp_path):
         [Run("baseline", 0.05, 0.0, None, 0)], data_path, settings, [tmp_path / "m.json"]
     )
     assert metrics["timing"]["resumed_from_epoch"] is None
+
+
+def test_a_state_saved_on_another_device_type_is_not_resumed(data_path, tmp_path):
+    """CPU and CUDA generators draw different noise, and their states do not load into each
+    other: a state the same job saved on a GPU is left alone on the CPU; one saved on the CPU
+    is taken up."""
+    runs = [Run("m2", 0.05, 0.0, 1.0, 0)]
+    settings = {**TINY, "epochs": 1}
+    out = tmp_path / "m.json"
+    fresh = StackTrainer(runs, dict(np.load(data_path)), settings, CPU).state()  # at epoch 0
+    for device_type, resumed_from in (("cuda", None), ("cpu", 0)):
+        resume_state(current([out]), runs, settings, data_path, device_type).save(fresh)
+        (metrics,) = train(runs, data_path, settings, [out])
+        assert metrics["timing"]["resumed_from_epoch"] == resumed_from, device_type
 
 
 class Interrupted(Exception):

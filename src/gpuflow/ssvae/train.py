@@ -312,14 +312,15 @@ class StackTrainer:
 
 
 def resume_state(
-    job: Job, runs: list[Run], settings: dict[str, Any], data_path: str | Path
+    job: Job, runs: list[Run], settings: dict[str, Any], data_path: str | Path, device_type: str
 ) -> State:
-    """The job's resume state, matching only the same runs, data file content and
-    results-affecting settings (runtime settings may change in between)."""
+    """The job's resume state, matching only the same runs, data file content, results-affecting
+    settings and device type (runtime settings may change in between). CPU and CUDA draw the
+    training noise from generators of their own, whose states do not load into each other."""
     return job.state(
         inputs=[data_path],
         settings=results_settings(settings),
-        identity=[r.describe() for r in runs],
+        identity={"runs": [r.describe() for r in runs], "device_type": device_type},
     )
 
 
@@ -359,7 +360,7 @@ def train(
     data = load_prepared(data_path)
     devices = choose_devices(settings["device"], settings["gpu_ids"], settings["no_multi_gpu"])
     trainer = StackTrainer(runs, data, settings, devices)
-    state = resume_state(job, runs, settings, data_path)
+    state = resume_state(job, runs, settings, data_path, trainer.device.type)
     saved = state.load("cpu")
     resumed_from = None
     if saved is not None:

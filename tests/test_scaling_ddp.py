@@ -226,7 +226,9 @@ def test_a_killed_run_resumes_after_its_last_finished_epoch_and_finishes_like_an
     )
 
 
-def test_a_state_resumes_under_other_runtime_settings_but_not_on_other_data(tmp_path: Path):
+def test_a_state_resumes_under_other_runtime_settings_but_not_on_other_data_or_results(
+    tmp_path: Path,
+):
     data = prepare(tmp_path / "data", {**TINY_DATA, "n_train": 1536, "n_val": 64})
     reshuffled = prepare(tmp_path / "other", {**TINY_DATA, "n_train": 1536, "n_val": 64, "seed": 1})
     config = settings(epochs=4)
@@ -236,9 +238,11 @@ def test_a_state_resumes_under_other_runtime_settings_but_not_on_other_data(tmp_
 
     runtime = settings(epochs=4, eval_batch_size=7, num_workers=1)
     runtime["cpu_threads_per_process"] = 2
+    tf32 = {**settings(epochs=4), "tf32": True}  # a results setting (fp32 matmuls on a GPU)
     for out, split, run_config, resumes in (
         (tmp_path / "runtime", data, runtime, True),
         (tmp_path / "data_seed", reshuffled, config, False),
+        (tmp_path / "tf32", data, tf32, False),
     ):
         out.mkdir()
         copy = job_file(out / "run.json", STATE)

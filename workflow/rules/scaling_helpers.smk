@@ -1,5 +1,7 @@
 """Helpers of the DDP scaling family: checks, settings, resources and run paths."""
 
+from gpuflow.scaling.results import train_results
+
 SCALING = config["scaling"]
 SCALING_DIR = "results/scaling"
 SCALING_RUN = SCALING["run"]
@@ -100,16 +102,7 @@ def scaling_tokenize_settings(wildcards):
 
 def scaling_train_settings(wildcards):
     """The results keys one configuration's training depends on, as one JSON argument."""
-    return results_json(
-        "scaling",
-        {
-            "amp": SCALING["amp"],
-            "tf32": SCALING["tf32"],
-            "warmup_epochs": SCALING["warmup_epochs"],
-            "ddp": SCALING["ddp"],
-            "configurations": {wildcards.cfg: SCALING["configurations"][wildcards.cfg]},
-        },
-    )
+    return results_json("scaling", train_results(SCALING, wildcards.cfg))
 
 
 def scaling_train_resources():

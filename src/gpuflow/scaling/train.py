@@ -34,6 +34,7 @@ from gpuflow.scaling import comm, distributed
 from gpuflow.scaling.distributed import Context
 from gpuflow.scaling.kernels import adamw, set_tf32, use_fused_adamw
 from gpuflow.scaling.model import build_model, parameter_counts
+from gpuflow.scaling.results import train_results
 from gpuflow.settings.blocks import family_schema, family_settings, select
 
 
@@ -236,7 +237,11 @@ class Trainer:
         self.state = self.job.state(
             inputs=[args.train, args.val, args.data_info],
             settings=results,
-            identity={"world_size": ctx.world_size, "n_used": self.n_used},
+            identity={
+                "world_size": ctx.world_size,
+                "n_used": self.n_used,
+                "precision": self.precision,  # fp32 on CPU whatever amp says: no GradScaler state
+            },
         )
         self.history: list[dict[str, Any]] = []
         self.resumed_at: list[int] = []
@@ -516,9 +521,7 @@ def run_settings(scaling: dict[str, Any], name: str) -> dict[str, Any]:
 
 def results_part(scaling: dict[str, Any], name: str) -> dict[str, Any]:
     """The results-affecting settings of configuration `name` (its data settings included)."""
-    values = {k: scaling[k] for k in ("amp", "warmup_epochs", "ddp")}
-    values["configurations"] = {name: scaling["configurations"][name]}
-    return select(values, family_schema("scaling"), "results")
+    return select(train_results(scaling, name), family_schema("scaling"), "results")
 
 
 def main(args: argparse.Namespace) -> None:

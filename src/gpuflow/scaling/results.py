@@ -1,0 +1,17 @@
+"""The settings a scaling training job's numbers depend on, listed once: the workflow passes
+them as the rule's params (a change re-runs the job) and the step fingerprints its resume state
+with them (a change never resumes an earlier state)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+TRAIN_RESULTS_KEYS = ("amp", "tf32", "warmup_epochs", "ddp")
+
+
+def train_results(scaling: dict[str, Any], name: str) -> dict[str, Any]:
+    """The family-level keys and configuration `name` that its training depends on (the
+    schema's results selection then keeps only their results-affecting parts)."""
+    values = {key: scaling[key] for key in TRAIN_RESULTS_KEYS}
+    values["configurations"] = {name: scaling["configurations"][name]}
+    return values

@@ -10,7 +10,9 @@ import os
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
+import pynvml
 import pytest
 
 from gpuflow.cli import main as gpuflow_main
@@ -103,6 +105,76 @@ def test_the_gpu_part_lists_what_nvml_sees_or_says_why_there_is_none():
         assert gpus.absent is None
         assert len(gpus.devices) == count
         assert summary["count"] == count and summary["gpu_hours"] == pytest.approx(count)
+
+
+class OneGpuNvml:
+    """NVML's answers for one busy GPU, on this machine that has none: the energy counter
+    grows with every read, and after the last nvmlShutdown every call fails as the real library
+    does (NVMLError_Uninitialized). Only the order of gpuflow's calls is under test here; the
+    real library is read by `make gpu-check` on a GPU."""
+
+    def __init__(self) -> None:
+        self.inits = 0
+        self.energy_reads: list[int] = []
+
+    def nvmlInit(self) -> None:
+        self.inits += 1
+
+    def nvmlShutdown(self) -> None:
+        self.inits -= 1
+
+    def _open(self) -> None:
+        if self.inits <= 0:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_UNINITIALIZED)
+
+    def nvmlDeviceGetCount(self) -> int:
+        self._open()
+        return 1
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> str:
+        self._open()
+        return f"gpu{index}"
+
+    def nvmlDeviceGetUUID(self, handle: str) -> str:
+        self._open()
+        return "GPU-0000"
+
+    def nvmlDeviceGetName(self, handle: str) -> str:
+        self._open()
+        return "stand-in"
+
+    def nvmlDeviceGetMemoryInfo(self, handle: str) -> SimpleNamespace:
+        self._open()
+        return SimpleNamespace(total=80 * 2**30, used=2**30)
+
+    def nvmlDeviceGetUtilizationRates(self, handle: str) -> SimpleNamespace:
+        self._open()
+        return SimpleNamespace(gpu=90)
+
+    def nvmlDeviceGetPowerUsage(self, handle: str) -> int:
+        self._open()
+        return 300_000
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: str) -> int:
+        self._open()
+        self.energy_reads.append(1_000_000 + 7_000 * len(self.energy_reads))
+        return self.energy_reads[-1]
+
+
+def test_the_energy_counter_is_read_with_the_samples_not_after_nvml_shuts_down(monkeypatch):
+    nvml = OneGpuNvml()
+    for name in dir(nvml):
+        if name.startswith("nvml"):
+            monkeypatch.setattr(pynvml, name, getattr(nvml, name))
+    sampler = Sampler(os.getpid(), INTERVAL, "0").start()
+    time.sleep(4 * INTERVAL)
+    sampler.stop()
+    assert nvml.inits == 0, "the sampler shut NVML down"
+    [device] = sampler.summary()["gpu"]["devices"]
+    assert "energy" not in device["unsupported"]
+    assert len(nvml.energy_reads) >= 3  # at the start, then with each sample, the last at stop
+    first, last = nvml.energy_reads[0], nvml.energy_reads[-1]
+    assert device["energy_j"] == (last - first) / 1000
 
 
 def test_a_step_writes_its_telemetry_file_and_run_record(tmp_path, monkeypatch, capsys):

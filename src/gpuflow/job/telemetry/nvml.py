@@ -47,6 +47,7 @@ class Device:
     name: str
     memory_total_mb: float
     energy_start_mj: int | None
+    energy_last_mj: int | None = None
     sm_util: Series = field(default_factory=Series)
     memory_used_mb: Series = field(default_factory=Series)
     power_w: Series = field(default_factory=Series)
@@ -63,13 +64,15 @@ class Device:
         if power_mw is not None:
             self.power_w.add(power_mw / 1000)
             self.energy_integrated_j += power_mw / 1000 * interval_s
+        if self.energy_start_mj is not None:
+            energy = _read(self, "energy", pynvml.nvmlDeviceGetTotalEnergyConsumption, self.handle)
+            self.energy_last_mj = self.energy_last_mj if energy is None else energy
 
     def energy_j(self) -> float | None:
-        """Energy since the first sample: NVML's counter where supported, else power x time."""
-        if self.energy_start_mj is not None:
-            now = _read(self, "energy", pynvml.nvmlDeviceGetTotalEnergyConsumption, self.handle)
-            if now is not None:
-                return (now - self.energy_start_mj) / 1000
+        """Energy from the first sample to the last: NVML's counter where supported, else power
+        x time. From the samples, never read here: a summary may follow NVML's shutdown."""
+        if self.energy_start_mj is not None and self.energy_last_mj is not None:
+            return (self.energy_last_mj - self.energy_start_mj) / 1000
         return self.energy_integrated_j if self.power_w.count else None
 
     def summary(self) -> dict[str, Any]:

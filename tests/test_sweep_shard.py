@@ -19,7 +19,11 @@ from pathlib import Path
 
 import pytest
 
+from gpuflow.cli import build_parser
+from gpuflow.job.context import Job
 from gpuflow.job.paths import UNITS, job_file
+from gpuflow.settings.blocks import family_settings
+from gpuflow.sweep.shard import shard_settings
 from tests.conftest import BIN, REPO, workflow_env
 
 # Guess-and-check that can never reach its threshold: every seed does the same, fixed work.
@@ -147,6 +151,23 @@ def test_a_shard_killed_midway_reruns_only_the_missing_seeds_and_ends_identical(
     assert computed_seeds(rerun.stderr) == sorted(set(range(6)) - done_before)
     assert table(out) == reference
     assert not job_file(out, UNITS).exists(), "the table holds it all now"
+
+
+def test_seeds_finished_on_another_device_type_are_computed_again(tmp_path):
+    """Guesses and student weights are drawn on the device, and CPU and CUDA generators differ:
+    a seed a shard finished on a GPU is not taken into its CPU run; one finished on the CPU is."""
+    out = tmp_path / "shard~0.csv"
+    command = shard_command(out, workers=1, seeds="0:2")
+    args = build_parser().parse_args(command[1:])
+    settings = shard_settings(args, family_settings("sweep", args.settings, args.runtime))
+    for device_type, computed in (("cuda", [0, 1]), ("cpu", [1])):
+        job = Job("-", [out, out.with_suffix(".run.json")])
+        seed_log = job.unit_log(settings=settings, identity={"device_type": device_type}).open()
+        seed_log.add_ok(0, {"seed": 0})
+        seed_log.close()
+        result = run_shard(out, workers=1, seeds="0:2")
+        assert result.returncode == 0, result.stderr
+        assert computed_seeds(result.stderr) == computed, device_type
 
 
 def test_a_worker_that_dies_hands_its_seeds_to_the_survivor_and_the_shard_completes(

@@ -84,7 +84,8 @@ def main(args: argparse.Namespace) -> int:
     settings = shard_settings(args, sweep)
     devices = worker_devices(sweep["device"], sweep["cpu_workers"])
     job = current([args.out, args.run_out])
-    seed_log = job.unit_log(settings=settings).open()
+    # guesses and student weights are drawn on the device: seeds of one device type only
+    seed_log = job.unit_log(settings=settings, identity={"device_type": devices[0].type}).open()
     started = time.perf_counter()
     try:
         if seed_log.started_over:

@@ -241,6 +241,7 @@ class Trainer:
                 "world_size": ctx.world_size,
                 "n_used": self.n_used,
                 "precision": self.precision,  # fp32 on CPU whatever amp says: no GradScaler state
+                "device_type": ctx.device.type,  # dropout draws, TF32 (GPU only) and the timings
             },
         )
         self.history: list[dict[str, Any]] = []

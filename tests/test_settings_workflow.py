@@ -7,6 +7,7 @@ One finished tiny run is shared by every check; each check is a dry run against 
 
 from __future__ import annotations
 
+import argparse
 import copy
 import json
 import shutil
@@ -14,8 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from gpuflow.job.paths import RECORD, UNITS, job_file, job_of
+from gpuflow.ops.plan import plan_jobs
 from gpuflow.settings.blocks import family_schema, keys_of_kind
 from gpuflow.settings.validate import load_config, merge_config
 from tests.conftest import REPO, job_counts, snakemake, tiny_config
@@ -115,6 +118,39 @@ def test_changing_every_runtime_key_of_a_family_plans_no_job(finished, family):
     assert "Nothing to be done" in result.stdout + result.stderr, (
         f"runtime keys {names} re-planned jobs:\n{result.stdout[-3000:]}"
     )
+
+
+def job_params(workdir: Path, config: dict[str, Any]) -> dict[str, str]:
+    """Each job's params digest, by its first output, from the DAG Snakemake builds."""
+    workdir.mkdir()
+    configfile = workdir / "config.yaml"
+    configfile.write_text(yaml.safe_dump(config), encoding="utf-8")
+    args = argparse.Namespace(
+        directory=str(workdir), profile=[], snakefile=str(REPO / "Snakefile"),
+        configfile=[str(configfile)], targets=[], persistence_backend=None,
+    )  # fmt: skip
+    return {job.output[0]: job.params for job in plan_jobs(args).jobs if job.output}
+
+
+def test_no_runtime_key_reaches_the_params_of_any_job(tmp_path):
+    """Snakemake re-runs a finished job whose params changed: a change of every runtime key of
+    every family leaves every job's params as they were, on the DAG of every rule, the
+    multi-node training too (a rule the finished run lacks)."""
+    config = copy.deepcopy(TINY)
+    config["scaling"]["multinode"] = {"enabled": True, "nodes": 2, "gpus_per_node": 1}
+    config["scaling"].setdefault("resources", {})["scaling_train"] = {"gpu": 1}
+    effective = merge_config(load_config(REPO / "config" / "config.yaml"), copy.deepcopy(config))
+    changed, names = copy.deepcopy(config), []
+    for family in FAMILIES:
+        overrides, family_names = runtime_overrides(family, effective)
+        changed, names = merge_config(changed, overrides), names + family_names
+    changed["scaling"]["resources"]["scaling_train"]["gpu"] = 1  # multi-node needs a GPU each
+    before = job_params(tmp_path / "before", config)
+    assert any("nodes~2" in output for output in before), "the multi-node training is planned"
+    after = job_params(tmp_path / "after", changed)
+    assert before.keys() == after.keys()
+    moved = sorted(output for output in before if before[output] != after[output])
+    assert not moved, f"changing the {len(names)} runtime keys changed the params of {moved}"
 
 
 def test_a_runtime_key_reaches_the_job_it_configures(finished):

@@ -159,7 +159,6 @@ rule scaling_train_multinode:
     params:
         settings=scaling_train_settings,
         per_node=SCALING_MULTI["gpus_per_node"],
-        port=SCALING_MULTI["port"],
     shell:
         # The jobstep executor clears SLURM_* but the job id: ask SLURM for the node list.
         "nodelist=${{SLURM_JOB_NODELIST:-$(squeue --noheader --jobs=$SLURM_JOB_ID --format=%N)}};"
@@ -169,7 +168,7 @@ rule scaling_train_multinode:
         " --kill-on-bad-exit=1"
         " torchrun --nnodes={resources.nodes} --nproc-per-node={params.per_node}"
         " --max-restarts={resources.max_restarts}"
-        ' --rdzv-id="$SLURM_JOB_ID" --rdzv-backend=c10d --rdzv-endpoint="$head_node:{params.port}"'
+        ' --rdzv-id="$SLURM_JOB_ID" --rdzv-backend=c10d --rdzv-endpoint="$head_node:{resources.port}"'
         " -m gpuflow scaling-train --name {wildcards.cfg}"
         " --train {input.train:q} --val {input.val:q} --data-info {input.info:q}"
         " --token-stats {input.stats:q} --settings {params.settings}"

@@ -158,6 +158,8 @@ def scaling_multinode_resources():
         "gpu_model": "",
         "mem_mb": lambda wildcards, attempt: mem_mb * per_node * attempt,
         "runtime": lambda wildcards, attempt: runtime * attempt,
+        # the rendezvous port, runtime-only: a resource, so no rerun trigger.
+        "port": SCALING_MULTI["port"],
         "runtime_settings": runtime_json("scaling"),
         # torchrun's --max-restarts, runtime-only: a resource, so no rerun trigger.
         "max_restarts": SCALING["max_restarts"],

@@ -14,6 +14,7 @@ import json
 import os
 import shlex
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -200,6 +201,13 @@ def test_a_recorded_failure_stands_unless_a_run_started_after_it(tmp_path):
     assert classify(SLOW, killed_later).state == "incomplete", "a later attempt was killed"
     record.write_text(json.dumps({"status": "finished", "ended": 1000.0}))
     assert state(run_active=False) == "todo"
+    # a record written when its step started, never ended, and no holder of the output lock
+    started = {"status": "running", "started": 1000.0, "host": socket.gethostname()}
+    record.write_text(json.dumps(started))
+    assert state(run_active=False) == "failed", "killed here"
+    assert state(run_active=True, run_started=1100.0) == "queued", "the active run retries it"
+    record.write_text(json.dumps({**started, "host": "another-node"}))
+    assert state(run_active=False) == "todo", "a step on another host is SLURM's to tell"
 
 
 def test_a_snakemake_process_counts_only_in_the_folder_it_works_in(tmp_path):

@@ -113,14 +113,17 @@ def _failed_for(job: Job, failed: list[FailedJob]) -> FailedJob | None:
 
 def recorded_failure(output: Path, seen: Seen) -> str | None:
     """The error of a job whose record says its last attempt failed ('failed (DataError): ...')
-    or never ended (still "running" with no live holder of its output lock: killed), unless a
-    run active now started after it (that run retries the job); else None. Asked only when no
-    incomplete marker is left and no holder of the job's output lock is alive: Snakemake removes
-    a failed job's marker, so a marker says a later attempt was killed (the job is incomplete).
+    or never ended (still "running", written on this host, with no live holder of its output
+    lock: killed; a step elsewhere is left to SLURM's view), unless a run active now started
+    after it (that run retries the job); else None. Asked only when no incomplete marker is
+    left and no holder of the job's output lock is alive here: Snakemake removes a failed job's
+    marker, so a marker says a later attempt was killed (the job is incomplete).
     """
     record = read_record(record_path(output)) or {}
     status = record.get("status")
     if status == STARTED:
+        if record.get("host") != socket.gethostname():
+            return None
         status, since = KILLED, record.get("started")
     elif isinstance(status, str) and status.startswith("failed"):
         since = record.get("ended")

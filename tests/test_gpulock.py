@@ -104,6 +104,19 @@ def test_a_cpu_step_sees_no_gpu_where_devices_are_locked(tmp_path):
     assert visible(lock_env(tmp_path, None)).communicate()[0].splitlines()[0] == ""
 
 
+def test_cuda_counts_devices_by_pci_bus_as_nvidia_smi_and_the_locks_do(tmp_path):
+    """CUDA's default order (fastest first) differs from nvidia-smi's and NVML's on a node of
+    mixed GPUs: every step tells CUDA to count by PCI bus, unless the user said otherwise."""
+
+    def order(env: dict[str, str]) -> str:
+        command = [str(BIN / "gpuflow"), "with-gpus", "--", "sh", "-c", 'echo "$CUDA_DEVICE_ORDER"']
+        return subprocess.run(command, env=env, capture_output=True, text=True).stdout.strip()
+
+    env = {k: v for k, v in lock_env(tmp_path, 1).items() if k != "CUDA_DEVICE_ORDER"}
+    assert order(env) == "PCI_BUS_ID"
+    assert order({**env, "CUDA_DEVICE_ORDER": "FASTEST_FIRST"}) == "FASTEST_FIRST"
+
+
 def test_without_a_lock_dir_nothing_changes(tmp_path):
     env = lock_env(tmp_path, 1)
     del env["GPUFLOW_GPU_LOCK_DIR"]

@@ -175,7 +175,13 @@ def gpus_for_this_process() -> Iterator[list[str]]:
 
     Yields the locked device ids ([] when no locking applies). The lock descriptors survive
     `exec`, so a command run in this process's place (`gpuflow with-gpus`) keeps them.
+
+    CUDA numbers GPUs fastest first unless told otherwise; nvidia-smi, NVML (telemetry) and
+    the ids locked here count them by PCI bus, as SLURM's gres files do. CUDA_DEVICE_ORDER is
+    set to PCI_BUS_ID (unless the user set it) so that on a node of mixed GPUs every part of
+    gpuflow means the same device by the same id.
     """
+    os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     n_gpus = requested_gpus()
     if n_gpus == 0:
         if locking_applies():

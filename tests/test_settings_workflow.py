@@ -10,9 +10,11 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
+from unittest.mock import patch
 
 import pytest
 import yaml
@@ -121,7 +123,9 @@ def test_changing_every_runtime_key_of_a_family_plans_no_job(finished, family):
 
 
 def job_params(workdir: Path, config: dict[str, Any]) -> dict[str, str]:
-    """Each job's params digest, by its first output, from the DAG Snakemake builds."""
+    """Each job's params digest, by its first output, from the DAG Snakemake builds in this
+    process (the environment is restored after: the Snakefile sets variables for its jobs,
+    which later steps run by this test process must not inherit)."""
     workdir.mkdir()
     configfile = workdir / "config.yaml"
     configfile.write_text(yaml.safe_dump(config), encoding="utf-8")
@@ -129,7 +133,8 @@ def job_params(workdir: Path, config: dict[str, Any]) -> dict[str, str]:
         directory=str(workdir), profile=[], snakefile=str(REPO / "Snakefile"),
         configfile=[str(configfile)], targets=[], persistence_backend=None,
     )  # fmt: skip
-    return {job.output[0]: job.params for job in plan_jobs(args).jobs if job.output}
+    with patch.dict(os.environ):
+        return {job.output[0]: job.params for job in plan_jobs(args).jobs if job.output}
 
 
 def test_no_runtime_key_reaches_the_params_of_any_job(tmp_path):

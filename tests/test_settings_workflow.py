@@ -14,7 +14,6 @@ import os
 import shutil
 from pathlib import Path
 from typing import Any
-from unittest.mock import patch
 
 import pytest
 import yaml
@@ -124,8 +123,8 @@ def test_changing_every_runtime_key_of_a_family_plans_no_job(finished, family):
 
 def job_params(workdir: Path, config: dict[str, Any]) -> dict[str, str]:
     """Each job's params digest, by its first output, from the DAG Snakemake builds in this
-    process (the environment is restored after: the Snakefile sets variables for its jobs,
-    which later steps run by this test process must not inherit)."""
+    process, which keeps its environment (the Snakefile sets variables for its jobs: steps this
+    process runs later must not inherit them)."""
     workdir.mkdir()
     configfile = workdir / "config.yaml"
     configfile.write_text(yaml.safe_dump(config), encoding="utf-8")
@@ -133,8 +132,10 @@ def job_params(workdir: Path, config: dict[str, Any]) -> dict[str, str]:
         directory=str(workdir), profile=[], snakefile=str(REPO / "Snakefile"),
         configfile=[str(configfile)], targets=[], persistence_backend=None,
     )  # fmt: skip
-    with patch.dict(os.environ):
-        return {job.output[0]: job.params for job in plan_jobs(args).jobs if job.output}
+    environ = dict(os.environ)
+    params = {job.output[0]: job.params for job in plan_jobs(args).jobs if job.output}
+    assert dict(os.environ) == environ, "planning left its environment variables behind"
+    return params
 
 
 def test_no_runtime_key_reaches_the_params_of_any_job(tmp_path):

@@ -24,6 +24,8 @@ import logging
 import os
 import re
 import shlex
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -170,12 +172,25 @@ def read_records(persistence: Any, backend: str, jobs: list[Any]) -> Records:
     return records
 
 
+@contextmanager
+def environment_kept() -> Iterator[None]:
+    """Restore this process's environment variables when the block ends."""
+    saved = dict(os.environ)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
 def build_dag(args: argparse.Namespace, every_job: bool = False) -> Dag:
     """Build the DAG in-process through Snakemake's API, as `snakemake --dry-run` would.
 
     With `every_job`, the DAG holds every job of the targets, finished or not (--forceall).
     The profile is read by Snakemake's own argument parser, array settings come from the
-    executor plugin's settings; Snakemake logs only warnings and errors meanwhile.
+    executor plugin's settings; Snakemake logs only warnings and errors meanwhile. The
+    environment variables the Snakefile sets for its jobs are undone after (a caller's later
+    subprocesses must not inherit them).
     """
     check_version()
     from snakemake.api import SnakemakeApi
@@ -197,7 +212,7 @@ def build_dag(args: argparse.Namespace, every_job: bool = False) -> Dag:
     backend = chosen_backend(cli, args)
     output = OutputSettings(dryrun=True, log_level_override=logging.WARNING)
     try:
-        with SnakemakeApi(output) as api:
+        with environment_kept(), SnakemakeApi(output) as api:
             workflow_api = api.workflow(
                 resource_settings=ResourceSettings(
                     cores=cli.cores or 1,

@@ -49,7 +49,7 @@ run: $(STAMP)
 # One pytest worker per core and one more (tests/conftest.py groups them: the live-SLURM tests
 # share one worker and one cluster, each other module stays on one worker with its fixtures).
 # The live-SLURM worker mostly waits on SLURM (time limits, requeues, polls); the extra worker
-# uses that time (2 cores: 672 s with 3 workers, 754 s with 2).
+# uses that time (2 cores, each pair on one commit: 672 s against 754 s, 774 s against 799 s).
 TEST_WORKERS ?= $(shell echo $$(( $(CORES) + 1 )))
 test: $(STAMP)
 	pytest -n $(TEST_WORKERS)

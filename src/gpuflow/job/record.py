@@ -27,10 +27,8 @@ from gpuflow.errors import GpuflowError
 from gpuflow.job.atomic import write_json
 from gpuflow.job.paths import RECORD, job_file
 from gpuflow.job.stopping import Stopped
-from gpuflow.job.telemetry.job import JobTelemetry, job_gpus, node_count, tree_root
+from gpuflow.job.telemetry.job import STARTED, JobTelemetry, job_gpus, node_count, tree_root
 from gpuflow.job.telemetry.sampler import Sampler
-
-STARTED = "running"  # the status of the record written when the step starts
 
 
 def record_path(first_output: str | Path) -> Path:
@@ -45,6 +43,11 @@ def read_record(path: str | Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return record if isinstance(record, dict) else None
+
+
+def record_of(first_output: str | Path) -> dict[str, Any]:
+    """The record of the job whose first output is `first_output`; {} where it has none."""
+    return read_record(record_path(first_output)) or {}
 
 
 def ended(record: dict[str, Any]) -> bool:
@@ -75,7 +78,7 @@ def job_record(step: str, outputs: list[Path], interval_s: float) -> Iterator[Jo
     _write(outputs[0], {**identity, "status": STARTED}, quiet=True)
     try:
         yield telemetry
-        if telemetry.status == "running":
+        if telemetry.status == STARTED:
             telemetry.status = "finished"
     except (Stopped, KeyboardInterrupt):  # SIGTERM/SIGUSR1, or Ctrl-C on a local run
         telemetry.status = "stopped"

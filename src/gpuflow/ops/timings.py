@@ -22,8 +22,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from gpuflow.job.record import read_record as read_job_record
-from gpuflow.job.record import record_path
+from gpuflow.job.record import record_of
 from gpuflow.ops.snakemake_adapter import Dag
 
 SUFFIX = "-timings.json"
@@ -99,7 +98,7 @@ def measured(dag: Dag, directory: Path) -> tuple[dict[str, dict[str, Any]], int]
         if ran is None:
             unknown += 1
             continue
-        seconds += earlier_attempts_s(read_job_record(record_path(directory / job.output[0])) or {})
+        seconds += earlier_attempts_s(record_of(directory / job.output[0]))
         found[job.benchmark] = {"seconds": seconds, "params": ran}
     return found, unknown
 

@@ -18,6 +18,8 @@ from typing import Any
 
 from gpuflow.job.telemetry.sampler import Sampler
 
+STARTED = "running"  # a job's status from its start until it ends (its record says so too)
+
 
 class JobTelemetry:
     """The running job's sampler, its status and the timings its step noted."""
@@ -26,7 +28,7 @@ class JobTelemetry:
 
     def __init__(self, sampler: Sampler) -> None:
         self.sampler = sampler
-        self.status = "running"
+        self.status = STARTED
         self.timings: dict[str, float] = {}
 
     def finish(self, code: int) -> int:

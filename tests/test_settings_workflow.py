@@ -20,7 +20,7 @@ import yaml
 
 from gpuflow.job.paths import RECORD, UNITS, job_file, job_of
 from gpuflow.ops.plan import plan_jobs
-from gpuflow.settings.blocks import family_schema, keys_of_kind
+from gpuflow.settings.blocks import applies, family_schema, keys_of_kind
 from gpuflow.settings.validate import load_config, merge_config
 from tests.conftest import REPO, job_counts, snakemake, tiny_config
 
@@ -54,6 +54,8 @@ def other_value(schema: dict[str, Any], value: Any) -> Any:
         return [0]
     if isinstance(value, bool):
         return not value
+    if isinstance(value, list):
+        return [*value, other_value(schema["items"], None)]
     if isinstance(value, int):
         below = schema.get("exclusiveMaximum")  # e.g. a share in [0, 1): halfway there
         if below is not None and value + 1 >= below:
@@ -104,6 +106,30 @@ def runtime_overrides(family: str, config: dict[str, Any]) -> tuple[dict[str, An
     return {family: overrides}, names
 
 
+def unread_overrides(
+    schema: dict[str, Any], values: dict[str, Any], path: tuple[str, ...] = ()
+) -> tuple[dict[str, Any], list[str]]:
+    """Every leaf key the configured choices do not read (its `x-applies-when` fails on the
+    values of its siblings) set to another valid value, and the keys' dotted names."""
+    overrides: dict[str, Any] = {}
+    names = []
+    for name, value in values.items():
+        child = schema.get("properties", {}).get(name, schema.get("additionalProperties"))
+        if not isinstance(child, dict):
+            continue
+        if isinstance(value, dict) and not applies(child, values, schema):
+            raise AssertionError(f"{'.'.join((*path, name))}: a whole block marked unread")
+        if isinstance(value, dict):
+            part, part_names = unread_overrides(child, value, (*path, name))
+            if part:
+                overrides[name] = part
+                names += part_names
+        elif not applies(child, values, schema):
+            overrides[name] = other_value(child, value)
+            names.append(".".join((*path, name)))
+    return overrides, names
+
+
 def test_a_finished_run_of_every_family_has_nothing_left_to_do(finished):
     result = snakemake(finished, TINY, "-n")
     assert "Nothing to be done" in result.stdout + result.stderr, result.stdout[-3000:]
@@ -118,6 +144,23 @@ def test_changing_every_runtime_key_of_a_family_plans_no_job(finished, family):
     result = snakemake(finished, changed, "-n")
     assert "Nothing to be done" in result.stdout + result.stderr, (
         f"runtime keys {names} re-planned jobs:\n{result.stdout[-3000:]}"
+    )
+
+
+def test_changing_every_key_the_configured_choices_do_not_read_plans_no_job(finished):
+    """A key read only under another choice (`x-applies-when`: the embedded texts' seed when
+    the texts come from files, the classifier's model when the scorer is profanity-check) is no
+    param of any job, so a change re-runs nothing."""
+    config = effective_config()
+    changed, names = copy.deepcopy(TINY), []
+    for family in FAMILIES:
+        overrides, family_names = unread_overrides(family_schema(family), config[family])
+        changed = merge_config(changed, {family: overrides})
+        names += [f"{family}.{name}" for name in family_names]
+    assert {"fluency.toxicity.toxic_label", "ssvae.data.path", "fluency.texts.files"} <= set(names)
+    result = snakemake(finished, changed, "-n")
+    assert "Nothing to be done" in result.stdout + result.stderr, (
+        f"unread keys {names} re-planned jobs:\n{result.stdout[-3000:]}"
     )
 
 

@@ -52,7 +52,7 @@ rule fluency_texts:
     resources:
         **rule_resources("fluency", "fluency_texts"),
     params:
-        settings=fluency_texts_settings(),
+        settings=results_json("fluency", {"texts": FLUENCY["texts"]}),
     shell:
         "gpuflow fluency-texts --settings {params.settings} --out {output.texts:q} --runtime {resources.runtime_settings} > {log:q} 2>&1"
 

@@ -23,19 +23,6 @@ def fluency_model_param(wildcards, input):
     return input.embedded_lm or config["fluency"]["lm"]["path"]
 
 
-def fluency_texts_settings():
-    """The texts keys the configured source uses (embedded-only keys are moot for files)."""
-    texts = FLUENCY["texts"]
-    files_only = ("files", "text_column", "id_column", "group_columns")
-    from_files = texts["source"] == "files"
-    used = {
-        k: v
-        for k, v in texts.items()
-        if k == "source" or (k in files_only) == from_files
-    }
-    return results_json("fluency", {"texts": used})
-
-
 def fluency_group_columns():
     """Columns the fluency statistics are grouped by."""
     if config["fluency"]["texts"]["source"] == "embedded":

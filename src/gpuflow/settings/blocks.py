@@ -3,9 +3,12 @@
 Every schema key carries `x-affects: results` (it changes a job's numbers: it reaches the job as
 a Snakemake param and is part of every resume fingerprint) or `x-affects: runtime` (it changes
 only where and how fast the job runs). An object's mark applies to its children unless a child
-says otherwise. A step gets both halves as JSON (`--settings`, `--runtime`), each holding only
-its own kind of keys, and `step_settings` turns them into one settings object filled with the
-schema's defaults: the same call from Snakemake and by hand, so defaults live only in the schema.
+says otherwise. A key marked `x-applies-when: {sibling: [values]}` is read only when each named
+sibling holds one of its values (e.g. `toxic_label` when `scorer` is `huggingface`): otherwise
+it is left out of both halves, so changing it re-runs nothing. A step gets both halves as JSON
+(`--settings`, `--runtime`), each holding only its own kind of keys, and `family_settings` turns
+them into one settings object filled with the schema's defaults: the same call from Snakemake
+and by hand, so defaults live only in the schema.
 """
 
 from __future__ import annotations
@@ -55,20 +58,39 @@ def _is_object(schema: dict[str, Any]) -> bool:
     return "properties" in schema or isinstance(schema.get("additionalProperties"), dict)
 
 
-def select(values: dict[str, Any], schema: dict[str, Any], kind: str) -> dict[str, Any]:
-    """The part of `values` whose keys the schema marks `kind` (nested objects kept nested)."""
-    return _select(values, schema, kind, schema.get("x-affects", "results"))
+def applies(child: dict[str, Any], siblings: dict[str, Any], schema: dict[str, Any]) -> bool:
+    """Whether key `child` (a part of object `schema`) is read, given its `siblings`' values
+    (a sibling left out holds its default): its `x-applies-when` conditions all hold."""
+    properties = schema.get("properties", {})
+    return all(
+        siblings.get(name, properties.get(name, {}).get("default")) in allowed
+        for name, allowed in child.get("x-applies-when", {}).items()
+    )
 
 
-def _select(values: dict[str, Any], schema: dict[str, Any], kind: str, inherited: str) -> dict:
+def select(
+    values: dict[str, Any], schema: dict[str, Any], kind: str, applicable_only: bool = True
+) -> dict[str, Any]:
+    """The part of `values` whose keys the schema marks `kind` (nested objects kept nested),
+    without the keys that do not apply (see `applies`) unless `applicable_only` is False."""
+    return _select(values, schema, kind, schema.get("x-affects", "results"), applicable_only)
+
+
+def _select(
+    values: dict[str, Any],
+    schema: dict[str, Any],
+    kind: str,
+    inherited: str,
+    applicable_only: bool,
+) -> dict:
     kept: dict[str, Any] = {}
     for name, value in values.items():
         child = _child(schema, name)
-        if child is None:
+        if child is None or (applicable_only and not applies(child, values, schema)):
             continue
         mark = child.get("x-affects", inherited)
         if _is_object(child) and isinstance(value, dict):
-            part = _select(value, child, kind, mark)
+            part = _select(value, child, kind, mark, applicable_only)
             if part or (mark == kind and not value):
                 kept[name] = part
         elif mark == kind:
@@ -117,7 +139,7 @@ def _parse(text: str, key: str) -> dict[str, Any]:
 
 def _check_kind(values: dict[str, Any], family: str, kind: str, option: str) -> None:
     schema = family_schema(family)
-    other = select(values, schema, KINDS[1 - KINDS.index(kind)])
+    other = select(values, schema, KINDS[1 - KINDS.index(kind)], applicable_only=False)
     if other:
         path = _first_path(other)
         raise ConfigError(

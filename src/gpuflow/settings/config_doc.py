@@ -154,6 +154,16 @@ def _bounds(schema: dict[str, Any]) -> str:
     return f"{left}, {right}"
 
 
+def affects_of(key: Key) -> str:
+    """The key's kind, and when it is read at all (`x-applies-when`), e.g. `results, when
+    source is files`."""
+    conditions = [
+        f"`{name}` is " + " or ".join(f"`{show(value)}`" for value in values)
+        for name, values in key.schema.get("x-applies-when", {}).items()
+    ]
+    return ", when ".join([key.affects, " and ".join(conditions)] if conditions else [key.affects])
+
+
 def describe(schema: dict[str, Any]) -> str:
     """The schema's description on one line, safe inside a Markdown table cell."""
     return " ".join(str(schema.get("description", "")).split()).replace("|", "\\|")
@@ -222,7 +232,7 @@ def keys_section(name: str, sources: Sources) -> str:
                 range_of(key.schema),
                 UNMARKED if default is UNSET else f"`{show(default)}`",
                 set_in_files(key.path, default, sources),
-                key.affects,
+                affects_of(key),
                 describe(key.schema),
             ]
         )
@@ -262,7 +272,7 @@ def block_section(name: str, sources: Sources) -> str:
                     f"`{k.path[1:]}`",
                     type_of(k.schema),
                     range_of(k.schema),
-                    k.affects,
+                    affects_of(k),
                     describe(k.schema),
                 ]
                 for k in keys

@@ -323,7 +323,7 @@ rule all:
 
 rule aggregate:
     input: 'shard.csv'
-    output: table='results/table.csv', summary='results/summary.csv'
+    output: summary='results/summary.csv', table='results/table.csv'
     log: 'results/logs/aggregate.log'
     shell: 'gpuflow sweep-aggregate --shards {input} --out {output.table}'
            ' --summary {output.summary} > {log} 2>&1'
@@ -336,7 +336,9 @@ rule other:
 
 def test_a_failed_step_stays_failed_after_later_runs_from_its_job_record(tmp_path):
     """The latest run log knows only the jobs of its own run; the job record of a gpuflow step
-    keeps its last attempt's failure and error until a run retries it."""
+    keeps its last attempt's failure and error until a run retries it. The rule lists its
+    outputs in another order than the step's (as fluency_stats does): the record is found
+    under whichever output names it."""
     snakefile = tmp_path / "Snakefile"
     snakefile.write_text(FAILING_STEP, encoding="utf-8")
     (tmp_path / "shard.csv").write_text("seed,error\n0,0.5\n", encoding="utf-8")

@@ -18,7 +18,7 @@ import json
 import os
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -45,9 +45,18 @@ def read_record(path: str | Path) -> dict[str, Any] | None:
     return record if isinstance(record, dict) else None
 
 
-def record_of(first_output: str | Path) -> dict[str, Any]:
-    """The record of the job whose first output is `first_output`; {} where it has none."""
-    return read_record(record_path(first_output)) or {}
+def record_of(outputs: Iterable[str | Path]) -> dict[str, Any]:
+    """The record of the job that writes `outputs` (a rule's outputs); {} where it has none.
+
+    A step names its job files after its first output by argument name (step_outputs), which
+    need not be the rule's first (fluency_stats lists its correlations first; its step's first
+    is --out-binned), so each output is tried.
+    """
+    for output in outputs:
+        record = read_record(record_path(output))
+        if record is not None:
+            return record
+    return {}
 
 
 def ended(record: dict[str, Any]) -> bool:

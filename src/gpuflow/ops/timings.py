@@ -98,7 +98,7 @@ def measured(dag: Dag, directory: Path) -> tuple[dict[str, dict[str, Any]], int]
         if ran is None:
             unknown += 1
             continue
-        seconds += earlier_attempts_s(record_of(directory / job.output[0]))
+        seconds += earlier_attempts_s(record_of(directory / output for output in job.output))
         found[job.benchmark] = {"seconds": seconds, "params": ran}
     return found, unknown
 

@@ -111,7 +111,7 @@ def _failed_for(job: Job, failed: list[FailedJob]) -> FailedJob | None:
     return None
 
 
-def recorded_failure(output: Path, seen: Seen) -> str | None:
+def recorded_failure(outputs: list[Path], seen: Seen) -> str | None:
     """The error of a job whose record says its last attempt failed ('failed (DataError): ...')
     or never ended (still "running", written on this host, with no live holder of its output
     lock: killed; a step elsewhere is left to SLURM's view), unless a run active now started
@@ -119,7 +119,7 @@ def recorded_failure(output: Path, seen: Seen) -> str | None:
     left and no holder of the job's output lock is alive here: Snakemake removes a failed job's
     marker, so a marker says a later attempt was killed (the job is incomplete).
     """
-    record = record_of(output)
+    record = record_of(outputs)
     status = record.get("status")
     if status == STARTED:
         if record.get("host") != socket.gethostname():
@@ -163,7 +163,7 @@ def classify(job: Job, seen: Seen) -> JobStatus:
     elif marker is None and paths and all(p.exists() for p in paths):
         status.state = "done"
     elif (
-        (marker is None and paths and (recorded := recorded_failure(paths[0], seen)))
+        (marker is None and paths and (recorded := recorded_failure(paths, seen)))
         or report is not None
         or ended_badly
     ):
@@ -247,13 +247,12 @@ def account(status: JobStatus, seen: Seen, planned: Planned, benchmarks: Benchma
     benchmarks of its rule and params, or its runtime) less the time it has run.
     """
     job, gpus = status.job, status.job.gpus
-    first = seen.directory / job.output[0]
     if status.state == "running":
         started = status.started or seen.now
         status.progress = job_progress(job, seen.directory)
         status.gpu_h_spent = gpus * max(seen.now - started, 0.0) / 3600
     elif status.state == "done" and gpus:
-        record = record_of(first)
+        record = record_of(seen.directory / output for output in job.output)
         measured = telemetry_gpu_hours(record)
         status.gpu_h_spent = gpus * job_hours(status, seen) if measured is None else measured
         status.gpu_h_spent += gpus * earlier_attempts_s(record) / 3600

@@ -65,6 +65,18 @@ def _fsync_file(path: Path) -> None:
         os.fsync(handle.fileno())
 
 
+def _replace_folder(new: Path, target: Path) -> None:
+    """Put folder `new` in the place of folder `target` (a folder cannot be renamed over a
+    non-empty one): the old folder first moves aside under a temporary name, then `new` takes
+    its place, then the old one is removed. A kill at any moment leaves the complete old
+    folder, the complete new one, or none at `target`, never a half-deleted one; a copy left
+    aside is a stale temporary the next writer removes."""
+    old = _temporary_sibling(target)
+    os.replace(target, old)
+    os.replace(new, target)
+    shutil.rmtree(old)
+
+
 @contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temporary path to write (a file or a folder); it replaces `path` on success."""
@@ -80,8 +92,9 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
             if tmp.is_file():
                 _fsync_file(tmp)
             if target.is_dir() and tmp.is_dir():
-                shutil.rmtree(target)
-            os.replace(tmp, target)
+                _replace_folder(tmp, target)
+            else:
+                os.replace(tmp, target)
     except OSError as error:
         if error.errno not in WRITE_ERRNOS:
             raise

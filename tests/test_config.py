@@ -37,6 +37,16 @@ def test_paper_scale_merges_over_the_default_and_is_valid():
             "fluency.perplexity.shards",
             "is not of type 'integer'",
         ),
+        (
+            lambda c: c["fluency"]["stats"].update(n_bootstrap=1.0e3),  # YAML's 1.0e+3
+            "fluency.stats.n_bootstrap",
+            "1000.0 is not of type 'integer'",
+        ),
+        (
+            lambda c: c["ssvae"]["grid"].update(seeds=[0.0, 1.0]),  # outputs named seed~1.0
+            "ssvae.grid.seeds.0",
+            "is not of type 'integer'",
+        ),
         (lambda c: c["fluency"].update(shard_count=3), "fluency", "shard_count"),
         (
             lambda c: c["fluency"]["perplexity"].update(token_budget=-5),

@@ -54,7 +54,18 @@ def _with_defaults(validator_class: type) -> type:
     return jsonschema.validators.extend(validator_class, {"properties": set_defaults})
 
 
-DefaultingValidator = _with_defaults(jsonschema.Draft202012Validator)
+def _is_integer(_checker: Any, instance: Any) -> bool:
+    """Only an int is an integer. JSON Schema also counts 2.0 (YAML's `2.0`, `1.0e+3`), which
+    passed every check and then failed inside a job (`range(1000.0)`) or named outputs
+    `seed~1.0`."""
+    return isinstance(instance, int) and not isinstance(instance, bool)
+
+
+_StrictIntegers = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator,
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_integer),
+)
+DefaultingValidator = _with_defaults(_StrictIntegers)
 
 
 def validate_config(config: dict[str, Any], schema_path: str | Path | None = None) -> None:

@@ -3,6 +3,8 @@
 Rules are thin: each calls `gpuflow <step>`, which runs the same by hand. See README.md.
 """
 
+import os
+
 from snakemake.utils import min_version
 
 from gpuflow.settings.validate import validate_config
@@ -10,12 +12,15 @@ from gpuflow.settings.files import check_config_files
 
 min_version("9.0")
 
-# Snakemake has read --configfile files already; read them again strictly (repeated keys,
-# NaN/inf, not UTF-8) and the default one before the `configfile:` directive reads it.
-check_config_files([f"{workflow.basedir}/config/config.yaml", *workflow.configfiles])
+# The default config, read from the working directory as Snakemake reads `configfile:` (under
+# --directory DIR: DIR/config/config.yaml where DIR has one; elsewhere the --configfile files
+# over the schema's defaults). Snakemake has read --configfile files already; read them again
+# strictly (repeated keys, NaN/inf, not UTF-8), and the default one before the directive does.
+DEFAULT_CONFIG = "config/config.yaml"
+check_config_files([*filter(os.path.isfile, [DEFAULT_CONFIG]), *workflow.configfiles])
 
 
-configfile: "config/config.yaml"
+configfile: DEFAULT_CONFIG
 
 
 validate_config(config)

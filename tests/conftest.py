@@ -19,7 +19,8 @@ TEST_CONFIGS = REPO / ".test"
 
 
 def tiny_config(name: str) -> dict[str, Any]:
-    """A fresh copy of `.test/<name>/config.yaml`, a tiny config merged over config/config.yaml."""
+    """A fresh copy of `.test/<name>/config.yaml`, a tiny config. A test's working directory
+    has no config/config.yaml, so the workflow reads it over the schema's defaults."""
     path = TEST_CONFIGS / name / "config.yaml"
     return yaml.safe_load(path.read_text(encoding="utf-8"))
 

@@ -126,3 +126,19 @@ def test_a_bad_config_file_is_one_line_naming_file_and_key(tmp_path, case):
 
 def test_the_shipped_configs_pass_the_strict_reading():
     assert load_config(REPO / "config/config.yaml", REPO / "config/paper.yaml")["families"]
+
+
+def test_the_working_directorys_default_config_is_read_strictly_like_any_other(tmp_path):
+    """Snakemake reads `configfile: config/config.yaml` from the working directory (--directory
+    DIR: DIR/config/config.yaml), so that is the file the strict reading checks."""
+    content, message = BAD_CONFIG_FILES["a key given twice"]
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "config.yaml").write_bytes(content)
+    workflow = subprocess.run(
+        [str(BIN / "snakemake"), "--snakefile", str(REPO / "Snakefile"), "--directory",
+         str(tmp_path), "--cores", "1", "--dry-run"],
+        capture_output=True, text=True, env=workflow_env(),
+    )  # fmt: skip
+    output = workflow.stdout + workflow.stderr
+    assert workflow.returncode != 0
+    assert message.format(path="config/config.yaml") in output.splitlines(), output

@@ -21,7 +21,7 @@ import yaml
 from gpuflow.job.paths import RECORD, UNITS, job_file, job_of
 from gpuflow.ops.plan import plan_jobs
 from gpuflow.settings.blocks import applies, family_schema, keys_of_kind
-from gpuflow.settings.validate import load_config, merge_config
+from gpuflow.settings.validate import merge_config, validate_config
 from tests.conftest import REPO, job_counts, snakemake, tiny_config
 
 pytestmark = pytest.mark.workflow
@@ -36,9 +36,12 @@ def finished(finished_all: Path) -> Path:
     return finished_all
 
 
-def effective_config() -> dict[str, Any]:
-    """The config the workflow sees: config/config.yaml with TINY merged over it, defaulted."""
-    return merge_config(load_config(REPO / "config" / "config.yaml"), copy.deepcopy(TINY))
+def effective_config(config: dict[str, Any] = TINY) -> dict[str, Any]:
+    """The config the workflow sees in a test's working directory: `config` over the schema's
+    defaults (the folder has no config/config.yaml of its own to read)."""
+    effective = copy.deepcopy(config)
+    validate_config(effective)
+    return effective
 
 
 def other_value(schema: dict[str, Any], value: Any) -> Any:
@@ -188,7 +191,7 @@ def test_no_runtime_key_reaches_the_params_of_any_job(tmp_path):
     config = copy.deepcopy(TINY)
     config["scaling"]["multinode"] = {"enabled": True, "nodes": 2, "gpus_per_node": 1}
     config["scaling"].setdefault("resources", {})["scaling_train"] = {"gpu": 1}
-    effective = merge_config(load_config(REPO / "config" / "config.yaml"), copy.deepcopy(config))
+    effective = effective_config(config)
     changed, names = copy.deepcopy(config), []
     for family in FAMILIES:
         overrides, family_names = runtime_overrides(family, effective)

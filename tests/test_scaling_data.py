@@ -85,3 +85,123 @@ def test_missing_user_files_and_oversized_samples_are_reported_with_their_key(tm
     with pytest.raises(ConfigError, match=r"data\.n_train"):
         build_splits(data_settings(source="embedded", corpus="rotten_tomatoes", n_train=10**6,
                                    n_val=10))  # fmt: skip
+
+
+def agnews(path: Path, val_path: Path | None = None) -> dict:
+    return data_settings(source="agnews", path=str(path), val_path=val_path and str(val_path))
+
+
+AG_ROWS = '1,"World title","World body"\n2,"Sports title","Sports body"\n'
+
+
+@pytest.mark.parametrize(
+    "header",
+    ["Class Index,Title,Description", "class,title,description", "label,title,description"],
+)
+def test_an_ag_news_header_is_a_first_line_whose_first_field_names_the_class_column(
+    tmp_path: Path, header: str
+):
+    path = tmp_path / "train.csv"
+    path.write_text(f"{header}\n{AG_ROWS}")
+    train, _, _ = build_splits(agnews(path, val_path=path))
+    assert sorted(train["text"]) == ["Sports title. Sports body", "World title. World body"]
+
+
+@pytest.mark.parametrize("first", ['World,"A title","A body"', 'x,"Title","Description"'])
+def test_an_ag_news_first_line_with_a_bad_class_is_an_error_not_a_header(
+    tmp_path: Path, first: str
+):
+    path = tmp_path / "train.csv"
+    path.write_text(f"{first}\n{AG_ROWS}")
+    with pytest.raises(DataError, match=r"train\.csv, row 1: class '(World|x)'"):
+        build_splits(agnews(path))
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b'1,"a","b"\n2,"c"\n', r"train\.csv, row 2: 2 columns"),
+        (b'1,"a","b"\n2,"c","d","e"\n', r"train\.csv, row 2: 4 columns"),
+        (b"Class Index,Title,Description\n1,a\n", r"train\.csv, row 2: 2 columns"),
+        (b'1,"a","b"\n2,"caf\xe9","d"\n', r"train\.csv, row 2: not UTF-8"),
+        (b'1,"a","b"\n2,"c"x,"d"\n', r"train\.csv, row 2: malformed CSV"),
+        (b'1,"a","b"\n2,"c,"d\n3,"e","f"\n', r"train\.csv, row 2: malformed CSV"),
+        (b"", r"train\.csv: empty file"),
+        (b"\n\n", r"train\.csv: empty file"),
+        (b"Class Index,Title,Description\n", r"train\.csv: no data rows"),
+    ],
+)
+def test_a_malformed_ag_news_file_names_the_file_the_row_and_the_problem(
+    tmp_path: Path, content: bytes, message: str
+):
+    path = tmp_path / "train.csv"
+    path.write_bytes(content)
+    with pytest.raises(DataError, match=message):
+        build_splits(agnews(path))
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("text,label\na,1\nb,0\nc,\nd,1\n", r"imdb\.csv, row 4: empty label"),
+        ("text,label\na,1\nb,0\nc,2\n", r"imdb\.csv, row 4: label '2'"),
+        ("text,label\na,1\n\nb,0\nc,maybe\n", r"imdb\.csv, row 5: label 'maybe'"),
+        ('text,label\n"two\nlines",1\nc,maybe\n', r"imdb\.csv, row 4: label 'maybe'"),
+        ("text,label\na,1\n,0\n", r"imdb\.csv, row 3: empty text"),
+    ],
+)
+def test_an_imdb_csv_names_the_row_of_a_blank_or_unknown_label_counting_file_lines(
+    tmp_path: Path, content: str, message: str
+):
+    path = tmp_path / "imdb.csv"
+    path.write_text(content)
+    with pytest.raises(DataError, match=message):
+        build_splits(data_settings(path=str(path)))
+
+
+@pytest.mark.parametrize(
+    "labels",
+    [["0", "1", "1", "0"], ["neg", "POS", " positive ", "negative"], ["0", "pos", "1", "neg"]],
+)
+def test_an_imdb_csv_accepts_every_label_spelling_it_always_did(tmp_path: Path, labels: list):
+    path = tmp_path / "imdb.csv"
+    path.write_text("text,label\n" + "".join(f"review {i},{v}\n" for i, v in enumerate(labels)))
+    train, _, _ = build_splits(data_settings(path=str(path), val_path=str(path)))
+    assert dict(zip(train["text"], train["label"], strict=True)) == {
+        "review 0": 0, "review 1": 1, "review 2": 1, "review 3": 0,
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"text,label\na,1\nb,0,extra\n", r"imdb\.csv, row 3: 3 columns"),
+        (b"text,label\na,1\nb\n", r"imdb\.csv, row 3: 1 column"),
+        (b'text,label\na,1\n"b,0\n', r"imdb\.csv, row 3: malformed CSV"),
+        (b"text,label\na,1\n\xff\xfeb,0\n", r"imdb\.csv, row 3: not UTF-8"),
+        (b"", r"imdb\.csv: empty file"),
+        (b"text,label\n", r"imdb\.csv: no data rows"),
+    ],
+)
+def test_a_malformed_imdb_csv_names_the_file_the_row_and_the_problem(
+    tmp_path: Path, content: bytes, message: str
+):
+    path = tmp_path / "imdb.csv"
+    path.write_bytes(content)
+    with pytest.raises(DataError, match=message):
+        build_splits(data_settings(path=str(path)))
+
+
+@pytest.mark.parametrize("source", ["imdb", "agnews"])
+@pytest.mark.parametrize("split", ["path", "val_path"])
+def test_a_training_or_validation_file_without_data_rows_is_an_error(
+    tmp_path: Path, source: str, split: str
+):
+    header = "text,label\n" if source == "imdb" else "Class Index,Title,Description\n"
+    rows = "a,1\nb,0\n" if source == "imdb" else AG_ROWS
+    full, empty = tmp_path / "full.csv", tmp_path / "empty.csv"
+    full.write_text(header + rows)
+    empty.write_text(header)
+    paths = {"path": str(full), "val_path": str(full), split: str(empty)}
+    with pytest.raises(DataError, match=r"empty\.csv: no data rows"):
+        build_splits(data_settings(source=source, **paths))

@@ -7,6 +7,8 @@ a training split and a validation split, drawn with the configured seed.
 from __future__ import annotations
 
 import argparse
+import csv
+import io
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,8 @@ IMDB_LABEL_COLUMNS = ("label", "sentiment")
 IMDB_LABELS = {"neg": 0, "negative": 0, "0": 0, "pos": 1, "positive": 1, "1": 1}
 SENTIMENT_NAMES = ["negative", "positive"]
 AG_NEWS_NAMES = {1: "World", 2: "Sports", 3: "Business", 4: "Sci/Tech"}
+AG_NEWS_CLASSES = {str(k) for k in AG_NEWS_NAMES}
+AG_NEWS_CLASS_COLUMNS = ("class index", "class", "label")
 
 
 def load_imdb_folder(folder: Path) -> pd.DataFrame:
@@ -39,29 +43,89 @@ def load_imdb_folder(folder: Path) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["text", "label"])
 
 
+def read_csv_rows(path: Path) -> list[tuple[int, list[str]]]:
+    """(row, fields) of each non-blank record of a UTF-8 CSV, row = the file line it starts on.
+
+    Blank and whitespace-only lines are skipped but counted; a decoding or quoting problem is a
+    DataError naming the row.
+    """
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        row = data[: error.start].count(b"\n") + 1
+        raise DataError(path, "not UTF-8 text", row=row, expected="a UTF-8 CSV") from None
+    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
+    rows, row = [], 1
+    limit = csv.field_size_limit(len(text) + 1)  # a field may be as long as the file
+    try:
+        while True:
+            try:
+                fields = next(reader)
+            except StopIteration:
+                return rows
+            except csv.Error as error:
+                raise DataError(path, f"malformed CSV ({error})", row=row) from None
+            if len(fields) > 1 or (fields and fields[0].strip()):
+                rows.append((row, fields))
+            row = reader.line_num + 1
+    finally:
+        csv.field_size_limit(limit)
+
+
+def check_widths(path: Path, rows: list[tuple[int, list[str]]], width: int, expected: str) -> None:
+    """Every row has `width` fields, else a DataError naming the first row that has not."""
+    for row, fields in rows:
+        if len(fields) != width:
+            count = f"{len(fields)} column" + ("" if len(fields) == 1 else "s")
+            raise DataError(path, count, row=row, expected=expected)
+
+
+def imdb_label(value: str) -> int | None:
+    """The class of an IMDB label (pos/positive/1 or neg/negative/0, any case), None if unknown."""
+    word = value.strip().lower()
+    if word in IMDB_LABELS:
+        return IMDB_LABELS[word]
+    try:
+        number = int(word)
+    except ValueError:
+        return None
+    return number if number in (0, 1) else None
+
+
 def load_imdb_csv(path: Path) -> pd.DataFrame:
-    """An IMDB CSV with a text column (`text` or `review`) and a label (`label` or `sentiment`)."""
-    frame = pd.read_csv(path)
-    text = next((c for c in IMDB_TEXT_COLUMNS if c in frame.columns), None)
-    label = next((c for c in IMDB_LABEL_COLUMNS if c in frame.columns), None)
+    """Reviews of an IMDB CSV: a header line, then at least one review a row.
+
+    The header names a text column (`text` or `review`) and a label column (`label` or
+    `sentiment`: pos/positive/1 or neg/negative/0, any case); every row has the header's width.
+    """
+    rows = read_csv_rows(path)
+    if not rows:
+        raise DataError(path, "empty file", expected="a header line, then one review a row")
+    (_, header), body = rows[0], rows[1:]
+    text = next((header.index(c) for c in IMDB_TEXT_COLUMNS if c in header), None)
+    label = next((header.index(c) for c in IMDB_LABEL_COLUMNS if c in header), None)
     if text is None or label is None:
         raise DataError(
             path,
-            f"columns {list(frame.columns)}",
+            f"columns {header}",
+            row=rows[0][0],
             expected=f"a text column {IMDB_TEXT_COLUMNS} and a label column {IMDB_LABEL_COLUMNS}",
         )
-    labels = frame[label].astype(str).str.strip().str.lower()
-    unknown = ~labels.isin(list(IMDB_LABELS))
-    if unknown.any():
-        row = int(np.flatnonzero(unknown.to_numpy())[0])
-        raise DataError(
-            path, f"label {frame[label].iloc[row]!r}", row=row + 2, expected="pos/neg, 1/0"
-        )
-    texts = frame[text]
-    if texts.isna().any():
-        row = int(np.flatnonzero(texts.isna().to_numpy())[0])
-        raise DataError(path, "empty text", row=row + 2)
-    return pd.DataFrame({"text": texts.astype(str), "label": labels.map(IMDB_LABELS)})
+    if not body:
+        raise DataError(path, "no data rows", expected="at least one review after the header")
+    check_widths(path, body, len(header), f"{len(header)}, as in the header")
+    texts, labels = [], []
+    for row, fields in body:
+        value = imdb_label(fields[label])
+        if value is None:
+            problem = f"label {fields[label]!r}" if fields[label].strip() else "empty label"
+            raise DataError(path, problem, row=row, expected="pos/positive/1 or neg/negative/0")
+        if not fields[text].strip():
+            raise DataError(path, "empty text", row=row)
+        texts.append(fields[text])
+        labels.append(value)
+    return pd.DataFrame({"text": texts, "label": np.array(labels, dtype=np.int64)})
 
 
 def load_imdb(path: Path) -> pd.DataFrame:
@@ -73,27 +137,45 @@ def load_imdb(path: Path) -> pd.DataFrame:
     raise DataError(path, "no such file or folder", expected="an aclImdb folder or a CSV")
 
 
+def is_ag_news_header(fields: list[str]) -> bool:
+    """Whether an AG News first line is a header: its first field names the class column.
+
+    The names are `Class Index`, `class` and `label`, in any case, with `_` or `-` allowed for
+    the space; any other first line is a data row, so a bad class there is an error.
+    """
+    name = " ".join(fields[0].replace("_", " ").replace("-", " ").split()).lower()
+    return name in AG_NEWS_CLASS_COLUMNS
+
+
 def load_ag_news(path: Path) -> pd.DataFrame:
-    """AG News rows `class,title,description` (class 1..4), with or without a header line."""
+    """AG News rows `class,title,description` (class 1..4), with or without a header line.
+
+    Each row, the header included, has exactly three fields; see `is_ag_news_header`.
+    """
     if not path.is_file():
         raise DataError(path, "no such file", expected="an AG News CSV: class,title,description")
-    frame = pd.read_csv(path, header=None, dtype=str, keep_default_na=False)
-    if frame.shape[1] != 3:
-        raise DataError(path, f"{frame.shape[1]} columns", expected="3: class,title,description")
-    if not frame.iloc[0, 0].strip().isdigit():
-        frame = frame.iloc[1:]
-    classes = frame[0].str.strip()
-    bad = ~classes.isin([str(k) for k in AG_NEWS_NAMES])
-    if bad.any():
-        position = int(np.flatnonzero(bad.to_numpy())[0])
-        raise DataError(
-            path,
-            f"class {classes.iloc[position]!r}",
-            row=int(frame.index[position]) + 1,
-            expected="a class index 1..4",
-        )
-    text = (frame[1].str.strip() + ". " + frame[2].str.strip()).str.replace("\\", " ")
-    return pd.DataFrame({"text": text.to_numpy(), "label": classes.astype(int).to_numpy() - 1})
+    rows = read_csv_rows(path)
+    if not rows:
+        raise DataError(path, "empty file", expected="AG News rows: class,title,description")
+    check_widths(path, rows, 3, "3: class,title,description")
+    first = rows[0][0]
+    if is_ag_news_header(rows[0][1]):
+        rows = rows[1:]
+    if not rows:
+        raise DataError(path, "no data rows", expected="at least one news row after the header")
+    texts, labels = [], []
+    for row, (klass, title, description) in rows:
+        if klass.strip() not in AG_NEWS_CLASSES:
+            header = ", or a header line whose first column is Class Index, class or label"
+            raise DataError(
+                path,
+                f"class {klass.strip()!r}",
+                row=row,
+                expected="a class index 1..4" + (header if row == first else ""),
+            )
+        texts.append((title.strip() + ". " + description.strip()).replace("\\", " "))
+        labels.append(int(klass) - 1)
+    return pd.DataFrame({"text": texts, "label": np.array(labels, dtype=np.int64)})
 
 
 def take(frame: pd.DataFrame, n: int | None, key: str) -> pd.DataFrame:

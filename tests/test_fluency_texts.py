@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from gpuflow.errors import DataError
+from gpuflow.errors import ConfigError, DataError
 from gpuflow.fluency.texts import deal_into_shards, embedded_texts, file_texts
 from tests.conftest import files_left
 
@@ -72,6 +72,37 @@ BAD_FILES = {
     "text that is not a string": ("x.jsonl", b'{"id": 1, "text": 5}\n', "not a string", 1),
     "unknown file type": ("x.xlsx", b"whatever", "unknown file type", None),
     "empty file": ("x.csv", b"", "the file is empty", None),
+    "stray quote merging rows": (
+        "x.csv",
+        b'id,text\n1,"Great movie\n2,ok film\n3,"bad" one\n4,fine\n',
+        "malformed CSV on lines 2-4",
+        1,
+    ),
+    "quote never closed": ("x.csv", b'id,text\n1,ok\n2,"Great movie\n3,ok\n', "lines 3-4", 2),
+    "repeated header column": (
+        "x.csv",
+        b"id,text,text\n1,a,b\n",
+        "names column 'text' twice",
+        None,
+    ),
+    "unnamed header column": ("x.tsv", b"id\t\ttext\n1\tx\ta\n", "no name for column 2", None),
+    "missing column, expected listed": (
+        "x.csv",
+        b"text,model\n1,a\n",
+        "missing column(s) ['id']; the file has ['text', 'model']"
+        " (expected columns ['text', 'id'])",
+        None,
+    ),
+    "blank csv id": ("x.csv", b"id,text\n1,a\n ,b\n", "blank text id", 2),
+    "json null id": ("x.jsonl", b'{"id": null, "text": "a"}\n', "no text id", 1),
+    "json record without an id": (
+        "x.jsonl",
+        b'{"id": 1, "text": "a"}\n{"text": "b"}\n',
+        "no text id",
+        2,
+    ),
+    "json float id": ("x.jsonl", b'{"id": 1.5, "text": "a"}\n', "text id 1.5 is float", 1),
+    "json record without a text": ("x.jsonl", b'{"id": 1, "text": "a"}\n{"id": 2}\n', "no text", 2),
 }
 
 
@@ -85,7 +116,9 @@ def test_a_bad_text_file_names_the_file_row_and_problem(tmp_path: Path, case: st
     message = str(raised.value)
     assert str(path) in message
     assert problem in message
-    if row is not None:
+    if row is None:
+        assert ", row" not in message
+    else:
         assert f"row {row}" in message
 
 
@@ -117,3 +150,73 @@ def test_group_labels_are_read_as_written_and_a_json_null_is_empty(tmp_path: Pat
         [str(tmp_path / "a.csv"), str(tmp_path / "b.jsonl")], "text", None, ["method"]
     )
     assert texts["method"].tolist() == ["NA", "None", "null", "", "", "None"]
+
+
+def test_a_json_record_without_the_group_key_is_grouped_like_a_json_null(tmp_path: Path):
+    (tmp_path / "a.jsonl").write_text(
+        '{"text": "One", "method": null}\n{"text": "Two"}\n{"text": "Three", "method": "x"}\n'
+    )
+    texts = file_texts([str(tmp_path / "a.jsonl")], "text", None, ["method"])
+    assert texts["method"].tolist() == ["", "", "x"]
+
+
+READ_AS_WRITTEN = {
+    "csv field quoted over two lines with a doubled quote": (
+        "a.csv",
+        b'id,text\n1,"Two\nlines, ""quoted"""\n2,plain\n',
+        ['Two\nlines, "quoted"', "plain"],
+    ),
+    "tsv quotes are ordinary characters": (
+        "a.tsv",
+        b'id\ttext\n1\t"Hello," she said.\n2\tA 5" screen\n',
+        ['"Hello," she said.', 'A 5" screen'],
+    ),
+    "csv with a byte-order mark": (
+        "a.csv",
+        b"\xef\xbb\xbfid,text\n1,Fine\n2,Good\n",
+        ["Fine", "Good"],
+    ),
+    "tsv with a byte-order mark": (
+        "a.tsv",
+        b"\xef\xbb\xbfid\ttext\n1\tFine\n2\tGood\n",
+        ["Fine", "Good"],
+    ),
+    "jsonl with a byte-order mark": (
+        "a.jsonl",
+        b'\xef\xbb\xbf{"id": 1, "text": "Fine"}\n{"id": 2, "text": "Good"}\n',
+        ["Fine", "Good"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(READ_AS_WRITTEN))
+def test_valid_files_are_read_exactly_as_written(tmp_path: Path, case: str):
+    name, content, expected = READ_AS_WRITTEN[case]
+    (tmp_path / name).write_bytes(content)
+    texts = file_texts([str(tmp_path / name)], "text", "id", [])
+    assert texts["text_id"].tolist() == ["1", "2"]
+    assert texts["text"].tolist() == expected
+
+
+@pytest.mark.parametrize(
+    ("group_columns", "problem"),
+    [
+        (["text_id"], "'text_id' clashes with a column the workflow writes"),
+        (["text"], "'text' clashes with a column the workflow writes"),
+        (["model", "source"], "'source' clashes with a column the workflow writes"),
+        (["condition"], "'condition' clashes with a column the workflow writes"),
+        (["toxicity"], "'toxicity' clashes with a column the workflow writes"),
+        (["model", "model"], "'model' is listed twice"),
+    ],
+)
+def test_a_group_column_that_would_overwrite_another_is_refused(
+    tmp_path: Path, group_columns: list[str], problem: str
+):
+    path = tmp_path / "a.csv"
+    path.write_text(
+        "id,text,model,text_id,source,condition,toxicity\n1,a,m,7,s,c,0\n2,b,m,7,s,c,1\n"
+    )
+    with pytest.raises(ConfigError) as raised:
+        file_texts([str(path)], "text", "id", group_columns)
+    assert raised.value.key == "fluency.texts.group_columns"
+    assert problem in str(raised.value)

@@ -349,6 +349,7 @@ REFUSAL_TESTS = {
     "tests.test_fluency_texts": [
         "test_a_bad_text_file_names_the_file_row_and_problem",
         "test_the_cli_reports_bad_input_in_one_line_and_leaves_no_output",
+        "test_a_group_column_that_would_overwrite_another_is_refused",
     ],
     "tests.test_fluency_workflow": ["test_a_bad_config_stops_before_any_job_and_names_the_key"],
     "tests.test_ssvae_data": [

@@ -89,31 +89,57 @@ def embedded_texts(
     return frame
 
 
+# The texts table's own columns and those the scores join and the statistics add to it.
+RESERVED_COLUMNS = ("text_id", "text", "source", "condition")
+SCORE_COLUMNS = ("nll_sum", "n_tokens", "ppl", "toxicity", "toxicity_scorer", "log_ppl")
+
+
+def check_group_columns(group_columns: list[str]) -> None:
+    """Group columns are listed once each and clash with no column the workflow writes."""
+    key = "fluency.texts.group_columns"
+    for position, column in enumerate(group_columns):
+        if column in RESERVED_COLUMNS + SCORE_COLUMNS:
+            raise ConfigError(
+                key,
+                f"{column!r} clashes with a column the workflow writes itself",
+                f"names other than {', '.join(RESERVED_COLUMNS + SCORE_COLUMNS)}",
+            )
+        if column in group_columns[:position]:
+            raise ConfigError(key, f"{column!r} is listed twice", "each column once")
+
+
 def file_texts(
     paths: list[str], text_column: str, id_column: str | None, group_columns: list[str]
 ) -> pd.DataFrame:
     """Texts from the user's files, checked row by row; `source` is the file's name."""
+    check_group_columns(group_columns)
+    needed = list(dict.fromkeys([text_column, *([id_column] if id_column else []), *group_columns]))
     frames = []
     seen: dict[str, tuple[str, int]] = {}
     for path in paths:
         table = read_text_file(path)
-        needed = [text_column, *([id_column] if id_column else []), *group_columns]
         missing = [c for c in needed if c not in table.columns]
         if missing:
             raise DataError(
-                path, f"missing column(s) {missing}", expected=f"columns {list(table.columns)}"
+                path,
+                f"missing column(s) {missing}; the file has {list(table.columns)}",
+                expected=f"columns {needed}",
             )
         for row, value in table[text_column].items():
+            if value is None:
+                raise DataError(path, "no text", row=row, expected="non-empty text")
             if not isinstance(value, str):
                 raise DataError(path, f"text is {type(value).__name__}, not a string", row=row)
             if not value.strip():
                 raise DataError(path, "empty text", row=row, expected="non-empty text")
-        ids = (
-            table[id_column].astype(str)
+        raw_ids = (
+            table[id_column]
             if id_column
             else pd.Series([f"{Path(path).stem}-{r}" for r in table.index], index=table.index)
         )
-        for row, text_id in ids.items():
+        ids = []
+        for row, value in raw_ids.items():
+            text_id = _text_id(path, row, value)
             if text_id in seen:
                 first_path, first_row = seen[text_id]
                 raise DataError(
@@ -122,9 +148,10 @@ def file_texts(
                     row=row,
                 )
             seen[text_id] = (str(path), int(row))
+            ids.append(text_id)
         frame = pd.DataFrame(
             {
-                "text_id": ids.to_numpy(),
+                "text_id": ids,
                 "text": table[text_column].to_numpy(),
                 "source": Path(path).stem,
                 "condition": "",
@@ -136,8 +163,26 @@ def file_texts(
     return pd.concat(frames, ignore_index=True)
 
 
+def _text_id(path: str, row: int, value: object) -> str:
+    """A text id as written: a non-blank string or an integer; a missing or null one is an error."""
+    expected = "a non-blank text id (a string or an integer)"
+    if value is None:
+        raise DataError(path, "no text id", row=row, expected=expected)
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise DataError(
+            path, f"text id {value!r} is {type(value).__name__}", row=row, expected=expected
+        )
+    if not str(value).strip():
+        raise DataError(path, "blank text id", row=row, expected=expected)
+    return str(value)
+
+
 def group_label(value: object) -> str:
-    """A group cell as written ("NA", "None" and "null" stay labels); a JSON null is empty."""
+    """A group cell as written ("NA", "None" and "null" stay labels).
+
+    A JSON null or a key the record lacks is empty, like an empty CSV cell: the statistics
+    count such texts in a group of their own, "(missing)", so none is silently dropped.
+    """
     return "" if value is None else str(value)
 
 

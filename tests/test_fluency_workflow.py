@@ -63,6 +63,16 @@ BAD_CONFIGS = {
         "config key 'fluency.texts.files'",
         "empty",
     ),
+    "heads that do not split the width": (
+        {"lm": {"train": {"n_embd": 130, "n_head": 4}}},
+        "config key 'fluency.lm.train.n_head'",
+        "4 does not divide n_embd=130",
+    ),
+    "a group column the workflow writes itself": (
+        {"texts": {"source": "files", "files": ["t.csv"], "group_columns": ["text_id"]}},
+        "config key 'fluency.texts.group_columns'",
+        "'text_id' clashes with a column the workflow writes itself",
+    ),
     "a text file that is not there": (
         {"texts": {"source": "files", "files": ["gone.csv"]}},
         "config key 'fluency.texts.files'",

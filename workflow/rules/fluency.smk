@@ -5,7 +5,9 @@ include: "fluency_helpers.smk"
 
 
 if "fluency" in config["families"]:
-    if FLUENCY["lm"]["path"] is not None:
+    if FLUENCY["lm"]["path"] is None:
+        check_heads(FLUENCY["lm"]["train"])
+    else:
         STARTUP_CHECKS.append(
             lambda: check_model_reference("fluency.lm.path", FLUENCY["lm"]["path"])
         )
@@ -20,6 +22,7 @@ if "fluency" in config["families"]:
             )
         )
     if FLUENCY["texts"]["source"] == "files":
+        check_group_columns(FLUENCY["texts"]["group_columns"])
         if not FLUENCY["texts"]["files"]:
             raise WorkflowError(
                 "config key 'fluency.texts.files': empty, but source is 'files' (expected text files)"

@@ -1,5 +1,8 @@
 """Helpers of the fluency-toxicity family: its settings, paths and input functions."""
 
+from gpuflow.fluency.lm_shape import check_heads
+from gpuflow.fluency.texts import check_group_columns
+
 FLUENCY = config["fluency"]
 FLUENCY_DIR = "results/fluency"
 FLUENCY_SHARDS = [str(i) for i in range(FLUENCY["perplexity"]["shards"])]

@@ -21,6 +21,7 @@ from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
 from gpuflow.data.embedded import load_movie_reviews
 from gpuflow.errors import ConfigError
+from gpuflow.fluency.lm_shape import check_heads
 from gpuflow.fluency.texts import clean_review, read_texts
 from gpuflow.job.atomic import atomic_path
 from gpuflow.settings.blocks import block_settings
@@ -50,11 +51,7 @@ class LMSettings:
         """Settings from a JSON object (defaults: the schema); bad JSON, values, keys and n_head
         are errors naming the key."""
         settings = block_settings(cls, "fluency", ("lm", "train"), text)
-        if settings.n_embd % settings.n_head:
-            raise ConfigError(
-                "fluency.lm.train.n_head",
-                f"{settings.n_head} does not divide n_embd={settings.n_embd}",
-            )
+        check_heads(asdict(settings))
         return settings
 
 

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from gpuflow.errors import DataError
-from gpuflow.fluency.merge import join_scores, read_shards, summarise
+from gpuflow.fluency.merge import PERPLEXITY_COLUMNS, join_scores, read_shards, summarise
 
 TEXTS = pd.DataFrame(
     {"text_id": ["a", "b", "c"], "text": ["x y", "y z", "z"], "condition": ["o", "s", "o"]}
@@ -49,4 +49,23 @@ def test_a_text_scored_in_two_shards_names_the_shard(tmp_path):
     PPL.iloc[:2].to_csv(first, index=False)
     PPL.iloc[1:].to_csv(second, index=False)
     with pytest.raises(DataError, match=r"s0.csv: text id 'b' scored twice for perplexity"):
-        read_shards([str(first), str(second)], "perplexity")
+        read_shards([str(first), str(second)], "perplexity", PERPLEXITY_COLUMNS)
+
+
+BAD_SHARDS = {
+    "a missing column": ("text_id,ppl\na,3.5\n", r"p.csv: no \['nll_sum', 'n_tokens'\] column"),
+    "a value that is no number": (
+        "text_id,nll_sum,n_tokens,ppl\na,2.0,3,1.9\nb,lots,3,2.0\n",
+        r"p.csv, row 3: nll_sum 'lots' is not a finite number",
+    ),
+    "an empty file": ("", r"p.csv: cannot read the perplexity shard"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_SHARDS))
+def test_a_malformed_shard_is_an_error_naming_the_file_and_row(tmp_path, case):
+    content, message = BAD_SHARDS[case]
+    shard = tmp_path / "p.csv"
+    shard.write_text(content, encoding="utf-8")
+    with pytest.raises(DataError, match=message):
+        read_shards([str(shard)], "perplexity", PERPLEXITY_COLUMNS)

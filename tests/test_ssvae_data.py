@@ -93,6 +93,15 @@ def test_a_truncated_gzip_is_a_data_error(tmp_path):
         read_idx(path)
 
 
+def test_a_gzip_with_a_corrupt_block_is_a_data_error_naming_the_file(tmp_path):
+    packed = bytearray(gzip.compress(b"\x00\x00\x08\x01\x00\x00\x00\x04abcd" * 64))
+    packed[10] ^= 0xFF  # the first byte of the deflate stream: an invalid block type
+    path = tmp_path / "x.gz"
+    path.write_bytes(bytes(packed))
+    with pytest.raises(DataError, match=r"x.gz: cannot read IDX file"):
+        read_idx(path)
+
+
 def test_images_of_the_wrong_shape_are_refused(tmp_path, embedded):
     arrays = dict(embedded, x_test=embedded["x_test"].reshape(1000, 14, 56))
     root = write_torchvision_layout(tmp_path, arrays, gz=False)

@@ -18,15 +18,40 @@ from gpuflow.errors import DataError
 from gpuflow.fluency.texts import read_texts
 from gpuflow.job.atomic import write_csv, write_json
 
+# The columns of each scorer's shards, and which of them hold numbers.
+PERPLEXITY_COLUMNS = ("text_id", "nll_sum", "n_tokens", "ppl")
+TOXICITY_COLUMNS = ("text_id", "toxicity", "toxicity_scorer")
+NUMBERS = {"nll_sum", "n_tokens", "ppl", "toxicity"}
 
-def read_shards(paths: list[str], what: str) -> pd.DataFrame:
-    """Concatenate shard CSVs; a text id that appears twice is an error naming the file."""
-    frames = []
-    for path in paths:
+
+def read_shard(path: str, what: str, columns: Sequence[str]) -> pd.DataFrame:
+    """One shard CSV with its `columns`; an unreadable file, a missing column or a value that is
+    not a finite number is an error naming the file (and the row: CSV line, header = 1)."""
+    try:
         frame = pd.read_csv(path, dtype={"text_id": str}, keep_default_na=False)
-        if "text_id" not in frame.columns:
-            raise DataError(path, f"no text_id column in the {what} shard")
-        frames.append(frame.assign(_file=path))
+    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as error:
+        raise DataError(path, f"cannot read the {what} shard ({error})") from None
+    missing = [column for column in columns if column not in frame.columns]
+    if missing:
+        raise DataError(
+            path, f"no {missing} column(s) in the {what} shard", expected=f"columns {list(columns)}"
+        )
+    for column in NUMBERS.intersection(columns):
+        values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=float)
+        bad = np.flatnonzero(~np.isfinite(values))
+        if bad.size:
+            raise DataError(
+                path,
+                f"{column} {frame[column].iloc[bad[0]]!r} is not a finite number",
+                row=int(bad[0]) + 2,
+            )
+    return frame
+
+
+def read_shards(paths: list[str], what: str, columns: Sequence[str]) -> pd.DataFrame:
+    """Concatenate shard CSVs (see read_shard); a text id that appears twice is an error naming
+    the file."""
+    frames = [read_shard(path, what, columns).assign(_file=path) for path in paths]
     table = pd.concat(frames, ignore_index=True)
     doubled = table[table["text_id"].duplicated(keep=False)]
     if not doubled.empty:
@@ -91,8 +116,8 @@ def main(args: argparse.Namespace) -> int:
     texts = read_texts(args.texts)
     scores = join_scores(
         texts,
-        read_shards(args.perplexity, "perplexity"),
-        read_shards(args.toxicity, "toxicity"),
+        read_shards(args.perplexity, "perplexity", PERPLEXITY_COLUMNS),
+        read_shards(args.toxicity, "toxicity", TOXICITY_COLUMNS),
         args.texts,
     )
     summary = summarise(scores, args.model_name, args.group_columns)

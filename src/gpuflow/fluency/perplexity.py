@@ -32,7 +32,7 @@ from gpuflow.fluency.chunked import (
     model_identity,
     texts_digest,
 )
-from gpuflow.fluency.merge import corpus_perplexity
+from gpuflow.fluency.merge import PERPLEXITY_COLUMNS, corpus_perplexity
 from gpuflow.fluency.placement import choose_placement
 from gpuflow.fluency.ppl_budget import sized_token_budget
 from gpuflow.fluency.ppl_model import (
@@ -50,8 +50,6 @@ from gpuflow.job.atomic import write_csv, write_json
 from gpuflow.job.devices import run_record, worker_devices
 from gpuflow.job.state import make_fingerprint
 from gpuflow.settings.blocks import family_settings
-
-OUTPUT_COLUMNS = ["text_id", "nll_sum", "n_tokens", "ppl"]
 
 
 @dataclass(frozen=True)
@@ -219,7 +217,7 @@ def perplexity_frame(
             "n_tokens": n_tokens,
             "ppl": np.where(n_tokens > 0, np.exp(nll / np.maximum(n_tokens, 1)), np.nan),
         },
-        columns=OUTPUT_COLUMNS,
+        columns=list(PERPLEXITY_COLUMNS),
     )
 
 

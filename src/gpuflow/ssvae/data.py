@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -43,7 +44,7 @@ def read_idx(path: str | Path) -> np.ndarray:
         opener = gzip.open if path.suffix == ".gz" else open
         with opener(path, "rb") as handle:
             raw = handle.read()
-    except (OSError, EOFError) as error:
+    except (OSError, EOFError, zlib.error) as error:  # zlib.error: a corrupt gzip block
         raise DataError(path, f"cannot read IDX file: {error}") from error
     if len(raw) < 4 or raw[0] != 0 or raw[1] != 0:
         raise DataError(path, "not an IDX file (bad magic number)", expected="0x0000 magic")

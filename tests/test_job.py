@@ -307,3 +307,20 @@ def test_a_job_outside_gpuflow_names_the_same_files_and_locks_nothing(tmp_path):
     assert Job.active is None and bare.first_output == out
     assert bare.progress(3, "seeds").path == job_file(out, PROGRESS)
     assert not list(tmp_path.rglob("*.lock"))
+
+
+@pytest.mark.parametrize(
+    ("argv", "summary"),
+    [
+        (["fluency-merge", "--texts", "t.csv", "--perplexity", "p.csv", "--toxicity", "x.csv",
+          "--out", "scores.csv", "--out-summary", "s.json", "--model-name", "m"], "s.json"),
+        (["sweep-aggregate", "--shards", "a.csv", "--out", "runs.csv",
+          "--out-summary", "means.csv"], "means.csv"),
+    ],
+)  # fmt: skip
+def test_a_step_locks_every_output_it_writes_for_the_whole_job(argv, summary):
+    """Outputs are the `--out*` arguments: the job holds their locks from start to end."""
+    from gpuflow.cli import build_parser
+    from gpuflow.job.outputlock import step_outputs
+
+    assert Path(summary) in step_outputs(build_parser().parse_args(argv))

@@ -326,7 +326,7 @@ rule aggregate:
     output: summary='results/summary.csv', table='results/table.csv'
     log: 'results/logs/aggregate.log'
     shell: 'gpuflow sweep-aggregate --shards {input} --out {output.table}'
-           ' --summary {output.summary} > {log} 2>&1'
+           ' --out-summary {output.summary} > {log} 2>&1'
 
 rule other:
     output: 'results/other.txt'

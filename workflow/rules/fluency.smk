@@ -167,7 +167,7 @@ rule fluency_merge:
     shell:
         "gpuflow fluency-merge --texts {input.texts:q} --perplexity {input.perplexity:q}"
         " --toxicity {input.toxicity:q} --group-columns {params.groups} --model-name {params.model}"
-        " --out {output.scores:q} --summary {output.summary:q} --runtime {resources.runtime_settings} > {log:q} 2>&1"
+        " --out {output.scores:q} --out-summary {output.summary:q} --runtime {resources.runtime_settings} > {log:q} 2>&1"
 
 
 rule fluency_stats:

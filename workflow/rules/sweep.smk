@@ -66,7 +66,7 @@ rule sweep_aggregate:
         **rule_resources("sweep", "sweep_aggregate"),
     shell:
         "gpuflow sweep-aggregate --shards {input.shards:q} --out {output.table:q}"
-        " --summary {output.summary:q} --runtime {resources.runtime_settings} > {log:q} 2>&1"
+        " --out-summary {output.summary:q} --runtime {resources.runtime_settings} > {log:q} 2>&1"
 
 
 rule sweep_figures:

@@ -122,6 +122,6 @@ def main(args: argparse.Namespace) -> int:
     )
     summary = summarise(scores, args.model_name, args.group_columns)
     write_csv(args.out, scores)
-    write_json(args.summary, summary)
+    write_json(args.out_summary, summary)
     print(f"merged {len(scores)} texts; corpus perplexity {summary['corpus_ppl']:.2f}")
     return 0

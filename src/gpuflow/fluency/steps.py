@@ -45,7 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     merge.add_argument("--group-columns", nargs="*", default=[])
     merge.add_argument("--model-name", required=True, help="the LM, as named in the summary")
     merge.add_argument("--out", required=True)
-    merge.add_argument("--summary", required=True, help="JSON: corpus perplexity and counts")
+    merge.add_argument("--out-summary", required=True, help="JSON: corpus perplexity and counts")
     merge.set_defaults(run=lazy("gpuflow.fluency.merge:main"))
 
     stats = subparsers.add_parser("fluency-stats", help="correlations with bootstrap CIs")

@@ -51,6 +51,6 @@ def main(args: argparse.Namespace) -> int:
     """Write the tidy table and its summary."""
     table = read_shards(args.shards)
     write_csv(args.out, table)
-    write_csv(args.summary, summarise(table))
+    write_csv(args.out_summary, summarise(table))
     print(f"{len(table)} runs from {len(args.shards)} shards -> {args.out}")
     return 0

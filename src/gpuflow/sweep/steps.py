@@ -26,7 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     aggregate.add_argument(
         "--out", required=True, help="CSV, one row per (method, rank, width, seed)"
     )
-    aggregate.add_argument("--summary", required=True, help="CSV of means per configuration")
+    aggregate.add_argument("--out-summary", required=True, help="CSV of means per configuration")
     aggregate.set_defaults(run=lazy("gpuflow.sweep.aggregate:main"))
 
     figures = subparsers.add_parser("sweep-figures", help="test error and guesses figures")

@@ -118,26 +118,32 @@ def test_an_ag_news_first_line_with_a_bad_class_is_an_error_not_a_header(
 
 
 @pytest.mark.parametrize(
-    ("content", "message"),
+    ("source", "content", "message"),
     [
-        (b'1,"a","b"\n2,"c"\n', r"train\.csv, row 2: 2 columns"),
-        (b'1,"a","b"\n2,"c","d","e"\n', r"train\.csv, row 2: 4 columns"),
-        (b"Class Index,Title,Description\n1,a\n", r"train\.csv, row 2: 2 columns"),
-        (b'1,"a","b"\n2,"caf\xe9","d"\n', r"train\.csv, row 2: not UTF-8"),
-        (b'1,"a","b"\n2,"c"x,"d"\n', r"train\.csv, row 2: malformed CSV"),
-        (b'1,"a","b"\n2,"c,"d\n3,"e","f"\n', r"train\.csv, row 2: malformed CSV"),
-        (b"", r"train\.csv: empty file"),
-        (b"\n\n", r"train\.csv: empty file"),
-        (b"Class Index,Title,Description\n", r"train\.csv: no data rows"),
+        ("agnews", b'1,"a","b"\n2,"c"\n', r"train\.csv, row 2: 2 columns"),
+        ("agnews", b'1,"a","b"\n2,"c","d","e"\n', r"train\.csv, row 2: 4 columns"),
+        ("agnews", b"Class Index,Title,Description\n1,a\n", r"train\.csv, row 2: 2 columns"),
+        ("agnews", b'1,"a","b"\n2,"caf\xe9","d"\n', r"train\.csv, row 2: not UTF-8"),
+        ("agnews", b'1,"a","b"\n2,"c"x,"d"\n', r"train\.csv, row 2: malformed CSV"),
+        ("agnews", b'1,"a","b"\n2,"c,"d\n3,"e","f"\n', r"train\.csv, row 2: malformed CSV"),
+        ("agnews", b"", r"train\.csv: empty file"),
+        ("agnews", b"\n\n", r"train\.csv: empty file"),
+        ("agnews", b"Class Index,Title,Description\n", r"train\.csv: no data rows"),
+        ("imdb", b"text,label\na,1\nb,0,extra\n", r"train\.csv, row 3: 3 columns"),
+        ("imdb", b"text,label\na,1\nb\n", r"train\.csv, row 3: 1 column"),
+        ("imdb", b'text,label\na,1\n"b,0\n', r"train\.csv, row 3: malformed CSV"),
+        ("imdb", b"text,label\na,1\n\xff\xfeb,0\n", r"train\.csv, row 3: not UTF-8"),
+        ("imdb", b"", r"train\.csv: empty file"),
+        ("imdb", b"text,label\n", r"train\.csv: no data rows"),
     ],
 )
-def test_a_malformed_ag_news_file_names_the_file_the_row_and_the_problem(
-    tmp_path: Path, content: bytes, message: str
+def test_a_malformed_csv_names_the_file_the_row_and_the_problem(
+    tmp_path: Path, source: str, content: bytes, message: str
 ):
     path = tmp_path / "train.csv"
     path.write_bytes(content)
     with pytest.raises(DataError, match=message):
-        build_splits(agnews(path))
+        build_splits(data_settings(source=source, path=str(path)))
 
 
 @pytest.mark.parametrize(
@@ -170,26 +176,6 @@ def test_an_imdb_csv_accepts_every_label_spelling_it_always_did(tmp_path: Path, 
     assert dict(zip(train["text"], train["label"], strict=True)) == {
         "review 0": 0, "review 1": 1, "review 2": 1, "review 3": 0,
     }  # fmt: skip
-
-
-@pytest.mark.parametrize(
-    ("content", "message"),
-    [
-        (b"text,label\na,1\nb,0,extra\n", r"imdb\.csv, row 3: 3 columns"),
-        (b"text,label\na,1\nb\n", r"imdb\.csv, row 3: 1 column"),
-        (b'text,label\na,1\n"b,0\n', r"imdb\.csv, row 3: malformed CSV"),
-        (b"text,label\na,1\n\xff\xfeb,0\n", r"imdb\.csv, row 3: not UTF-8"),
-        (b"", r"imdb\.csv: empty file"),
-        (b"text,label\n", r"imdb\.csv: no data rows"),
-    ],
-)
-def test_a_malformed_imdb_csv_names_the_file_the_row_and_the_problem(
-    tmp_path: Path, content: bytes, message: str
-):
-    path = tmp_path / "imdb.csv"
-    path.write_bytes(content)
-    with pytest.raises(DataError, match=message):
-        build_splits(data_settings(path=str(path)))
 
 
 @pytest.mark.parametrize("source", ["imdb", "agnews"])

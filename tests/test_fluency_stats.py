@@ -285,6 +285,13 @@ def test_a_bad_perplexity_value_names_the_row(tmp_path):
         run_stats(tmp_path, frame, [])
 
 
+def test_a_text_scored_twice_names_the_row_rather_than_counting_it_twice(tmp_path):
+    frame = make_scores(*correlated(20, 0.5, seed=12))
+    frame.loc[7, "text_id"] = frame.loc[2, "text_id"]
+    with pytest.raises(DataError, match=r"row 9: text id .* again"):
+        run_stats(tmp_path, frame, [])
+
+
 @pytest.mark.parametrize(
     ("settings", "key"),
     [

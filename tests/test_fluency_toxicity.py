@@ -96,3 +96,15 @@ def test_the_cli_writes_one_score_per_text_with_the_scorer_name(tmp_path: Path, 
     record = json.loads((tmp_path / "tox.run.json").read_text())
     assert record["devices"] == ["cpu"] and record["texts"] == 3
     assert {"host", "slurm_job_id", "cuda_visible_devices"} <= record.keys()
+
+
+def test_a_text_id_given_twice_is_refused_naming_both_rows_before_scoring(
+    tmp_path: Path, run_gpuflow
+):
+    texts = tmp_path / "shard.csv"
+    pd.DataFrame({"text_id": ["a", "b", "a"], "text": TEXTS}).to_csv(texts, index=False)
+    out = tmp_path / "tox.csv"
+    result = run_gpuflow("toxicity", "--texts", str(texts), "--out", str(out), check=False)
+    assert result.returncode == 2
+    assert f"{texts}, row 4: text id 'a' again (first at row 2)" in result.stderr
+    assert not out.exists()

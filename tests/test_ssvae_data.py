@@ -102,6 +102,13 @@ def test_a_gzip_with_a_corrupt_block_is_a_data_error_naming_the_file(tmp_path):
         read_idx(path)
 
 
+def test_a_split_without_images_is_refused(tmp_path, embedded):
+    arrays = dict(embedded, x_test=embedded["x_test"][:0], y_test=embedded["y_test"][:0])
+    root = write_torchvision_layout(tmp_path, arrays, gz=False)
+    with pytest.raises(DataError, match=r"t10k-images-idx3-ubyte: no images"):
+        load_idx_mnist(root)
+
+
 def test_images_of_the_wrong_shape_are_refused(tmp_path, embedded):
     arrays = dict(embedded, x_test=embedded["x_test"].reshape(1000, 14, 56))
     root = write_torchvision_layout(tmp_path, arrays, gz=False)

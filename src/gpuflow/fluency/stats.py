@@ -115,6 +115,12 @@ def load_scores(path: str | Path, group_columns: list[str]) -> pd.DataFrame:
             raise DataError(path, f"missing column '{column}'", expected="the merge step's columns")
     if frame.empty:
         raise DataError(path, "no texts")
+    repeated = np.flatnonzero(frame["text_id"].duplicated().to_numpy())
+    if repeated.size:  # a text counted twice would weigh twice in every statistic
+        text_id = frame["text_id"].iloc[repeated[0]]
+        raise DataError(
+            path, f"text id {text_id!r} again", row=int(repeated[0]) + 2, expected="each once"
+        )
     for column in ("ppl", "n_tokens", "toxicity"):
         values = pd.to_numeric(frame[column], errors="coerce")
         bad = ~np.isfinite(values.to_numpy(dtype=float, na_value=np.nan))

@@ -215,7 +215,8 @@ def main(args: argparse.Namespace) -> int:
 
 
 def read_texts(path: str | Path) -> pd.DataFrame:
-    """A texts CSV as strings (the text 'NA' stays a text); it must have text_id and text."""
+    """A texts CSV as strings (the text 'NA' stays a text); it must have text_id and text, and
+    each text id once (a row is named by its CSV line, header = 1)."""
     try:
         frame = pd.read_csv(path, keep_default_na=False, dtype=str)
     except (OSError, ValueError, UnicodeDecodeError) as error:
@@ -223,6 +224,16 @@ def read_texts(path: str | Path) -> pd.DataFrame:
     missing = [c for c in ("text_id", "text") if c not in frame.columns]
     if missing:
         raise DataError(path, f"missing columns {missing}", expected="columns text_id and text")
+    repeated = np.flatnonzero(frame["text_id"].duplicated().to_numpy())
+    if repeated.size:
+        text_id = frame["text_id"].iloc[repeated[0]]
+        first = int(np.flatnonzero((frame["text_id"] == text_id).to_numpy())[0])
+        raise DataError(
+            path,
+            f"text id {text_id!r} again (first at row {first + 2})",
+            row=int(repeated[0]) + 2,
+            expected="each text id once",
+        )
     return frame
 
 

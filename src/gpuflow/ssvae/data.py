@@ -104,6 +104,8 @@ def load_idx_mnist(folder: str | Path) -> dict[str, np.ndarray]:
             raise DataError(
                 files[f"x_{split}"], f"images of shape {images.shape}", expected="N x 28 x 28"
             )
+        if not len(images):
+            raise DataError(files[f"x_{split}"], "no images", expected="at least one image")
         if labels.ndim != 1 or len(labels) != len(images):
             raise DataError(
                 files[f"y_{split}"],

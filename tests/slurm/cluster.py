@@ -5,7 +5,7 @@ Used by the SLURM tests (session fixture in tests/slurm/fixtures.py) and by hand
     python tests/slurm/cluster.py up      # install if missing, write /etc/slurm, start daemons
     python tests/slurm/cluster.py down    # stop the daemons this script started, by pid
 
-Facts it relies on (DESIGN.md section 5): no systemd, so munged, mariadbd, slurmdbd,
+Facts it relies on: no systemd, so munged, mariadbd, slurmdbd,
 slurmctld and slurmd are started here and stopped by pid; the config must be
 /etc/slurm/slurm.conf (the jobstep plugin drops SLURM_CONF); fake GPUs are gres device files,
 symlinks to /dev/null; DefMemPerCPU makes jobs share the node. A requeued job waits out the

@@ -103,9 +103,15 @@ def written_since_start(path: Path, job: dict[str, str]) -> bool:
 
 
 def follow_log(path: Path, attempts: list[str], stop: threading.Event) -> None:
-    """Collect every run's text of a log that each run truncates (`> {log}`) into `attempts`."""
+    """Collect every run's text of a log that each run truncates (`> {log}`) into `attempts`.
+
+    The log may go between a check that it exists and the read (it did once in a full run, as
+    the failed attempt was cleaned up): a log that is gone reads as empty."""
     while not stop.wait(0.3):
-        text = path.read_text(errors="replace") if path.exists() else ""
+        try:
+            text = path.read_text(errors="replace")
+        except FileNotFoundError:
+            text = ""
         if attempts and text.startswith(attempts[-1]):
             attempts[-1] = text
         elif text or not attempts:

@@ -34,6 +34,7 @@ import pandas as pd
 from scipy import stats
 
 from gpuflow.errors import DataError
+from gpuflow.fluency.texts import check_unique_ids
 from gpuflow.job.atomic import write_csv, write_json
 from gpuflow.settings.blocks import block_settings
 
@@ -115,12 +116,7 @@ def load_scores(path: str | Path, group_columns: list[str]) -> pd.DataFrame:
             raise DataError(path, f"missing column '{column}'", expected="the merge step's columns")
     if frame.empty:
         raise DataError(path, "no texts")
-    repeated = np.flatnonzero(frame["text_id"].duplicated().to_numpy())
-    if repeated.size:  # a text counted twice would weigh twice in every statistic
-        text_id = frame["text_id"].iloc[repeated[0]]
-        raise DataError(
-            path, f"text id {text_id!r} again", row=int(repeated[0]) + 2, expected="each once"
-        )
+    check_unique_ids(path, frame["text_id"])  # a text counted twice would weigh twice
     for column in ("ppl", "n_tokens", "toxicity"):
         values = pd.to_numeric(frame[column], errors="coerce")
         bad = ~np.isfinite(values.to_numpy(dtype=float, na_value=np.nan))

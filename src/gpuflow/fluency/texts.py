@@ -224,17 +224,23 @@ def read_texts(path: str | Path) -> pd.DataFrame:
     missing = [c for c in ("text_id", "text") if c not in frame.columns]
     if missing:
         raise DataError(path, f"missing columns {missing}", expected="columns text_id and text")
-    repeated = np.flatnonzero(frame["text_id"].duplicated().to_numpy())
+    check_unique_ids(path, frame["text_id"])
+    return frame
+
+
+def check_unique_ids(path: str | Path, ids: pd.Series) -> None:
+    """Each text id of a CSV column once; a repeat names its row and the first (CSV lines,
+    header = 1)."""
+    repeated = np.flatnonzero(ids.duplicated().to_numpy())
     if repeated.size:
-        text_id = frame["text_id"].iloc[repeated[0]]
-        first = int(np.flatnonzero((frame["text_id"] == text_id).to_numpy())[0])
+        text_id = ids.iloc[repeated[0]]
+        first = int(np.flatnonzero((ids == text_id).to_numpy())[0])
         raise DataError(
             path,
             f"text id {text_id!r} again (first at row {first + 2})",
             row=int(repeated[0]) + 2,
             expected="each text id once",
         )
-    return frame
 
 
 def split_main(args: argparse.Namespace) -> int:

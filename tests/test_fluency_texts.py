@@ -56,6 +56,15 @@ def test_user_files_of_every_format_give_one_table_with_group_columns(tmp_path: 
     assert texts["source"].tolist() == ["a", "a", "b", "c"]
 
 
+def test_a_text_longer_than_the_csv_modules_field_limit_is_read_whole(tmp_path: Path):
+    long_text = " ".join(["word"] * 40_000)  # 199,999 characters; csv's default limit: 131,072
+    (tmp_path / "long.csv").write_text(f'id,text\n1,"{long_text}"\n2,short\n')
+    (tmp_path / "long.tsv").write_text(f"id\ttext\n3\t{long_text}\n")
+    paths = [str(tmp_path / "long.csv"), str(tmp_path / "long.tsv")]
+    texts = file_texts(paths, "text", "id", [])
+    assert texts["text"].tolist() == [long_text, "short", long_text]
+
+
 def test_without_an_id_column_rows_are_numbered_per_file(tmp_path: Path):
     (tmp_path / "gen.csv").write_text("text\nfirst\nsecond\n")
     texts = file_texts([str(tmp_path / "gen.csv")], "text", None, [])
@@ -65,7 +74,12 @@ def test_without_an_id_column_rows_are_numbered_per_file(tmp_path: Path):
 BAD_FILES = {
     "missing text column": ("x.csv", b"id,body\n1,hello\n", "missing column(s) ['text']", None),
     "empty text": ("x.csv", b"id,text\n1,hello\n2,   \n", "empty text", 2),
-    "undecodable bytes": ("x.csv", b"id,text\n1,hello\n2,caf\xe9\n", "not UTF-8", 3),
+    "undecodable bytes": (
+        "x.csv",
+        b"\xef\xbb\xbfid,text\n1,hello\n2,caf\xe9\n",
+        "not UTF-8 text on line 3 (byte 24 is 0xe9)",
+        None,
+    ),
     "duplicate ids": ("x.csv", b"id,text\n7,a\n7,b\n", "duplicate text id '7'", 2),
     "ragged row": ("x.csv", b"id,text\n1,a,extra\n", "3 fields where the header has 2", 1),
     "broken json line": ("x.jsonl", b'{"id": 1, "text": "a"}\n{"id": 2,\n', "not valid JSON", 2),

@@ -264,7 +264,7 @@ BAD_FILES: dict[str, tuple[Callable[[Path], list[str]], str, list[str]]] = {
     "a text file that is an image": (
         lambda t: texts(t, "texts.csv", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff\xd8"),
         "--out",
-        ["texts.csv", "not UTF-8", "row 1"],
+        ["texts.csv", "not UTF-8 text on line 1"],
     ),
     "a text file with a header and no rows": (
         lambda t: texts(t, "texts.csv", b"id,text\n"),

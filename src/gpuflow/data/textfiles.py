@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import codecs
-import csv
-import io
 import json
-from collections.abc import Iterator
 from pathlib import Path
+from typing import Literal
 
 import pandas as pd
 
+from gpuflow.data.delimited import decode_utf8, records
 from gpuflow.errors import DataError
 
 FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl"}
-CSV_QUOTING = '" to open and close a quoted field, "" for a quote inside one'
 
 
 def read_text_file(path: str | Path) -> pd.DataFrame:
@@ -23,11 +20,9 @@ def read_text_file(path: str | Path) -> pd.DataFrame:
     The index holds each record's row number: the line for JSONL, the data row (header = row 0)
     for CSV and TSV. A UTF-8 byte-order mark at the start is ignored.
 
-    CSV is read strictly: a field may be quoted to hold commas, line breaks and "" for a quote,
-    and a quote that opens a field must close it right before a comma or the line's end, so a
-    stray or unclosed quote is an error, never rows merged into one field. TSV has no quoting
-    (the text/tab-separated-values convention): each line is one row, a quote is an ordinary
-    character, and a field cannot hold a tab or a line break. The header's column names must be
+    CSV and TSV are read strictly (gpuflow.data.delimited.records): a CSV field may be quoted to
+    hold commas, line breaks and "" for a quote; TSV has no quoting (the text/tab-separated-values
+    convention), so a field cannot hold a tab or a line break. The header's column names must be
     non-empty and unique. In JSONL a key a record lacks reads as None, like a JSON null.
     """
     file = Path(path)
@@ -38,25 +33,20 @@ def read_text_file(path: str | Path) -> pd.DataFrame:
         raise DataError(
             file, f"unknown file type {file.suffix!r}", expected=f"one of {sorted(FORMATS)}"
         )
-    raw = file.read_bytes().removeprefix(codecs.BOM_UTF8)
-    try:
-        content = raw.decode("utf-8")
-    except UnicodeDecodeError as error:
-        line = raw[: error.start].count(b"\n") + 1
-        raise DataError(file, f"bytes that are not UTF-8 text on line {line}", row=line) from None
+    content = decode_utf8(file, file.read_bytes(), expected="a text file saved as UTF-8")
     if kind == "jsonl":
         return _read_jsonl(file, content)
     return _read_delimited(file, content, kind)
 
 
-def _read_delimited(file: Path, content: str, kind: str) -> pd.DataFrame:
-    rows_read = _delimited_rows(file, content, kind)
-    header = next(rows_read, None)
+def _read_delimited(file: Path, content: str, kind: Literal["csv", "tsv"]) -> pd.DataFrame:
+    rows_read = records(file, content, kind, rows="records")
+    _, header = next(rows_read, (0, None))
     if header is None:
         raise DataError(file, "the file is empty", expected="a header row and data rows")
     _check_header(file, header)
-    records, rows = [], []
-    for number, fields in enumerate(rows_read, start=1):
+    table, rows = [], []
+    for number, fields in rows_read:
         if not fields:
             continue
         if len(fields) != len(header):
@@ -65,37 +55,11 @@ def _read_delimited(file: Path, content: str, kind: str) -> pd.DataFrame:
                 f"{len(fields)} fields where the header has {len(header)}",
                 row=number,
             )
-        records.append(fields)
+        table.append(fields)
         rows.append(number)
-    if not records:
+    if not table:
         raise DataError(file, "no rows below the header", expected="a header row and data rows")
-    return pd.DataFrame(records, columns=header, index=pd.Index(rows, name="row"), dtype=object)
-
-
-def _delimited_rows(file: Path, content: str, kind: str) -> Iterator[list[str]]:
-    """The rows of a CSV or TSV text, header first; a malformed row names the lines it spans."""
-    if kind == "csv":
-        reader = csv.reader(io.StringIO(content), delimiter=",", strict=True)
-    else:
-        reader = csv.reader(io.StringIO(content), delimiter="\t", quoting=csv.QUOTE_NONE)
-    number = 0
-    while True:
-        start = reader.line_num + 1
-        try:
-            fields = next(reader)
-        except StopIteration:
-            return
-        except csv.Error as error:
-            end = reader.line_num
-            lines = f"line {start}" if end <= start else f"lines {start}-{end}"
-            raise DataError(
-                file,
-                f"malformed {kind.upper()} on {lines}: {error}",
-                row=number or None,
-                expected=CSV_QUOTING if kind == "csv" else None,
-            ) from None
-        yield fields
-        number += 1
+    return pd.DataFrame(table, columns=header, index=pd.Index(rows, name="row"), dtype=object)
 
 
 def _check_header(file: Path, header: list[str]) -> None:

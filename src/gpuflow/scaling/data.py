@@ -7,14 +7,13 @@ a training split and a validation split, drawn with the configured seed.
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from gpuflow.data.delimited import decode_utf8, records
 from gpuflow.data.embedded import load_movie_reviews
 from gpuflow.errors import ConfigError, DataError
 from gpuflow.job.atomic import write_csv, write_json
@@ -44,33 +43,14 @@ def load_imdb_folder(folder: Path) -> pd.DataFrame:
 
 
 def read_csv_rows(path: Path) -> list[tuple[int, list[str]]]:
-    """(row, fields) of each non-blank record of a UTF-8 CSV, row = the file line it starts on.
-
-    Blank and whitespace-only lines are skipped but counted; a decoding or quoting problem is a
-    DataError naming the row.
-    """
-    data = path.read_bytes()
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as error:
-        row = data[: error.start].count(b"\n") + 1
-        raise DataError(path, "not UTF-8 text", row=row, expected="a UTF-8 CSV") from None
-    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
-    rows, row = [], 1
-    limit = csv.field_size_limit(len(text) + 1)  # a field may be as long as the file
-    try:
-        while True:
-            try:
-                fields = next(reader)
-            except StopIteration:
-                return rows
-            except csv.Error as error:
-                raise DataError(path, f"malformed CSV ({error})", row=row) from None
-            if len(fields) > 1 or (fields and fields[0].strip()):
-                rows.append((row, fields))
-            row = reader.line_num + 1
-    finally:
-        csv.field_size_limit(limit)
+    """(row, fields) of each non-blank record of a UTF-8 CSV, row = the file line it starts on
+    (gpuflow.data.delimited: strict quoting; a decoding or quoting problem names the row)."""
+    text = decode_utf8(path, path.read_bytes(), expected="a UTF-8 CSV")
+    return [
+        (row, fields)
+        for row, fields in records(path, text, "csv", rows="lines")
+        if len(fields) > 1 or (fields and fields[0].strip())
+    ]
 
 
 def check_widths(path: Path, rows: list[tuple[int, list[str]]], width: int, expected: str) -> None:

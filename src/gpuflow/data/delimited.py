@@ -1,0 +1,70 @@
+"""Strict reading of users' delimited text (CSV, TSV): every problem names the file and row."""
+
+from __future__ import annotations
+
+import codecs
+import csv
+import io
+import itertools
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Literal
+
+from gpuflow.errors import DataError
+
+CSV_QUOTING = '" to open and close a quoted field, "" for a quote inside one'
+
+
+def decode_utf8(path: Path, data: bytes, expected: str) -> str:
+    """`data` (the bytes of `path`) as text, a leading UTF-8 byte-order mark dropped; bytes that
+    are not UTF-8 are a DataError naming their line and byte (a line, not a row: rows are
+    counted once the text is parsed)."""
+    body = data.removeprefix(codecs.BOM_UTF8)
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = body[: error.start].count(b"\n") + 1
+        offset = error.start + len(data) - len(body)
+        raise DataError(
+            path,
+            f"not UTF-8 text on line {line} (byte {offset} is {body[error.start]:#04x})",
+            expected=expected,
+        ) from None
+
+
+def records(
+    path: Path, text: str, kind: Literal["csv", "tsv"], rows: Literal["lines", "records"]
+) -> Iterator[tuple[int, list[str]]]:
+    """(row, fields) of every record of a CSV or TSV text, blank lines included (no fields).
+
+    CSV is strict: a quote that opens a field must close it right before a comma or the line's
+    end, so a stray or unclosed quote is an error, never rows merged into one field; a field may
+    be as long as the text. TSV has no quoting: each line is one record and a quote an ordinary
+    character. `rows` numbers the records by the file line each starts on, or by the records
+    before it (a header is row 0). A malformed record is a DataError naming its row and lines.
+    """
+    if kind == "csv":
+        reader = csv.reader(io.StringIO(text, newline=""), delimiter=",", strict=True)
+    else:
+        reader = csv.reader(io.StringIO(text, newline=""), delimiter="\t", quoting=csv.QUOTE_NONE)
+    limit = csv.field_size_limit(len(text) + 1)
+    try:
+        for count in itertools.count():
+            start = reader.line_num + 1
+            row = start if rows == "lines" else count
+            try:
+                fields = next(reader)
+            except StopIteration:
+                return
+            except csv.Error as error:
+                end = reader.line_num
+                lines = f"line {start}" if end <= start else f"lines {start}-{end}"
+                raise DataError(
+                    path,
+                    f"malformed {kind.upper()} on {lines}: {error}",
+                    row=row or None,
+                    expected=CSV_QUOTING if kind == "csv" else None,
+                ) from None
+            yield row, fields
+    finally:
+        csv.field_size_limit(limit)

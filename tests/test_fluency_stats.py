@@ -281,7 +281,7 @@ def test_a_missing_group_column_is_named(tmp_path):
 def test_a_bad_perplexity_value_names_the_row(tmp_path):
     frame = make_scores(*correlated(20, 0.5, seed=11))
     frame.loc[4, "ppl"] = -1.0
-    with pytest.raises(DataError, match=r"row 6: bad ppl -1.0"):
+    with pytest.raises(DataError, match=r"row 6: ppl -1.0 is not a positive finite number"):
         run_stats(tmp_path, frame, [])
 
 

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gpuflow.data.numbers import finite_column
 from gpuflow.errors import DataError
 from gpuflow.fluency.texts import read_texts
 from gpuflow.job.atomic import write_csv, write_json
@@ -37,14 +38,7 @@ def read_shard(path: str, what: str, columns: Sequence[str]) -> pd.DataFrame:
             path, f"no {missing} column(s) in the {what} shard", expected=f"columns {list(columns)}"
         )
     for column in NUMBERS.intersection(columns):
-        values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=float)
-        bad = np.flatnonzero(~np.isfinite(values))
-        if bad.size:
-            raise DataError(
-                path,
-                f"{column} {frame[column].iloc[bad[0]]!r} is not a finite number",
-                row=int(bad[0]) + 2,
-            )
+        finite_column(path, frame, column)
     return frame
 
 

@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from gpuflow.data.numbers import finite_column
 from gpuflow.errors import DataError
 from gpuflow.fluency.texts import check_unique_ids
 from gpuflow.job.atomic import write_csv, write_json
@@ -118,20 +119,7 @@ def load_scores(path: str | Path, group_columns: list[str]) -> pd.DataFrame:
         raise DataError(path, "no texts")
     check_unique_ids(path, frame["text_id"])  # a text counted twice would weigh twice
     for column in ("ppl", "n_tokens", "toxicity"):
-        values = pd.to_numeric(frame[column], errors="coerce")
-        bad = ~np.isfinite(values.to_numpy(dtype=float, na_value=np.nan))
-        if column in ("ppl", "n_tokens"):
-            bad |= values.to_numpy(dtype=float, na_value=np.nan) <= 0
-        if bad.any():
-            position = int(np.flatnonzero(bad)[0])
-            value = frame[column].iloc[position]
-            raise DataError(
-                path,
-                f"bad {column} {value.item() if hasattr(value, 'item') else value!r}",
-                row=position + 2,
-                expected="a positive finite number" if column != "toxicity" else "a finite number",
-            )
-        frame[column] = values.astype(float)
+        frame[column] = finite_column(path, frame, column, positive=column != "toxicity")
     for column in group_columns:
         frame[column] = frame[column].fillna(MISSING_GROUP).astype(str)
     frame["log_ppl"] = np.log(frame["ppl"])

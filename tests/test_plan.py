@@ -260,6 +260,27 @@ def test_grid_rules_submitted_as_arrays_cost_one_sbatch(run_gpuflow, tmp_path):
     assert rows["probe_retried"]["sbatch"] == 1
 
 
+def test_jobs_that_fit_no_partition_of_the_profile_s_site_file_are_listed(run_gpuflow, tmp_path):
+    config = write_probe_config(tmp_path, n_gpu_jobs=2)
+    probe = yaml.safe_load(config.read_text())
+    probe["probe"]["resources"]["probe_gpu"]["gpu"] = 8
+    probe["probe"]["resources"]["probe_cpu"]["mem_mb"] = 800000
+    config.write_text(yaml.safe_dump(probe))
+    result = run_gpuflow(
+        "plan", "--snakefile", str(SNAKEFILE), "--directory", str(tmp_path),
+        "--profile", "profiles/slurm", "--configfile", str(config),
+    )  # fmt: skip
+    unfit = result.stdout.split("2 rule(s) ask for more than any partition")[1].splitlines()
+    assert unfit[:3] == [
+        " of profiles/slurm/site.yaml gives:",
+        "  probe_gpu (i=0) asks gpu 8, cpus_per_gpu 2, mem_mb 1000, runtime 30; "
+        "gpu_h100: max_gpu 4; genoa: max_gpu 0",
+        "  probe_cpu asks cpus_per_task 1, mem_mb 800000, runtime 5; "
+        "gpu_h100: max_mem_mb 720000; genoa: max_mem_mb 336000",
+    ]
+    assert "probe_retried" not in result.stdout.split("ask for more")[1], "4 GPUs fit gpu_h100"
+
+
 def test_the_table_has_a_row_per_rule_and_totals(run_gpuflow, tmp_path):
     config = write_probe_config(tmp_path)
     text = run_gpuflow(
@@ -381,11 +402,12 @@ def test_the_plan_shows_what_earlier_jobs_of_a_rule_used_and_flags_low_use(run_g
     assert rows["probe_cpu"]["telemetry"]["jobs_measured"] == 0
 
 
-def test_the_paper_plan_imports_no_torch_while_its_reference_lm_is_not_on_this_machine(tmp_path):
-    """The plan stays as quick as a dry run: the placement line alone would import torch."""
+def test_the_paper_plan_on_slurm_fits_the_example_site_and_imports_no_torch(tmp_path):
+    """The plan stays as quick as a dry run: the placement line alone would import torch. Every
+    job of the paper config fits a partition of the example site file."""
     code = (
         "import sys; from gpuflow.cli import main; "
-        "main(['plan', '--configfile', 'config/paper.yaml']); "
+        "main(['plan', '--profile', 'profiles/slurm', '--configfile', 'config/paper.yaml']); "
         "print('torch imported:', 'torch' in sys.modules)"
     )
     env = {**workflow_env(), "HF_HOME": str(tmp_path)}  # an empty Hugging Face cache
@@ -394,4 +416,5 @@ def test_the_paper_plan_imports_no_torch_while_its_reference_lm_is_not_on_this_m
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Perplexity placement: auto: model 'gpt2-large' is not readable here" in result.stdout
+    assert "ask for more than any partition" not in result.stdout
     assert result.stdout.rstrip().endswith("torch imported: False")

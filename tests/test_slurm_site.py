@@ -1,5 +1,6 @@
-"""SLURM start-up checks: partitions the config names exist in the site file, and a run refuses
-to submit what an earlier run's SLURM jobs are still working on (a killed submitter's orphans)."""
+"""SLURM start-up checks: partitions the config names exist in the site file, every job fits one
+of them, and a run refuses to submit what an earlier run's SLURM jobs are still working on (a
+killed submitter's orphans)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from snakemake_executor_plugin_slurm.utils import get_job_wildcards
 from gpuflow.errors import ConfigError, GpuflowError
 from gpuflow.settings.validate import load_config
 from gpuflow.slurm.earlier_jobs import check_no_earlier_jobs, earlier_jobs
+from gpuflow.slurm.fit import PlannedJob, check_jobs_fit
 from gpuflow.slurm.queue import job_comment
 from gpuflow.slurm.site import check_partitions
 from tests.conftest import BIN, tiny_config, workflow_env
@@ -35,6 +37,31 @@ def test_a_partition_the_site_file_lacks_names_the_key_and_the_known_partitions(
     assert "scaling.baseline.slurm_partition" in message
     assert "'main' is not in the site file" in message
     assert "genoa" in message and "gpu_h100" in message
+
+
+def test_jobs_that_fit_no_partition_are_named_with_what_they_ask_and_each_limit_they_exceed():
+    gpu = {"cpus_per_gpu": 8, "mem_mb": 16000, "runtime": 240}
+    jobs = [
+        PlannedJob("scaling_train", {"gpu": 1, **gpu}, 1, {"world": "1"}),
+        PlannedJob("scaling_train", {"gpu": 8, **gpu}, 1, {"world": "8"}),
+        PlannedJob("scaling_train", {"gpu": 16, **gpu}, 1, {"world": "16"}),
+        PlannedJob("two_nodes", {"nodes": 3, "gres": "gpu:4", "mem_mb": 1000}, 1),
+        PlannedJob("stats", {"cpus_per_task": 2, "mem_mb": 800000, "runtime": 9000}, 2),
+        PlannedJob("tokenize", {"cpus_per_task": 4, "mem_mb": 16000, "runtime": 60}, 4),
+    ]
+    with pytest.raises(GpuflowError) as error:
+        check_jobs_fit(jobs, SITE)
+    assert str(error.value).splitlines() == [
+        f"3 rule(s) ask for more than any partition of {SITE} gives:",
+        "  scaling_train (world=8) asks gpu 8, cpus_per_gpu 8, mem_mb 16000, runtime 240; "
+        "gpu_h100: max_gpu 4; genoa: max_gpu 0",
+        "  two_nodes asks gpu 4, mem_mb 1000, nodes 3; gpu_h100: max_nodes 2; genoa: max_gpu 0",
+        "  stats asks cpus_per_task 2, mem_mb 800000, runtime 9000; "
+        "gpu_h100: max_mem_mb 720000, max_runtime 7200; genoa: max_mem_mb 336000, max_runtime 7200",
+        "The SLURM plugin would send these jobs to the cluster's default partition. Lower the "
+        "rule's resources in the config, or add a partition that has them to the site file.",
+    ]
+    check_jobs_fit([jobs[0], jobs[-1]], SITE)
 
 
 @pytest.mark.parametrize("values", [["0.1", "0.0", "10", "3"], ["gd", "8", "8", "0"], []])
@@ -96,6 +123,29 @@ def test_a_run_refuses_in_one_line_while_an_earlier_runs_job_works_on_its_target
     ]
     assert not (tmp_path / "results").exists()
     assert not list(Path(tmp_path, ".snakemake", "locks").glob("*")), "the next run may start"
+
+
+@pytest.mark.slurm
+def test_a_run_with_a_job_that_fits_no_partition_stops_before_submitting_any(
+    slurm_cluster, tmp_path
+):
+    """The plugin itself would send the shards to the default partition ('cpu'), where sbatch
+    fails with "Requested node configuration is not available", three times a job."""
+    config = tiny_config("sweep")
+    config["sweep"]["resources"] = {
+        "sweep_shard": {"gpu": 5, "cpus_per_task": 1, "mem_mb": 2000, "runtime": 30}
+    }
+    result, _ = harness.run_profile(tmp_path, REPO / "Snakefile", config)
+    assert result.returncode == 1, result.stderr[-3000:]
+    unfit = [line for line in result.stderr.splitlines() if " asks " in line]
+    assert unfit, result.stderr[-3000:]
+    assert unfit[0].startswith("  sweep_shard (")
+    assert unfit[0].endswith(
+        "asks gpu 5, cpus_per_gpu 1, mem_mb 2000, runtime 30; gpu: max_gpu 4; cpu: max_gpu 0"
+    )
+    assert len(unfit) == 1, "the other rules fit"
+    assert harness.workdir_jobs(tmp_path) == [], "nothing was submitted"
+    assert not (tmp_path / "results").exists()
 
 
 pytest_plugins = ["tests.slurm.fixtures"]

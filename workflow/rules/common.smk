@@ -79,15 +79,19 @@ def run_startup_checks():
 
 
 def check_slurm_run():
-    """On SLURM: every partition the config names is in the site file in use, and no job of
-    this run is still running or queued from an earlier run (a killed submitter's orphans).
+    """On SLURM: every partition the config names is in the site file in use, every job fits
+    one of its partitions, and no job of this run is still running or queued from an earlier
+    run (a killed submitter's orphans).
     """
     from gpuflow.slurm.earlier_jobs import check_no_earlier_jobs
+    from gpuflow.slurm.fit import check_jobs_fit, planned
     from gpuflow.slurm.site import check_partitions
 
     site_file = getattr(workflow.executor_settings, "partition_config", None)
     if site_file:
         check_partitions(config, site_file)
+        submitted = (job for job in workflow.dag.needrun_jobs() if not job.is_local)
+        check_jobs_fit(map(planned, submitted), site_file)
     planned = (
         (job.rule.name, list(job.wildcards)) for job in workflow.dag.needrun_jobs()
     )

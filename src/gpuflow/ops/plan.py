@@ -376,6 +376,31 @@ def main(args: argparse.Namespace) -> None:
         print(render(rows, args.gpus_per_node, time.monotonic() - started, measured_on))
         if placement:
             print(f"Perplexity placement: {placement}")
+        unfit = unfit_partitions(planned)
+        if unfit:
+            print(unfit)
+
+
+def unfit_partitions(planned: Planned) -> str | None:
+    """Under a SLURM profile, the rules with a job that fits no partition of its site file
+    (gpuflow.slurm.fit), else None."""
+    if not planned.partition_config:
+        return None
+    from gpuflow.slurm.fit import PlannedJob, first_unfit, read_partitions, unfit_message
+
+    partitions = read_partitions(planned.partition_config)
+    submitted = (
+        PlannedJob(
+            job.rule,
+            job.resources,
+            int(job.resources.get("_cores", 1)),
+            job.wildcards,
+        )
+        for job in planned.jobs
+        if not job.local
+    )
+    unfit = first_unfit(submitted, partitions)
+    return unfit_message(unfit, partitions, planned.partition_config) if unfit else None
 
 
 def low_utilisation(config: dict[str, Any]) -> float:

@@ -103,6 +103,7 @@ class Dag:
     array_rules: set[str]
     array_limit: int
     records: Records
+    partition_config: str | None = None  # the SLURM profile's site file (partitions)
 
 
 def snakemake_options(args: argparse.Namespace) -> list[str]:
@@ -244,6 +245,8 @@ def build_dag(args: argparse.Namespace, every_job: bool = False) -> Dag:
     arrays = str(getattr(executor_settings, "array_jobs", None) or "").replace(";", ",")
     dag.array_rules = {rule.strip() for rule in arrays.split(",") if rule.strip()}
     dag.array_limit = int(getattr(executor_settings, "array_limit", None) or 1000)
+    partitions = getattr(executor_settings, "partition_config", None)
+    dag.partition_config = str(partitions) if partitions else None
     return dag
 
 

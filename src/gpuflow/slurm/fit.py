@@ -1,0 +1,119 @@
+"""Jobs that fit no partition of the site file, found before anything is submitted.
+
+The SLURM executor plugin picks each job's partition from the site file
+(`slurm-partition-config`) with its own scoring (`Partition.score_job_fit`, used here as is). A
+job that fits none is not refused: the plugin logs a warning and submits it to the cluster's
+default partition, where it is rejected or waits for nodes that do not exist. A run checks
+every job before its first (the start-up checks, workflow/rules/common.smk) and `gpuflow plan`
+lists them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from math import isinf
+from pathlib import Path
+from typing import Any
+
+from gpuflow.errors import GpuflowError
+
+# What a job asks for (its resources) against the partition limit that caps it.
+LIMITS = {
+    "gpu": "max_gpu",
+    "cpus_per_gpu": "max_cpus_per_gpu",
+    "cpus_per_task": "max_cpus_per_task",
+    "mem_mb": "max_mem_mb",
+    "runtime": "max_runtime",
+    "nodes": "max_nodes",
+}
+
+
+@dataclass(frozen=True)
+class PlannedJob:
+    """What the plugin reads of a job: its rule (as `name`), resources and threads."""
+
+    name: str
+    resources: Mapping[str, Any]
+    threads: int
+    wildcards: Mapping[str, str] = field(default_factory=dict)
+
+
+def read_partitions(site_file: str | Path) -> list[Any]:
+    """The site file's partitions as the plugin reads them."""
+    from snakemake_executor_plugin_slurm.partitions import read_partition_file
+
+    return read_partition_file(Path(site_file))
+
+
+def planned(job: Any) -> PlannedJob:
+    """A job of Snakemake's DAG as the plugin will see it (resources of its first attempt)."""
+    wildcards = {name: str(value) for name, value in job.wildcards_dict.items()}
+    return PlannedJob(job.rule.name, dict(job.resources.items()), job.threads, wildcards)
+
+
+def fits(job: PlannedJob, partitions: list[Any]) -> bool:
+    """Whether the plugin would place `job` in one of `partitions`."""
+    return any(partition.score_job_fit(job) is not None for partition in partitions)
+
+
+def asks(job: PlannedJob) -> str:
+    """What the job asks for, in the site file's terms (e.g. 'gpu 8, mem_mb 64000')."""
+    gpus = _gpus(job)
+    parts = [f"gpu {gpus}"] if gpus else []
+    parts += [
+        f"{key} {job.resources[key]}" for key in LIMITS if key != "gpu" and key in job.resources
+    ]
+    return ", ".join(parts)
+
+
+def exceeded(job: PlannedJob, partition: Any) -> str:
+    """The limits of `partition` the job exceeds, e.g. 'max_gpu 4'; where none of these is
+    exceeded, its other limits (GPU models, constraints, clusters)."""
+    over = []
+    for key, limit_name in LIMITS.items():
+        limit = getattr(partition.limits, limit_name)
+        wanted = _gpus(job) if key == "gpu" else job.resources.get(key)
+        if isinstance(wanted, (int, float)) and not isinf(limit) and wanted > limit:
+            over.append(f"{limit_name} {limit:g}")
+    return ", ".join(over) or "its GPU models, constraints or cluster"
+
+
+def first_unfit(jobs: Iterable[PlannedJob], partitions: list[Any]) -> list[PlannedJob]:
+    """The first job of each rule that fits none of `partitions`."""
+    unfit: dict[str, PlannedJob] = {}
+    for job in jobs:
+        if job.name not in unfit and not fits(job, partitions):
+            unfit[job.name] = job
+    return list(unfit.values())
+
+
+def check_jobs_fit(jobs: Iterable[PlannedJob], site_file: str | Path) -> None:
+    """Raise GpuflowError naming every rule with a job that fits no partition of the site file
+    (the first such job of each rule), what it asks for and each partition's limit it exceeds."""
+    partitions = read_partitions(site_file)
+    unfit = first_unfit(jobs, partitions)
+    if unfit:
+        raise GpuflowError(unfit_message(unfit, partitions, site_file))
+
+
+def unfit_message(jobs: list[PlannedJob], partitions: list[Any], site_file: str | Path) -> str:
+    """One line per job that fits no partition, and what SLURM would do with it."""
+    lines = [f"{len(jobs)} rule(s) ask for more than any partition of {site_file} gives:"]
+    for job in jobs:
+        values = ", ".join(f"{name}={value}" for name, value in job.wildcards.items())
+        where = f" ({values})" if values else ""
+        limits = "; ".join(f"{p.name}: {exceeded(job, p)}" for p in partitions)
+        lines.append(f"  {job.name}{where} asks {asks(job)}; {limits}")
+    lines.append(
+        "The SLURM plugin would send these jobs to the cluster's default partition. Lower the "
+        "rule's resources in the config, or add a partition that has them to the site file."
+    )
+    return "\n".join(lines)
+
+
+def _gpus(job: PlannedJob) -> int:
+    """GPUs per node, as the plugin counts them (`gpu`, else the count in `gres`)."""
+    from snakemake_executor_plugin_slurm.partitions import parse_gpu_requirements
+
+    return parse_gpu_requirements(job)[0]

@@ -3,13 +3,17 @@
 The test cluster holds each job to the memory it asked for (cgroup v1, ConstrainRAMSpace). An
 SSVAE training job of the real workflow asks for MEM_MB; from epoch BALLAST_EPOCH on its step
 holds BALLAST_MB more (tests/slurm/grid_faults.py: the numbers do not change), more than its
-first attempt has and less than the profile's retry gives (mem_mb * attempt). So the first
-attempt saves BALLAST_EPOCH epochs and is killed by the cgroup: its step ends OUT_OF_MEMORY and
-the job FAILED. Snakemake (status from sacct, as in production) retries it with twice the
-memory; the retry resumes after the saved epoch and ends with the metrics of an undisturbed
-local run. Meanwhile `gpuflow status` shows the first attempt as failed, OUT_OF_MEMORY (from
-sacct's steps), with its SLURM job id; the test holds Snakemake until status has shown it,
-so that the retry cannot come before the first read.
+first attempt has and less than the profile's retry gives (mem_mb * attempt, capped at the
+largest max_mem_mb of the site's GPU partitions: RETRY_MEM_MB here, less than twice MEM_MB). So
+the first attempt saves BALLAST_EPOCH epochs and is killed by the cgroup: its step ends
+OUT_OF_MEMORY and the job FAILED. Snakemake (status from sacct, as in production) retries it
+with more memory, all the GPU partition has: twice as much would fit no partition of the site
+file, and the SLURM plugin would send the retry to the cluster's default partition (on a real
+cluster often one without GPUs; here the one node serves both partitions). The retry resumes
+after the saved epoch and ends with the metrics of an undisturbed local run. Meanwhile `gpuflow
+status` shows the first attempt as failed, OUT_OF_MEMORY (from sacct's steps), with its SLURM
+job id; the test holds Snakemake until status has shown it, so that the retry cannot come
+before the first read.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.conftest import snakemake, tiny_config
 from tests.slurm import grid_faults, harness
@@ -38,7 +43,8 @@ LOG = "results/ssvae/logs/train/frac~0.2/corrupt~0.0/alpha~10.log"
 EPOCHS = 6
 BALLAST_EPOCH = 2
 MEM_MB = 1200  # the job's whole cgroup: in-job Snakemake and the training, about 600 MB here
-BALLAST_MB = 1000  # 600 + 1000 > 1200, < 2400
+BALLAST_MB = 1000  # 600 + 1000 > 1200, < 2000
+RETRY_MEM_MB = 2000  # the GPU partition's max_mem_mb in this test's site file
 FAULTS = {"ssvae-train": f"ballast-from-epoch:{BALLAST_EPOCH}:{BALLAST_MB}"}
 # Snakemake sees a job end up to this long after SLURM ended it
 STATUS_CHECK_S = 20
@@ -146,6 +152,11 @@ def run(slurm_cluster, tmp_path_factory) -> dict[str, Any]:
     config = memory_config()
     local, cluster = (tmp_path_factory.mktemp(name) for name in ("local", "cluster"))
     env = grid_faults.install(tmp_path_factory.mktemp("faulty-bin"), FAULTS)
+    site = yaml.safe_load(harness.TEST_SITE.read_text())
+    site["partitions"]["gpu"]["max_mem_mb"] = RETRY_MEM_MB
+    site_file = tmp_path_factory.mktemp("site") / "site.yaml"
+    site_file.write_text(yaml.safe_dump(site))
+    env["GPUFLOW_SLURM_SITE"] = str(site_file)
     attempts: list[str] = []
     seen: list[dict[str, Any]] = []
     started = time.monotonic()
@@ -175,12 +186,14 @@ def run(slurm_cluster, tmp_path_factory) -> dict[str, Any]:
             "seconds": time.monotonic() - started}  # fmt: skip
 
 
-def test_the_first_attempt_was_killed_out_of_memory_and_the_retry_had_twice_the_memory(run):
+def test_the_first_attempt_was_killed_out_of_memory_and_the_retry_had_all_its_partition_has(
+    run,
+):
     """The training runs in the job's step 0 (the jobstep plugin's srun): that step ends
     OUT_OF_MEMORY; the batch step, the in-job Snakemake, then fails, and so does the job."""
     assert run["jobs"] == [
         (run["jobs"][0][0], "FAILED", f"{MEM_MB}M"),
-        (run["jobs"][1][0], "COMPLETED", f"{2 * MEM_MB}M"),
+        (run["jobs"][1][0], "COMPLETED", f"{RETRY_MEM_MB}M"),
     ], run["jobs"]
     assert step_states(run["jobs"][0][0])[f"{run['jobs'][0][0]}.0"] == "OUT_OF_MEMORY"
 

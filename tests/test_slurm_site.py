@@ -15,7 +15,7 @@ from snakemake_executor_plugin_slurm.utils import get_job_wildcards
 from gpuflow.errors import ConfigError, GpuflowError
 from gpuflow.settings.validate import load_config
 from gpuflow.slurm.earlier_jobs import check_no_earlier_jobs, earlier_jobs
-from gpuflow.slurm.fit import PlannedJob, check_jobs_fit
+from gpuflow.slurm.fit import PlannedJob, check_jobs_fit, grown, retry_limits
 from gpuflow.slurm.queue import job_comment
 from gpuflow.slurm.site import check_partitions
 from tests.conftest import BIN, tiny_config, workflow_env
@@ -62,6 +62,14 @@ def test_jobs_that_fit_no_partition_are_named_with_what_they_ask_and_each_limit_
         "rule's resources in the config, or add a partition that has them to the site file.",
     ]
     check_jobs_fit([jobs[0], jobs[-1]], SITE)
+
+
+def test_retries_grow_up_to_the_largest_partition_of_their_kind_and_never_below_the_first():
+    assert retry_limits(SITE, gpu=True) == {"mem_mb": 720000, "runtime": 7200}
+    assert retry_limits(SITE, gpu=False) == {"mem_mb": 336000, "runtime": 7200}
+    assert [grown(3000, attempt, 7200) for attempt in (1, 2, 3)] == [3000, 6000, 7200]
+    assert grown(9000, 2, 7200) == 9000, "a first attempt past the limit is the fit check's"
+    assert grown(3000, 3, None) == 9000
 
 
 @pytest.mark.parametrize("values", [["0.1", "0.0", "10", "3"], ["gd", "8", "8", "0"], []])

@@ -8,6 +8,7 @@ import json
 import os
 import shlex
 import sys
+from pathlib import Path
 
 from snakemake.logging import logger
 
@@ -17,7 +18,8 @@ from gpuflow.job.finished_states import RECORDS_ENV, clean, records_folder
 from gpuflow.data.modelref import check_model_reference
 from gpuflow.settings.blocks import schema_families, split_json
 from gpuflow.job.stopping import ignore_warning
-from gpuflow.slurm.site import gpu_model
+from gpuflow.slurm.fit import grown, retry_limits
+from gpuflow.slurm.site import gpu_model, site_path
 
 CONDA_ENV = "../../envs/gpuflow.yaml"
 
@@ -115,7 +117,7 @@ def rule_resources(family, rule_name):
     """Resources of a rule from config[family]['resources'][rule_name].
 
     Memory and runtime grow with each retry (attempt 1, 2, ...), so a job killed for memory or
-    time comes back with more. On GPU rules `cpus_per_task` counts per GPU: SLURM gets
+    time comes back with more (`retried`). On GPU rules `cpus_per_task` counts per GPU: SLURM gets
     --gpus=N --cpus-per-gpu=C and no --ntasks-per-gpu (tasks_per_gpu: 0), and the SLURM site
     file's `gpu_model` where it names one (CPU rules ask for no GPU at all). GPU rules' shell
     commands start with `GPUFLOW_GPUS={resources.gpu}` (device locks in whole-node mode).
@@ -132,14 +134,24 @@ def rule_resources(family, rule_name):
         "gpu": block["gpu"],
         **({"gpu_model": model} if model else {}),
         **cpus,
-        "mem_mb": lambda wildcards, attempt: mem_mb * attempt,
-        "runtime": lambda wildcards, attempt: runtime * attempt,
+        "mem_mb": retried("mem_mb", block["gpu"] > 0, mem_mb),
+        "runtime": retried("runtime", block["gpu"] > 0, runtime),
         **(
             {"runtime_settings": runtime_json(family)}
             if family in schema_families()
             else {}
         ),
     }
+
+
+def retried(resource, gpu, first):
+    """A resource that grows with each retry: `first` (a number, or a function of the wildcards)
+    x the attempt, up to the largest limit of the SLURM site's partitions for a GPU or CPU
+    rule (gpuflow.slurm.fit.grown); without a site file, with no cap."""
+    site = Path(site_path())
+    limit = retry_limits(site, gpu).get(resource) if site.is_file() else None
+    base = first if callable(first) else (lambda wildcards: first)
+    return lambda wildcards, attempt: grown(base(wildcards), attempt, limit)
 
 
 def as_json(value):

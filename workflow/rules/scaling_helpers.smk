@@ -114,8 +114,10 @@ def scaling_train_resources():
     block = SCALING_TRAIN_RES
     mem_mb, runtime, cpus = block["mem_mb"], block["runtime"], block["cpus_per_task"]
     resources = {
-        "mem_mb": lambda wildcards, attempt: mem_mb * int(wildcards.world) * attempt,
-        "runtime": lambda wildcards, attempt: runtime * attempt,
+        "mem_mb": retried(
+            "mem_mb", SCALING_ON_GPU, lambda wildcards: mem_mb * int(wildcards.world)
+        ),
+        "runtime": retried("runtime", SCALING_ON_GPU, runtime),
         "runtime_settings": runtime_json("scaling"),
         # torchrun's --max-restarts, runtime-only: a resource, so no rerun trigger.
         "max_restarts": SCALING["max_restarts"],
@@ -156,8 +158,8 @@ def scaling_multinode_resources():
         "cpus_per_task": block["cpus_per_task"] * per_node,
         "gres": f"gpu:{per_node}",
         "gpu_model": "",
-        "mem_mb": lambda wildcards, attempt: mem_mb * per_node * attempt,
-        "runtime": lambda wildcards, attempt: runtime * attempt,
+        "mem_mb": retried("mem_mb", True, mem_mb * per_node),
+        "runtime": retried("runtime", True, runtime),
         # the rendezvous port, runtime-only: a resource, so no rerun trigger.
         "port": SCALING_MULTI["port"],
         "runtime_settings": runtime_json("scaling"),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cache
 from math import isinf
 from pathlib import Path
 from typing import Any
@@ -117,3 +118,34 @@ def _gpus(job: PlannedJob) -> int:
     from snakemake_executor_plugin_slurm.partitions import parse_gpu_requirements
 
     return parse_gpu_requirements(job)[0]
+
+
+# A retry's resources grow up to the partition limit of the same name.
+RETRY_LIMITS = {"mem_mb": "max_mem_mb", "runtime": "max_runtime"}
+
+
+@cache
+def retry_limits(site_file: str | Path, gpu: bool) -> dict[str, float]:
+    """The largest `max_mem_mb` and `max_runtime` (minutes) of the site's partitions for a job of
+    this kind: those with GPUs for a GPU rule, those without for a CPU rule (all of them where
+    the site has none without); a limit no such partition sets is left out. Read once per
+    process."""
+    partitions = read_partitions(site_file)
+    kind = [p for p in partitions if (p.limits.max_gpu > 0) == gpu]
+    chosen = kind if kind or gpu else partitions
+    limits: dict[str, float] = {}
+    for resource, limit_name in RETRY_LIMITS.items():
+        values = [getattr(p.limits, limit_name) for p in chosen]
+        if values and not any(isinf(value) for value in values):
+            limits[resource] = max(values)
+    return limits
+
+
+def grown(first: float, attempt: int, limit: float | None) -> int:
+    """What attempt `attempt` of a job asks for: `first` x attempt, capped at `limit` (a retry
+    past every partition's limit would go to the cluster's default partition), and never less
+    than `first` (a first attempt beyond the limit is check_jobs_fit's to report)."""
+    wanted = first * attempt
+    if limit is not None:
+        wanted = max(first, min(wanted, limit))
+    return int(wanted)

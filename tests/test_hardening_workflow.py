@@ -403,13 +403,15 @@ def test_results_after_faults_equal_the_undisturbed_run(reference, faulted):
 
 
 def test_a_second_instance_in_the_same_folder_gets_the_lock_message(reference, tmp_path):
-    """The first run's forced sweep shard takes 20 s more (a `slow` fault), so it surely holds
-    the lock while the second starts: a run of fast jobs could end before the second looks."""
+    """The first run's forced sweep shard waits until the second run has ended (a `hold-until`
+    fault), so it surely holds the lock while the second starts: a run of fast jobs could end
+    before the second looks."""
     workdir = tmp_path / "work"
     shutil.copytree(reference, workdir, symlinks=True)
     shard = "results/sweep/shards/method~gd/rank~2/width~4/shard~0.csv"
-    slow = grid_faults.install(tmp_path / "faulty-bin", {"shard~0.csv": "slow:20"})
-    first = start(workdir, shard, "--forcerun", "sweep_shard", env=slow)
+    release = tmp_path / "second-run-ended"
+    held = grid_faults.install(tmp_path / "faulty-bin", {"shard~0.csv": f"hold-until:{release}"})
+    first = start(workdir, shard, "--forcerun", "sweep_shard", env=held)
     try:
         deadline = time.monotonic() + 120
         while not list((workdir / ".snakemake" / "locks").glob("*.lock")):
@@ -417,6 +419,7 @@ def test_a_second_instance_in_the_same_folder_gets_the_lock_message(reference, t
             time.sleep(0.02)
         second = snakemake(workdir, TINY_ALL, shard, "--forcerun", "sweep_shard", check=False)
     finally:
+        release.touch()
         status = first.wait(timeout=600)
     assert second.returncode != 0
     assert "Directory cannot be locked" in second.stdout + second.stderr
@@ -430,7 +433,8 @@ def test_a_second_instance_in_the_same_folder_gets_the_lock_message(reference, t
 def test_corrupted_resume_states_are_reported_and_the_jobs_start_over(reference, tmp_path):
     workdir = tmp_path / "work"
     shutil.copytree(reference, workdir, symlinks=True)
-    scaling_state = SCALING_STATE.replace("world~2", "world~1")
+    # imdb at one process: 12 optimizer steps (short's world~1 takes 240)
+    scaling_state = SCALING_STATE.replace("short", "imdb").replace("world~2", "world~1")
     (workdir / SSVAE_STATE).write_bytes(b"PK\x03\x04" + bytes(200))  # a zip cut short
     torch.save({"fingerprint": "x", "model": torch.zeros(4096)}, workdir / scaling_state)
     whole = (workdir / scaling_state).read_bytes()
@@ -440,7 +444,7 @@ def test_corrupted_resume_states_are_reported_and_the_jobs_start_over(reference,
     progress.write_bytes(b'{"kind": "header", "fingerprint": "' + b"\xff\xfe garbage\n")
     targets = [
         "results/ssvae/frac~0.1/corrupt~0.5/alpha~1/seed~0/metrics.json",
-        "results/scaling/runs/short/nodes~1/world~1/run.json",
+        "results/scaling/runs/imdb/nodes~1/world~1/run.json",
         "results/sweep/shards/method~gd/rank~2/width~4/shard~0.csv",
     ]
     # The targets come first: --forcerun takes every word after it as a rule name.
@@ -450,7 +454,7 @@ def test_corrupted_resume_states_are_reported_and_the_jobs_start_over(reference,
     logs = workdir / "results"
     ssvae = (logs / "ssvae/logs/train/frac~0.1/corrupt~0.5/alpha~1.log").read_text()
     assert f"ignoring {SSVAE_STATE}: unreadable resume state" in ssvae
-    scaling = (logs / "scaling/logs/train/short/nodes~1/world~1.log").read_text()
+    scaling = (logs / "scaling/logs/train/imdb/nodes~1/world~1.log").read_text()
     assert f"ignoring {scaling_state}: unreadable resume state" in scaling
     sweep = (logs / "sweep/logs/method~gd/rank~2/width~4/shard~0.log").read_text()
     assert "unreadable (line" in sweep and "starting over" in sweep and "0 already done" in sweep

@@ -18,7 +18,7 @@ import pytest
 from gpuflow.job.divergence import SkippedSteps
 from gpuflow.job.paths import STATE, job_file
 from tests.conftest import REPO, workflow_env
-from tests.test_scaling_ddp import TINY_DATA, prepare, settings, train_command
+from tests.test_scaling_ddp import prepare, settings, train_command
 
 ADVICE = " (lower the learning rate or check the data)"
 
@@ -83,9 +83,9 @@ def test_one_overflowing_fp16_step_is_skipped_counted_kept_out_of_the_loss_and_t
 
 
 def test_an_fp16_run_whose_every_step_overflows_stops_at_the_scale_floor_with_one_line(
-    tmp_path: Path,
+    tiny_data: Path, tmp_path: Path
 ):
-    data = prepare(tmp_path / "data", {**TINY_DATA, "n_train": 96})
+    data = tiny_data  # 96 training texts
     config = {**settings(epochs=3, global_batch_size=8), "amp_overflow_limit": 2}
     out = tmp_path / "run"
     # 12 steps an epoch; from step 3 on every step overflows: steps 3..18 halve the scale from

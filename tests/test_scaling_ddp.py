@@ -26,6 +26,7 @@ TINY_DATA = {
     "source": "embedded", "corpus": "rotten_tomatoes", "path": None, "val_path": None,
     "n_train": 96, "n_val": 32, "val_fraction": 0.1, "seed": 0,
 }  # fmt: skip
+RESUME_DATA = {**TINY_DATA, "n_train": 1536, "n_val": 64}
 
 
 def settings(**train: Any) -> dict[str, Any]:
@@ -158,6 +159,12 @@ def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return prepare(tmp_path_factory.mktemp("tiny-data"))
 
 
+@pytest.fixture(scope="module")
+def resume_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """1,536 training texts: epochs long enough to kill a run inside one (read-only)."""
+    return prepare(tmp_path_factory.mktemp("resume-data"), RESUME_DATA)
+
+
 def test_two_gloo_processes_with_accumulation_match_one_process_on_the_same_global_batches(
     tiny_data: Path, tmp_path: Path
 ):
@@ -195,9 +202,10 @@ def test_fp16_gradient_compression_trains_close_to_fp32_all_reduce(tiny_data: Pa
 
 
 def test_a_killed_run_resumes_after_its_last_finished_epoch_and_finishes_like_an_unbroken_run(
+    resume_data: Path,
     tmp_path: Path,
 ):
-    data = prepare(tmp_path / "data", {**TINY_DATA, "n_train": 1536, "n_val": 64})
+    data = resume_data
     config = settings(epochs=4)
     config["model"] = {**TINY_MODEL, "d_model": 32, "ffn_dim": 64}
     unbroken = train(data, tmp_path / "unbroken", config, world=2)
@@ -227,10 +235,11 @@ def test_a_killed_run_resumes_after_its_last_finished_epoch_and_finishes_like_an
 
 
 def test_a_state_resumes_under_other_runtime_settings_but_not_on_other_data_or_results(
+    resume_data: Path,
     tmp_path: Path,
 ):
-    data = prepare(tmp_path / "data", {**TINY_DATA, "n_train": 1536, "n_val": 64})
-    reshuffled = prepare(tmp_path / "other", {**TINY_DATA, "n_train": 1536, "n_val": 64, "seed": 1})
+    data = resume_data
+    reshuffled = prepare(tmp_path / "other", {**RESUME_DATA, "seed": 1})
     config = settings(epochs=4)
     killed = tmp_path / "killed"
     state = job_file(killed / "run.json", STATE)
@@ -268,9 +277,10 @@ def worker_of_rank(launcher: subprocess.Popen[bytes], rank: int) -> psutil.Proce
 
 
 def test_a_crashed_rank_is_restarted_by_torchrun_and_resumes_from_the_last_epoch_in_the_same_job(
+    resume_data: Path,
     tmp_path: Path,
 ):
-    data = prepare(tmp_path / "data", {**TINY_DATA, "n_train": 1536, "n_val": 64})
+    data = resume_data
     config = settings(epochs=3)
     out = tmp_path / "run"
     state = job_file(out / "run.json", STATE)

@@ -30,10 +30,10 @@ pytest_plugins = ["tests.slurm.fixtures"]
 SSVAE = "results/ssvae/frac~0.2/corrupt~0.0/alpha~10/seed~0/metrics.json"
 LOG = "results/ssvae/logs/train/frac~0.2/corrupt~0.0/alpha~10.log"
 STATE = "results/ssvae/jobs/frac~0.2/corrupt~0.0/alpha~10/seed~0/metrics.json.state.pt"
-EPOCHS = 40  # of at least 1 s each (FAULTS): the orphan outlives the recovery steps
-# On a quiet machine an epoch took 0.6 s: the orphan finished its 40 before the scancel and the
-# re-run had nothing to do.
-FAULTS = {"ssvae-train": "epoch-floor:1"}
+EPOCHS = 20  # of at least 2 s each (FAULTS): the orphan outlives the recovery steps
+# On a quiet machine an epoch took 0.6 s: unfloored, the orphan finished its epochs before the
+# scancel and the re-run had nothing to do. The floor keeps the local reference run's epochs few.
+FAULTS = {"ssvae-train": "epoch-floor:2"}
 TRAIN = "rule_ssvae_train"
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import tiny_config
+from tests.conftest import snakemake, tiny_config
 from tests.slurm import harness, nodes
 
 pytestmark = [pytest.mark.slurm, pytest.mark.workflow]
@@ -24,6 +24,7 @@ pytest_plugins = ["tests.slurm.fixtures"]
 
 MULTI = "results/scaling/runs/short/nodes~2/world~2/run.json"
 SINGLE = "results/scaling/runs/short/nodes~1/world~1/run.json"
+TOKENS = "results/scaling/data/short/train.npz"
 
 
 def two_node_config() -> dict[str, Any]:
@@ -37,8 +38,10 @@ def two_node_config() -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def runs(slurm_cluster, tmp_path_factory) -> dict[str, Any]:
     """Both runs through the profile: the two-node job on partition 'multi', one process on
-    the host's node."""
+    the host's node. The data they read is made locally first (tests/test_slurm_workflow.py
+    runs those rules as SLURM jobs), so the profile run submits the two trainings alone."""
     workdir = tmp_path_factory.mktemp("two-nodes")
+    snakemake(workdir, two_node_config(), TOKENS)
     result, _ = harness.run_profile(
         workdir,
         harness.REPO / "Snakefile",

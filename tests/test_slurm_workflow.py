@@ -103,7 +103,7 @@ def run_records(workdir: Path) -> dict[str, dict[str, Any]]:
 
 def submitted_jobs(workdir: Path) -> dict[str, list[str]]:
     """SLURM job ids per rule of the run in `workdir`, from SLURM's queue records (comment
-    field); jobs of other test modules (the two-node run's scaling_data) are not this run's."""
+    field); jobs of other test modules (the memory test's ssvae_train) are not this run's."""
     rules = (*GPU_RESOURCES, *CPU_RULES, *LOCAL_RULES)
     jobs: dict[str, list[str]] = {}
     for job in harness.workdir_jobs(workdir):

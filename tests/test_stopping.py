@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import time
 
 import pytest
 import torch
@@ -19,17 +18,29 @@ from tests.test_ssvae_train import comparable, data_path, train_command
 __all__ = ["data_path"]  # the fixture, shared with the SSVAE training tests
 
 
+EPOCHS = 6
+
+
+@pytest.fixture(scope="module")
+def whole(data_path, tmp_path_factory):
+    """The same training, uninterrupted: what every stopped and resumed one must equal."""
+    folder = tmp_path_factory.mktemp("whole")
+    subprocess.run(
+        train_command(data_path, folder, EPOCHS),
+        check=True,
+        env=workflow_env(),
+        capture_output=True,
+    )
+    return folder
+
+
 @pytest.mark.parametrize("signum", [signal.SIGUSR1, signal.SIGTERM], ids=lambda s: s.name)
 def test_a_warned_training_saves_after_its_epoch_stops_and_the_retry_resumes_there(
-    data_path, tmp_path, signum
+    data_path, whole, tmp_path, signum
 ):
-    epochs = 6
-    whole, stopped = tmp_path / "whole", tmp_path / "stopped"
-    whole.mkdir()
+    epochs = EPOCHS
+    stopped = tmp_path / "stopped"
     stopped.mkdir()
-    subprocess.run(
-        train_command(data_path, whole, epochs), check=True, env=workflow_env(), capture_output=True
-    )
     state = job_file(stopped / "seed~4.json", STATE)
     process = subprocess.Popen(
         train_command(data_path, stopped, epochs),
@@ -72,7 +83,7 @@ def test_a_step_outside_a_loop_stops_at_once_with_one_line_and_writes_nothing(tm
         stderr=subprocess.PIPE,
         text=True,
     )
-    time.sleep(3)
+    wait_for_file(job_file(out, RECORD), process, 60)  # written once the handler is in place
     process.send_signal(signal.SIGTERM)
     _, err = process.communicate(timeout=30)
     assert process.returncode == 2

@@ -7,6 +7,7 @@ folder first on PATH (SLURM jobs inherit the submitter's environment) every rule
 - "fail-once": its first run goes through tests/sweep_faults.py with every seed raising, a real
   failed shard (the seeds are recorded as failed, the step fails); later runs go as usual;
 - "slow:<seconds>": it waits that long, then runs as usual;
+- "hold-until:<file>": it waits until that file exists (at most HOLD_CAP_S), then runs as usual;
 - "seed-floor:<seconds>": every seed of it lasts at least that long (tests/sweep_faults.py), so a
   test can act between two of its seeds;
 - "linger-once:<seconds>": its first run writes its outputs as usual, then waits that long before
@@ -32,6 +33,7 @@ from tests.slurm.harness import REPO
 
 FAULTS_ENV = "GPUFLOW_TEST_GRID_FAULTS"
 MARKS_ENV = "GPUFLOW_TEST_GRID_MARKS"
+HOLD_CAP_S = 300
 
 
 def install(folder: Path, faults: dict[str, str]) -> dict[str, str]:
@@ -116,6 +118,10 @@ def main(argv: list[str]) -> int:
             return sweep_faults.main(["", "--", *argv[1:]])
         if fault.startswith("slow:"):
             time.sleep(float(fault.split(":", 1)[1]))
+        if fault.startswith("hold-until:"):
+            release, deadline = Path(fault.split(":", 1)[1]), time.monotonic() + HOLD_CAP_S
+            while not release.exists() and time.monotonic() < deadline:
+                time.sleep(0.1)
     return cli.main(argv)
 
 

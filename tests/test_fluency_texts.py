@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
@@ -63,6 +64,17 @@ def test_a_text_longer_than_the_csv_modules_field_limit_is_read_whole(tmp_path: 
     paths = [str(tmp_path / "long.csv"), str(tmp_path / "long.tsv")]
     texts = file_texts(paths, "text", "id", [])
     assert texts["text"].tolist() == [long_text, "short", long_text]
+
+
+def test_reading_leaves_the_csv_modules_field_limit_as_it_was_even_on_a_bad_row(tmp_path: Path):
+    """The limit is one for the process: a reader that left it at its own file's size made
+    later CSV reads of longer fields fail."""
+    before = csv.field_size_limit()
+    (tmp_path / "bad.csv").write_text("id,text\n1,a,extra\n")
+    with pytest.raises(DataError) as raised:  # kept: the error's traceback holds the reader
+        file_texts([str(tmp_path / "bad.csv")], "text", "id", [])
+    assert csv.field_size_limit() == before
+    assert "3 fields where the header has 2" in str(raised.value)
 
 
 def test_without_an_id_column_rows_are_numbered_per_file(tmp_path: Path):

@@ -5,8 +5,6 @@ from __future__ import annotations
 import codecs
 import csv
 import io
-import itertools
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
@@ -34,7 +32,7 @@ def decode_utf8(path: Path, data: bytes, expected: str) -> str:
 
 def records(
     path: Path, text: str, kind: Literal["csv", "tsv"], rows: Literal["lines", "records"]
-) -> Iterator[tuple[int, list[str]]]:
+) -> list[tuple[int, list[str]]]:
     """(row, fields) of every record of a CSV or TSV text, blank lines included (no fields).
 
     CSV is strict: a quote that opens a field must close it right before a comma or the line's
@@ -42,20 +40,25 @@ def records(
     be as long as the text. TSV has no quoting: each line is one record and a quote an ordinary
     character. `rows` numbers the records by the file line each starts on, or by the records
     before it (a header is row 0). A malformed record is a DataError naming its row and lines.
+
+    Read whole before returning: the csv module's field size limit is one for the process, so
+    it is raised for this text and put back before anything else reads CSV.
     """
     if kind == "csv":
         reader = csv.reader(io.StringIO(text, newline=""), delimiter=",", strict=True)
     else:
         reader = csv.reader(io.StringIO(text, newline=""), delimiter="\t", quoting=csv.QUOTE_NONE)
-    limit = csv.field_size_limit(len(text) + 1)
+    found: list[tuple[int, list[str]]] = []
+    limit = csv.field_size_limit()
+    csv.field_size_limit(max(limit, len(text) + 1))
     try:
-        for count in itertools.count():
-            start = reader.line_num + 1
+        while True:
+            start, count = reader.line_num + 1, len(found)
             row = start if rows == "lines" else count
             try:
                 fields = next(reader)
             except StopIteration:
-                return
+                return found
             except csv.Error as error:
                 end = reader.line_num
                 lines = f"line {start}" if end <= start else f"lines {start}-{end}"
@@ -65,6 +68,6 @@ def records(
                     row=row or None,
                     expected=CSV_QUOTING if kind == "csv" else None,
                 ) from None
-            yield row, fields
+            found.append((row, fields))
     finally:
         csv.field_size_limit(limit)

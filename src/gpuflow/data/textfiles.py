@@ -40,13 +40,13 @@ def read_text_file(path: str | Path) -> pd.DataFrame:
 
 
 def _read_delimited(file: Path, content: str, kind: Literal["csv", "tsv"]) -> pd.DataFrame:
-    rows_read = records(file, content, kind, rows="records")
-    _, header = next(rows_read, (0, None))
-    if header is None:
+    read = records(file, content, kind, rows="records")
+    if not read:
         raise DataError(file, "the file is empty", expected="a header row and data rows")
+    header = read[0][1]
     _check_header(file, header)
     table, rows = [], []
-    for number, fields in rows_read:
+    for number, fields in read[1:]:
         if not fields:
             continue
         if len(fields) != len(header):

@@ -94,10 +94,10 @@ def check_slurm_run():
         check_partitions(config, site_file)
         submitted = (job for job in workflow.dag.needrun_jobs() if not job.is_local)
         check_jobs_fit(map(planned, submitted), site_file)
-    planned = (
+    to_run = (
         (job.rule.name, list(job.wildcards)) for job in workflow.dag.needrun_jobs()
     )
-    check_no_earlier_jobs(planned, os.getcwd())
+    check_no_earlier_jobs(to_run, os.getcwd())
 
 
 def all_targets(wildcards):

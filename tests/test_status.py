@@ -428,6 +428,32 @@ def test_a_step_killed_under_a_live_run_stays_failed_after_later_runs(tmp_path):
     assert read_folder(tmp_path / "results") == {}, "no report lists a step that never ended"
 
 
+def test_a_file_that_changed_while_snakemake_read_the_folder_is_read_again(tmp_path):
+    """A live run's job can create an output between Snakemake's two looks at it (its
+    "broken symlink" check: missing, then there); the status of the moment is read again
+    rather than failing. Here the first look at `out.txt` fails as that check does."""
+    snakefile = tmp_path / "Snakefile"
+    snakefile.write_text(
+        "from pathlib import Path\n"
+        "from snakemake.exceptions import WorkflowError\n\n"
+        "def out(wildcards):\n"
+        "    if not Path('looked-once').exists():\n"
+        "        Path('looked-once').touch()\n"
+        "        raise WorkflowError('File out.txt seems to be a broken symlink.')\n"
+        "    return 'out.txt'\n\n"
+        "rule all:\n    input: out\n\n"
+        "rule out:\n    output: 'out.txt'\n    shell: 'echo ok > {output}'\n"
+    )
+    command = [str(BIN / "gpuflow"), "status", "--json", "--snakefile", str(snakefile)]
+    result = subprocess.run(
+        [*command, "--directory", str(tmp_path)], capture_output=True, text=True,
+        env=workflow_env(), check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (tmp_path / "looked-once").exists()
+    assert [row["rule"] for row in json.loads(result.stdout)["rules"]] == ["out"]
+
+
 def test_failed_jobs_are_read_from_snakemakes_run_log(tmp_path):
     log = tmp_path / "run.log"
     log.write_text(

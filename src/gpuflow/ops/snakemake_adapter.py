@@ -106,6 +106,10 @@ class Dag:
     partition_config: str | None = None  # the SLURM profile's site file (partitions)
 
 
+# What Snakemake's errors say when a file changed while it read the folder.
+FILE_RACES = ("seems to be a broken symlink", "No such file or directory")
+
+
 def snakemake_options(args: argparse.Namespace) -> list[str]:
     """The Snakemake options of a gpuflow command (profiles, backend, Snakefile, config files)."""
     argv = ["--directory", args.directory]
@@ -212,7 +216,8 @@ def build_dag(args: argparse.Namespace, every_job: bool = False) -> Dag:
     executor_settings = ExecutorPluginRegistry().get_plugin(executor).get_settings(cli)
     backend = chosen_backend(cli, args)
     output = OutputSettings(dryrun=True, log_level_override=logging.WARNING)
-    try:
+
+    def read_once() -> Dag:
         with environment_kept(), SnakemakeApi(output) as api:
             workflow_api = api.workflow(
                 resource_settings=ResourceSettings(
@@ -239,7 +244,15 @@ def build_dag(args: argparse.Namespace, every_job: bool = False) -> Dag:
             dag_api.execute_workflow(
                 executor=executor, pseudo_executor="dryrun", executor_settings=executor_settings
             )
-            dag = read_dag(workflow_api._workflow, backend)
+            return read_dag(workflow_api._workflow, backend)
+
+    try:
+        try:
+            dag = read_once()
+        except Exception as error:
+            if not changed_while_read(error):
+                raise
+            dag = read_once()  # a live run wrote a file while Snakemake read it: read again
     except Exception as error:
         raise GpuflowError(f"Snakemake could not plan the run: {error}") from None
     arrays = str(getattr(executor_settings, "array_jobs", None) or "").replace(";", ",")
@@ -248,6 +261,13 @@ def build_dag(args: argparse.Namespace, every_job: bool = False) -> Dag:
     partitions = getattr(executor_settings, "partition_config", None)
     dag.partition_config = str(partitions) if partitions else None
     return dag
+
+
+def changed_while_read(error: BaseException) -> bool:
+    """Whether Snakemake failed because a file changed between two of its looks: a file it
+    found missing was there at the next look (its "broken symlink" check), or the other way
+    round. A run writing in the folder (`gpuflow status` during a run) can cause either."""
+    return any(sign in str(error) for sign in FILE_RACES)
 
 
 def params_digest(params: list[Any], wildcards: dict[str, Any] | None = None) -> str:

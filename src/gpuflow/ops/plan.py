@@ -386,9 +386,8 @@ def unfit_partitions(planned: Planned) -> str | None:
     (gpuflow.slurm.fit), else None."""
     if not planned.partition_config:
         return None
-    from gpuflow.slurm.fit import PlannedJob, first_unfit, read_partitions, unfit_message
+    from gpuflow.slurm.fit import PlannedJob, unfit_report
 
-    partitions = read_partitions(planned.partition_config)
     submitted = (
         PlannedJob(
             job.rule,
@@ -399,8 +398,7 @@ def unfit_partitions(planned: Planned) -> str | None:
         for job in planned.jobs
         if not job.local
     )
-    unfit = first_unfit(submitted, partitions)
-    return unfit_message(unfit, partitions, planned.partition_config) if unfit else None
+    return unfit_report(submitted, planned.partition_config)
 
 
 def low_utilisation(config: dict[str, Any]) -> float:

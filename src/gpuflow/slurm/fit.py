@@ -89,13 +89,19 @@ def first_unfit(jobs: Iterable[PlannedJob], partitions: list[Any]) -> list[Plann
     return list(unfit.values())
 
 
-def check_jobs_fit(jobs: Iterable[PlannedJob], site_file: str | Path) -> None:
-    """Raise GpuflowError naming every rule with a job that fits no partition of the site file
-    (the first such job of each rule), what it asks for and each partition's limit it exceeds."""
+def unfit_report(jobs: Iterable[PlannedJob], site_file: str | Path) -> str | None:
+    """Every rule with a job that fits no partition of the site file (the first such job of
+    each rule), what it asks for and each partition's limit it exceeds; None where all fit."""
     partitions = read_partitions(site_file)
     unfit = first_unfit(jobs, partitions)
-    if unfit:
-        raise GpuflowError(unfit_message(unfit, partitions, site_file))
+    return unfit_message(unfit, partitions, site_file) if unfit else None
+
+
+def check_jobs_fit(jobs: Iterable[PlannedJob], site_file: str | Path) -> None:
+    """Raise GpuflowError with the unfit_report where a job fits no partition."""
+    report = unfit_report(jobs, site_file)
+    if report:
+        raise GpuflowError(report)
 
 
 def unfit_message(jobs: list[PlannedJob], partitions: list[Any], site_file: str | Path) -> str:

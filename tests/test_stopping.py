@@ -5,13 +5,19 @@ saves its epoch, and the retry resumes there to the numbers of an uninterrupted 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
+import time
 
 import pytest
 import torch
 
+from gpuflow.job import record as job_record_module
+from gpuflow.job import stopping
 from gpuflow.job.paths import RECORD, STATE, job_file
+from gpuflow.job.record import job_record
+from gpuflow.job.state import read_state
 from tests.conftest import BIN, wait_for_file, workflow_env
 from tests.test_ssvae_train import comparable, data_path, train_command
 
@@ -93,3 +99,55 @@ def test_a_step_outside_a_loop_stops_at_once_with_one_line_and_writes_nothing(tm
     record = job_file(out, RECORD)
     assert [p for p in tmp_path.rglob("*") if p.is_file()] == [record]  # no output, its record
     assert json.loads(record.read_text())["status"] == "stopped"
+
+
+@pytest.fixture
+def stop_handlers():
+    """gpuflow's stop handlers in this process for one test; Python's own back afterwards."""
+    saved = {signum: signal.getsignal(signum) for signum in stopping.STOP_SIGNALS}
+    stopping.install()
+    yield
+    for signum, handler in saved.items():
+        signal.signal(signum, handler)
+
+
+def sigterm_after(function):
+    """`function`, after which SLURM's SIGTERM reaches this process."""
+
+    def interrupted(*args, **kwargs):
+        result = function(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGTERM)
+        return result
+
+    return interrupted
+
+
+def test_a_stop_while_the_start_record_is_written_ends_the_step_before_it_runs(
+    tmp_path, monkeypatch, stop_handlers
+):
+    monkeypatch.setattr(
+        job_record_module, "write_json", sigterm_after(job_record_module.write_json)
+    )
+    ran = []
+    with pytest.raises(stopping.Stopped), job_record("probe", [tmp_path / "out.json"], 1.0):
+        ran.append("the step")
+    assert ran == []
+
+
+def test_a_stop_while_the_resume_state_is_read_is_not_taken_for_an_unreadable_state(
+    tmp_path, monkeypatch, stop_handlers
+):
+    path = tmp_path / "state.pt"
+    torch.save({"epoch": 3}, path)
+    monkeypatch.setattr(torch, "load", sigterm_after(torch.load))
+    with pytest.raises(stopping.Stopped):
+        read_state(path, "cpu")
+
+
+def test_a_step_after_a_deferring_one_in_the_same_process_stops_at_once(stop_handlers):
+    stopping.defer()  # the earlier step's training loop
+    stopping.install()  # the next step's job
+    assert stopping.requested() is None
+    with pytest.raises(stopping.Stopped):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)

@@ -19,6 +19,7 @@ import gpuflow
 from gpuflow.errors import WRITE_ERRNOS, GpuflowError
 from gpuflow.job import Job
 from gpuflow.job.outputlock import step_outputs
+from gpuflow.job.stopping import Stopped
 from gpuflow.job.telemetry.settings import take_job_settings
 from gpuflow.registry import add_job_settings_arguments
 
@@ -56,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         with Job(args.step, step_outputs(args), take_job_settings(args)) as job:
             args.job = job
             return job.finish(int(args.run(args) or 0))
-    except GpuflowError as error:
+    except (GpuflowError, Stopped) as error:
         print(f"gpuflow {args.step}: error: {error}", file=sys.stderr)
         return 2
     except OSError as error:

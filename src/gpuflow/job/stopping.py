@@ -22,13 +22,16 @@ import sys
 from collections.abc import Iterator
 from types import FrameType
 
-from gpuflow.errors import GpuflowError
-
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 
 
-class Stopped(GpuflowError):
-    """The step stopped on SLURM's request; its saved state lets the next run resume."""
+class Stopped(BaseException):
+    """The step stopped on SLURM's request; its saved state lets the next run resume.
+
+    Like KeyboardInterrupt it is no `Exception`: the handler raises it wherever the step is, and
+    no `except Exception` (or GpuflowError) on the way may take it for an error and go on.
+    `gpuflow.cli.main` ends the step with its one line.
+    """
 
 
 class _Request:
@@ -43,7 +46,10 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
 
 
 def install() -> None:
-    """Handle SIGTERM and SIGUSR1 as a stop request in this process (the main thread)."""
+    """Handle SIGTERM and SIGUSR1 as a stop request in this process (the main thread), for a
+    step that starts with no request and stops at once until it calls `defer()`."""
+    _Request.signal_name = None
+    _Request.deferred = False
     for signum in STOP_SIGNALS:
         signal.signal(signum, _on_signal)
 

@@ -35,7 +35,7 @@ from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from gpuflow.errors import GpuflowError
-from gpuflow.job.stopping import Stopped, leave_to_parent, started_ignoring_stops
+from gpuflow.job.stopping import leave_to_parent, started_ignoring_stops
 
 IN_HAND = 2
 DEATHS_PER_ITEM = 2
@@ -204,8 +204,6 @@ class WorkerPool:
                 return
             try:
                 done = Done(key, result=run(payload), where=where)
-            except Stopped:
-                raise
             except Exception:
                 done = Done(key, error=error_text(), where=where)
             report(done)

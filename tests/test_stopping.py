@@ -151,3 +151,15 @@ def test_a_step_after_a_deferring_one_in_the_same_process_stops_at_once(stop_han
     with pytest.raises(stopping.Stopped):
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(5)
+
+
+def test_a_second_signal_does_not_interrupt_a_step_that_is_already_stopping(stop_handlers):
+    cleaned_up = []
+    with pytest.raises(stopping.Stopped, match="stopped by SIGUSR1"):
+        try:
+            os.kill(os.getpid(), signal.SIGUSR1)  # the profile's warning
+            time.sleep(5)
+        finally:
+            os.kill(os.getpid(), signal.SIGTERM)  # the time limit, while the step cleans up
+            cleaned_up.append("record and locks")
+    assert cleaned_up == ["record and locks"]

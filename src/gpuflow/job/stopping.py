@@ -3,7 +3,8 @@
 SLURM sends SIGTERM at a job's time limit and when it preempts the job, then SIGKILL after
 KillWait (30 s by default). The SLURM profile also asks for SIGUSR1 some minutes before the
 limit (`--signal=USR1@<seconds>`), which reaches every process of the job's step. gpuflow treats
-both signals as one request: stop.
+both signals as one request: stop. A second signal is the same request again: it does not
+interrupt a step that is already stopping (writing its record, releasing its locks).
 
 A step stops at once by default (`Stopped` is raised where it runs; its atomic outputs leave
 nothing half-written). A step with a long loop calls `defer()` before it: from then on a request
@@ -40,6 +41,8 @@ class _Request:
 
 
 def _on_signal(signum: int, frame: FrameType | None) -> None:
+    if _Request.signal_name is not None:
+        return  # the same request again (SIGTERM after SIGUSR1): the step is already stopping
     _Request.signal_name = signal.Signals(signum).name
     if not _Request.deferred:
         raise Stopped(f"stopped by {_Request.signal_name} before finishing (nothing saved)")

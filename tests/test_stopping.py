@@ -132,6 +132,9 @@ def test_a_stop_while_the_start_record_is_written_ends_the_step_before_it_runs(
     with pytest.raises(stopping.Stopped), job_record("probe", [tmp_path / "out.json"], 1.0):
         ran.append("the step")
     assert ran == []
+    record = job_file(tmp_path / "out.json", RECORD)
+    assert json.loads(record.read_text())["status"] == "stopped"
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == [record]  # no lock, no temporary
 
 
 def test_a_stop_while_the_resume_state_is_read_is_not_taken_for_an_unreadable_state(

@@ -84,8 +84,8 @@ def job_record(step: str, outputs: list[Path], interval_s: float) -> Iterator[Jo
         "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
         "started": time.time(),
     }
-    _write(outputs[0], {**identity, "status": STARTED}, quiet=True)
     try:
+        _write(outputs[0], {**identity, "status": STARTED}, quiet=True)
         yield telemetry
         if telemetry.status == STARTED:
             telemetry.status = "finished"

@@ -4,8 +4,11 @@
 step with its seed function wrapped: FAULTS="kill:0:5,raise:*:7" makes worker process 0 SIGKILL
 itself when it starts seed 5, and any worker raise at seed 7. With SWEEP_TEST_SEED_FLOOR_S set,
 every seed lasts at least that many seconds (it waits out the rest after its real work), so a
-test can act between two seeds that take milliseconds. Workers are spawned, so the fault list
-and the floor travel in the environment and each worker finds its id in its process name.
+test can act between two seeds that take milliseconds; with SWEEP_TEST_SEED_RELEASE set to a
+file, every seed waits after its work until that file exists (at most RELEASE_CAP_S), so the step
+surely still runs, holding its output lock, until the test lets it go. Workers are spawned, so
+the fault list, the floor and the release travel in the environment and each worker finds its id
+in its process name.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from typing import Any
 
 FAULTS_ENV = "SWEEP_TEST_FAULTS"
 SEED_FLOOR_ENV = "SWEEP_TEST_SEED_FLOOR_S"
+SEED_RELEASE_ENV = "SWEEP_TEST_SEED_RELEASE"
+RELEASE_CAP_S = 300
 
 
 def parse_faults(text: str) -> list[tuple[str, str, int]]:
@@ -46,6 +51,9 @@ def run_seed_with_faults(settings: dict[str, Any], seed: int, device: Any) -> di
     row = run_seed(settings, seed, device)
     floor = float(os.environ.get(SEED_FLOOR_ENV) or 0)
     time.sleep(max(0.0, floor - (time.monotonic() - begin)))
+    release = os.environ.get(SEED_RELEASE_ENV)
+    while release and not os.path.exists(release) and time.monotonic() < begin + RELEASE_CAP_S:
+        time.sleep(0.05)
     return row
 
 

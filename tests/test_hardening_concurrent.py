@@ -2,7 +2,8 @@
 
 After a killed submitter, `snakemake --unlock` and the same command start jobs whose earlier
 copies still run. The test does exactly that on one target: a first Snakemake runs a sweep
-shard; while its job runs, `--unlock` and a second Snakemake on the same target. The second job
+shard, held inside its step (a `seed-hold-until` fault, tests/slurm/grid_faults.py) until the
+test lets it go; meanwhile `--unlock` and a second Snakemake on the same target. The second job
 must fail with one line naming the first writer, the first must finish, and its output must equal
 an undisturbed run's.
 """
@@ -21,11 +22,11 @@ from gpuflow.job.outputlock import OutputTakenError, exclusive_output, lock_path
 from gpuflow.job.state import make_fingerprint
 from gpuflow.job.unitlog import UnitLog
 from tests.conftest import BIN, REPO, snakemake, wait_for, workflow_env
+from tests.slurm import grid_faults
 
 SHARD = "results/sweep/shards/method~gnc/rank~2/width~4/shard~0.csv"
 SHARD_LOG = "results/sweep/logs/method~gnc/rank~2/width~4/shard~0.log"
-# Guess-and-check that never reaches its threshold: each seed takes its full guess budget.
-SLOW_SHARD = {
+SHARD_CONFIG = {
     "families": ["sweep"],
     "sweep": {
         "teacher_ranks": [2],
@@ -33,13 +34,15 @@ SLOW_SHARD = {
         "n_seeds": 2,
         "shard_size": 2,
         "cpu_workers": 1,
-        "gnc": {"max_guesses": 8_000_000, "batch_size": 4096, "loss_threshold": 0.0001},
     },
 }
 
 
-def start_snakemake(workdir: Path, *args: str) -> subprocess.Popen[str]:
-    """The repository's workflow in `workdir` (test-config.yaml written by `snakemake`)."""
+def start_snakemake(
+    workdir: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
+    """The repository's workflow in `workdir` (test-config.yaml written by `snakemake`), in the
+    workflow's environment with `env`'s entries over it."""
     command = [
         str(BIN / "snakemake"),
         "--snakefile", str(REPO / "Snakefile"),
@@ -49,7 +52,11 @@ def start_snakemake(workdir: Path, *args: str) -> subprocess.Popen[str]:
         *args,
     ]  # fmt: skip
     return subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=workflow_env()
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**workflow_env(), **(env or {})},
     )
 
 
@@ -61,9 +68,11 @@ def without_times(table: pd.DataFrame) -> pd.DataFrame:
 @pytest.mark.workflow
 def test_a_second_run_of_a_running_target_is_refused_and_the_first_output_is_intact(tmp_path):
     reference, shared = tmp_path / "reference", tmp_path / "shared"
-    snakemake(reference, SLOW_SHARD, SHARD)
-    snakemake(shared, SLOW_SHARD, "--dry-run", SHARD)  # writes the config, runs nothing
-    first = start_snakemake(shared, SHARD)
+    snakemake(reference, SHARD_CONFIG, SHARD)
+    snakemake(shared, SHARD_CONFIG, "--dry-run", SHARD)  # writes the config, runs nothing
+    release = tmp_path / "second-run-refused"
+    held = grid_faults.install(tmp_path / "bin", {"shard~0.csv": f"seed-hold-until:{release}"})
+    first = start_snakemake(shared, SHARD, env=held)
     try:
         lock = shared / lock_path(SHARD)
         wait_for(lambda: "computing" in _read(shared / SHARD_LOG), "the first job to start", 120)
@@ -74,8 +83,10 @@ def test_a_second_run_of_a_running_target_is_refused_and_the_first_output_is_int
         second_output = second.communicate(timeout=300)[0]
         second_log = _read(shared / SHARD_LOG)
         assert first.poll() is None, "the first job was still running when the second was refused"
+        release.touch()
         first_output = first.communicate(timeout=300)[0]
     finally:
+        release.touch()
         if first.poll() is None:
             first.kill()
     assert second.returncode != 0, second_output
@@ -91,7 +102,7 @@ def test_a_second_run_of_a_running_target_is_refused_and_the_first_output_is_int
     )
     leftovers = [p.name for p in (shared / SHARD).parent.iterdir() if ".tmp-" in p.name]
     assert leftovers == []
-    again = snakemake(shared, SLOW_SHARD, "--dry-run", SHARD)
+    again = snakemake(shared, SHARD_CONFIG, "--dry-run", SHARD)
     assert "Nothing to be done" in again.stdout + again.stderr
 
 

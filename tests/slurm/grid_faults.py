@@ -8,6 +8,8 @@ folder first on PATH (SLURM jobs inherit the submitter's environment) every rule
   failed shard (the seeds are recorded as failed, the step fails); later runs go as usual;
 - "slow:<seconds>": it waits that long, then runs as usual;
 - "hold-until:<file>": it waits until that file exists (at most HOLD_CAP_S), then runs as usual;
+- "seed-hold-until:<file>": it runs, holding its output lock, and each seed waits after its
+  work until that file exists (tests/sweep_faults.py), so a test surely meets the step running;
 - "seed-floor:<seconds>": every seed of it lasts at least that long (tests/sweep_faults.py), so a
   test can act between two of its seeds;
 - "linger-once:<seconds>": its first run writes its outputs as usual, then waits that long before
@@ -115,6 +117,9 @@ def main(argv: list[str]) -> int:
             return code
         if fault.startswith("seed-floor:"):
             os.environ[sweep_faults.SEED_FLOOR_ENV] = fault.split(":", 1)[1]
+            return sweep_faults.main(["", "--", *argv[1:]])
+        if fault.startswith("seed-hold-until:"):
+            os.environ[sweep_faults.SEED_RELEASE_ENV] = fault.split(":", 1)[1]
             return sweep_faults.main(["", "--", *argv[1:]])
         if fault.startswith("slow:"):
             time.sleep(float(fault.split(":", 1)[1]))

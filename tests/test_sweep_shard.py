@@ -24,6 +24,7 @@ from gpuflow.job.context import Job
 from gpuflow.job.paths import UNITS, job_file
 from gpuflow.settings.blocks import family_settings
 from gpuflow.sweep.shard import shard_settings
+from tests import sweep_faults
 from tests.conftest import BIN, REPO, workflow_env
 
 # Guess-and-check that can never reach its threshold: every seed does the same, fixed work.
@@ -115,12 +116,16 @@ def test_a_shard_killed_midway_reruns_only_the_missing_seeds_and_ends_identical(
 ):
     out = tmp_path / "shard~0.csv"
     log_path = tmp_path / "job.log"
+    # every seed of the killed attempt lasts a second, so the kill lands midway however busy
+    # the machine (its seeds take milliseconds); the numbers are the same
+    command = [str(BIN / "python"), "-m", "tests.sweep_faults", "", "--"]
     with open(log_path, "w") as log:
         job = subprocess.Popen(
-            shard_command(out, workers=2),
+            [*command, *shard_command(out, workers=2)[2:]],
             stdout=log,
             stderr=subprocess.STDOUT,
-            env=workflow_env(),
+            env={**workflow_env(), sweep_faults.SEED_FLOOR_ENV: "1"},
+            cwd=REPO,
             start_new_session=True,
         )
     try:

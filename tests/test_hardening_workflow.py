@@ -7,8 +7,9 @@ process during model load, jobs mid-epoch, the whole Snakemake process tree mid-
 an output is being written. The run's `gpuflow` is tests/slurm/grid_faults.py, which makes every
 seed of the sweep shards last at least SEED_FLOOR_S: their seeds take milliseconds, and the kill
 after a shard's first seed would otherwise land after its last one on a busy machine (seen once,
-"3 already done"). After every kill each output is absent or complete; re-running the
-same command finishes the workflow, and its numbers equal the reference's.
+"3 already done"), and every SSVAE epoch last at least EPOCH_FLOOR_S, for the same reason.
+After every kill each output is absent or complete; re-running the same command finishes the
+workflow, and its numbers equal the reference's.
 """
 
 from __future__ import annotations
@@ -250,6 +251,7 @@ SCALING_STATE = "results/scaling/jobs/runs/short/nodes~1/world~2/run.json.state.
 SWEEP_UNIT_LOG = "results/sweep/jobs/shards/method~gnc/rank~2/width~4/shard~0.csv.units.jsonl"
 FLUENCY_LOG = "results/fluency/logs/perplexity/shard~0.log"
 SEED_FLOOR_S = 1
+EPOCH_FLOOR_S = 0.3  # the SSVAE kill lands before the last of its 12 epochs however busy
 
 
 def faults() -> list[Fault]:
@@ -295,7 +297,10 @@ def faulted(reference: Path, tmp_path_factory) -> tuple[Path, list[str]]:
     for pattern in RERUN_OUTPUTS:
         for path in filter(Path.is_file, workdir.glob(pattern)):
             path.unlink()
-    floor = {"shard~0.csv": f"seed-floor:{SEED_FLOOR_S}"}
+    floor = {
+        "shard~0.csv": f"seed-floor:{SEED_FLOOR_S}",
+        "ssvae-train": f"epoch-floor:{EPOCH_FLOOR_S}",
+    }
     env = grid_faults.install(tmp_path_factory.mktemp("faulty-bin"), floor)
     events = run_with_faults(workdir, faults(), reference, env)
     return workdir, events

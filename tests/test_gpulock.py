@@ -26,13 +26,17 @@ def lock_env(lock_dir: Path, n_gpus: int | None, devices: str = "0,1,2,3") -> di
     return env
 
 
-def visible(env: dict[str, str], hold: float = 0.0) -> subprocess.Popen[str]:
-    """`gpuflow with-gpus` running a shell that prints what it sees, then waits `hold` s.
+def visible(
+    env: dict[str, str], hold: float = 0.0, release: Path | None = None
+) -> subprocess.Popen[str]:
+    """`gpuflow with-gpus` running a shell that prints what it sees, then waits `hold` s (or
+    with `release`, until that file exists).
 
     Its second and third lines are the clock (epoch seconds) when it got the devices and when
     it is about to let them go.
     """
-    script = f'echo "$CUDA_VISIBLE_DEVICES"; date +%s.%N; sleep {hold}; date +%s.%N'
+    wait = f"sleep {hold}" if release is None else f"until [ -e '{release}' ]; do sleep 0.05; done"
+    script = f'echo "$CUDA_VISIBLE_DEVICES"; date +%s.%N; {wait}; date +%s.%N'
     return subprocess.Popen(
         [str(BIN / "gpuflow"), "with-gpus", "--", "sh", "-c", script],
         env=env,
@@ -43,9 +47,14 @@ def visible(env: dict[str, str], hold: float = 0.0) -> subprocess.Popen[str]:
 
 
 def test_four_concurrent_one_gpu_steps_see_four_distinct_devices(tmp_path):
-    jobs = [visible(lock_env(tmp_path, 1), hold=2) for _ in range(4)]
-    seen = [job.communicate()[0].split()[0] for job in jobs]
+    release = tmp_path / "release"
+    jobs = [visible(lock_env(tmp_path, 1), release=release) for _ in range(4)]
+    try:
+        seen = [job.stdout.readline().strip() for job in jobs if job.stdout]  # all four hold one
+    finally:
+        release.touch()
     assert sorted(seen) == ["0", "1", "2", "3"]
+    assert [job.wait(timeout=60) for job in jobs] == [0, 0, 0, 0]
 
 
 def test_a_fifth_job_waits_until_a_device_is_free(tmp_path):

@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
+from tests.conftest import wait_for
 from tests.slurm import cluster, harness
 
 pytestmark = [pytest.mark.slurm, pytest.mark.workflow]
@@ -86,6 +87,12 @@ def sacct_rows(name: str) -> list[list[str]]:
     return [line.split("|") for line in listed.splitlines()]
 
 
+def all_ended(rows: list[list[str]], expected: int) -> bool:
+    """Whether sacct lists `expected` jobs, none of them pending, running or completing."""
+    states = [state for _, _, state in rows]
+    return len(states) == expected and not {"PENDING", "RUNNING", "COMPLETING"} & set(states)
+
+
 def gpu_records(records: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for name, r in records.items() if name.startswith("gpu~")]
 
@@ -138,6 +145,9 @@ def test_no_process_of_the_cancelled_job_outlives_it(profile_run):
 
 
 def test_every_job_of_the_run_is_in_the_accounting_database_with_its_rule(profile_run):
+    # the run read its jobs' states from squeue: slurmdbd may store the last ends a moment later
+    expected = len(profile_run["records"]) + 1
+    wait_for(lambda: all_ended(sacct_rows(run_id(profile_run)), expected), "sacct's ends", 60)
     rows = {job_id: (comment, state) for job_id, comment, state in sacct_rows(run_id(profile_run))}
     for name, record in profile_run["records"].items():
         comment, state = rows[record["slurm_job_id"]]

@@ -21,10 +21,12 @@ from gpuflow.cli import main as gpuflow_main
 from gpuflow.data.embedded import load_movie_reviews
 from gpuflow.fluency.chunked import state_path
 from gpuflow.job.progress import progress_path, read_progress
-from tests.conftest import BIN, wait_for_file, workflow_env
+from tests.conftest import BIN, REPO, wait_for_file, workflow_env
 from tests.test_perplexity import reviews, tiny_lm
 
 __all__ = ["reviews", "tiny_lm"]  # fixtures, shared with the perplexity tests
+
+SAVE_FLOOR_S = 0.25
 
 
 @pytest.fixture(autouse=True)
@@ -62,6 +64,12 @@ def toxicity_argv(texts: Path, out: Path) -> list[str]:
     return ["toxicity", "--texts", str(texts), "--out", str(out), "--runtime", json.dumps(runtime)]
 
 
+def floored(argv: list[str]) -> list[str]:
+    """The command of a step whose chunks take at least SAVE_FLOOR_S each (tests/chunk_faults.py),
+    so a signal sent after its first chunk lands before its last on a busy machine."""
+    return [str(BIN / "python"), "-m", "tests.chunk_faults", str(SAVE_FLOOR_S), "--", *argv]
+
+
 def stop_midway(argv: list[str], out: Path, every_process: bool = False) -> tuple[int, str]:
     """Run a step, send SIGUSR1 once its first chunk is saved; its exit status and last line.
 
@@ -69,7 +77,8 @@ def stop_midway(argv: list[str], out: Path, every_process: bool = False) -> tupl
     to each process of the step, its workers too (as SLURM sends it).
     """
     process = subprocess.Popen(
-        [str(BIN / "gpuflow"), *argv],
+        floored(argv),
+        cwd=REPO,
         env=workflow_env(),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -164,7 +173,8 @@ def test_a_killed_perplexity_worker_hands_its_batches_to_the_other_and_the_outpu
     out, log = tmp_path / "shard.csv", tmp_path / "step.log"
     with open(log, "w") as err:
         process = subprocess.Popen(
-            [str(BIN / "gpuflow"), *perplexity_argv(texts, tiny_lm, out, 2)],
+            floored(perplexity_argv(texts, tiny_lm, out, 2)),
+            cwd=REPO,
             env=workflow_env(),
             stdout=subprocess.DEVNULL,
             stderr=err,

@@ -1,0 +1,39 @@
+"""A `gpuflow` whose scoring steps save each chunk no faster than a floor (used by the stop and
+kill tests of perplexity and toxicity shards).
+
+`python -m tests.chunk_faults SECONDS -- <gpuflow step arguments>` runs the real step with
+gpuflow.fluency.chunked.ChunkedScores.save waiting out the rest of SECONDS after each save. A
+tiny model scores a test's whole shard in tens of milliseconds, so a signal sent once the first
+chunk is saved could arrive after the last; with the floor the rest of the shard takes at least
+SECONDS per chunk, however busy the machine. The scores do not change.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from gpuflow import cli
+from gpuflow.fluency.chunked import ChunkedScores
+
+
+def floor_saves(seconds: float) -> None:
+    """Make every chunk save last at least `seconds`."""
+    save = ChunkedScores.save
+
+    def at_least(self: ChunkedScores) -> None:
+        begin = time.monotonic()
+        save(self)
+        time.sleep(max(0.0, seconds - (time.monotonic() - begin)))
+
+    ChunkedScores.save = at_least  # type: ignore[method-assign]
+
+
+def main(argv: list[str]) -> int:
+    """Run `gpuflow` with the arguments after `--`, each chunk save floored at argv[0] s."""
+    floor_saves(float(argv[0]))
+    return cli.main(argv[argv.index("--") + 1 :])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

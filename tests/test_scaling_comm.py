@@ -109,9 +109,7 @@ def worker(rank: int, port: int, out: str, rows: int) -> None:
 def probe(tmp_path: Path, rows: int) -> dict[str, float]:
     """Medians over the rounds of 2 gloo processes training on batches of `rows` rows."""
     out = tmp_path / "probe.json"
-    started = time.perf_counter()
     mp.spawn(worker, args=(distributed._free_port(), str(out), rows), nprocs=2, join=True)
-    assert time.perf_counter() - started < 120
     return json.loads(out.read_text())
 
 

@@ -81,7 +81,17 @@ def test_a_warned_training_saves_after_its_epoch_stops_and_the_retry_resumes_the
     assert 0 < earlier < first["ended"] - first["started"], "the stopped attempt's saved work"
 
 
-def test_a_step_outside_a_loop_stops_at_once_with_one_line_and_writes_nothing(tmp_path):
+@pytest.mark.parametrize(
+    "signum, status, line",
+    [
+        (signal.SIGTERM, 2, "error: stopped by SIGTERM before finishing (nothing saved)"),
+        (signal.SIGINT, 130, "error: interrupted by Ctrl-C"),
+    ],
+    ids=["SIGTERM", "Ctrl-C"],
+)
+def test_a_step_outside_a_loop_stops_at_once_with_one_line_and_writes_nothing(
+    tmp_path, signum, status, line
+):
     out = tmp_path / "record.json"
     process = subprocess.Popen(
         [str(BIN / "gpuflow"), "probe", "--out", str(out), "--hold", "60"],
@@ -90,12 +100,10 @@ def test_a_step_outside_a_loop_stops_at_once_with_one_line_and_writes_nothing(tm
         text=True,
     )
     wait_for_file(job_file(out, RECORD), process, 60)  # written once the handler is in place
-    process.send_signal(signal.SIGTERM)
+    process.send_signal(signum)
     _, err = process.communicate(timeout=30)
-    assert process.returncode == 2
-    assert err.strip().splitlines() == [
-        "gpuflow probe: error: stopped by SIGTERM before finishing (nothing saved)"
-    ]
+    assert process.returncode == status
+    assert err.strip().splitlines() == [f"gpuflow probe: {line}"]
     record = job_file(out, RECORD)
     assert [p for p in tmp_path.rglob("*") if p.is_file()] == [record]  # no output, its record
     assert json.loads(record.read_text())["status"] == "stopped"

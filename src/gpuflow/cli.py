@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import pkgutil
+import signal
 import sys
 from collections.abc import Iterator
 from types import ModuleType
@@ -44,7 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one step; a GpuflowError becomes one clear line on stderr and exit status 2.
+    """Run one step; a GpuflowError or a stop request becomes one clear line on stderr and exit
+    status 2, Ctrl-C one line and 130.
 
     The step runs inside one job context (gpuflow.job.Job, reachable as `gpuflow.job.current()`
     and `args.job`): it holds the step's output locks and device locks (taken here, before the
@@ -60,6 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     except (GpuflowError, Stopped) as error:
         print(f"gpuflow {args.step}: error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"gpuflow {args.step}: error: interrupted by Ctrl-C", file=sys.stderr)
+        return 128 + signal.SIGINT
     except OSError as error:
         if error.errno not in WRITE_ERRNOS:
             raise

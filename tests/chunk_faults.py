@@ -11,27 +11,15 @@ SECONDS per chunk, however busy the machine. The scores do not change.
 from __future__ import annotations
 
 import sys
-import time
 
 from gpuflow import cli
 from gpuflow.fluency.chunked import ChunkedScores
-
-
-def floor_saves(seconds: float) -> None:
-    """Make every chunk save last at least `seconds`."""
-    save = ChunkedScores.save
-
-    def at_least(self: ChunkedScores) -> None:
-        begin = time.monotonic()
-        save(self)
-        time.sleep(max(0.0, seconds - (time.monotonic() - begin)))
-
-    ChunkedScores.save = at_least  # type: ignore[method-assign]
+from tests.floors import floor_method
 
 
 def main(argv: list[str]) -> int:
     """Run `gpuflow` with the arguments after `--`, each chunk save floored at argv[0] s."""
-    floor_saves(float(argv[0]))
+    floor_method(ChunkedScores, "save", float(argv[0]))
     return cli.main(argv[argv.index("--") + 1 :])
 
 

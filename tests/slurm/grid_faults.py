@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tests.floors import floor_method
 from tests.slurm.harness import REPO
 
 FAULTS_ENV = "GPUFLOW_TEST_GRID_FAULTS"
@@ -61,21 +62,6 @@ def failing_seeds(args: list[str]) -> str:
     return ",".join(f"raise:*:{seed}" for seed in range(start, stop))
 
 
-def floor_epochs(seconds: float) -> None:
-    """Make every SSVAE training epoch last at least `seconds`."""
-    from gpuflow.ssvae.train import StackTrainer
-
-    train_epoch = StackTrainer.train_epoch
-
-    def at_least(self: StackTrainer) -> Any:
-        begin = time.monotonic()
-        row = train_epoch(self)
-        time.sleep(max(0.0, seconds - (time.monotonic() - begin)))
-        return row
-
-    StackTrainer.train_epoch = at_least  # type: ignore[method-assign]
-
-
 def ballast_from(epoch: int, megabytes: int) -> None:
     """Make SSVAE training hold `megabytes` more memory (written, so resident) from the epoch
     after `epoch` on."""
@@ -99,7 +85,9 @@ def main(argv: list[str]) -> int:
     faults = json.loads(os.environ.get(FAULTS_ENV, "{}"))
     floor = faults.get("ssvae-train", "")
     if argv[:1] == ["ssvae-train"] and floor.startswith("epoch-floor:"):
-        floor_epochs(float(floor.split(":", 1)[1]))
+        from gpuflow.ssvae.train import StackTrainer
+
+        floor_method(StackTrainer, "train_epoch", float(floor.split(":", 1)[1]))
     if argv[:1] == ["ssvae-train"] and floor.startswith("ballast-from-epoch:"):
         epoch, megabytes = floor.split(":")[1:]
         ballast_from(int(epoch), int(megabytes))

@@ -29,6 +29,7 @@ FAMILIES = (
     "perplexity",
     "out-of-memory",
     "sharded",
+    "torch.compile",
     "ssvae",
     "stacked",
     "scaling",
@@ -83,7 +84,7 @@ def test_perplexity_rows_equal_hugging_faces_own_loss_of_the_same_model_and_text
             ids = torch.tensor([[BOS, *tokens]])
             expected.append(math.exp(model(ids, labels=ids).loss.item()))
     checked = [row for row in rows if "first_perplexities" in row["extra"]]
-    assert len(checked) == 4  # fp32, fp16 and bf16 twins, sharded
+    assert len(checked) == 5  # fp32, fp16 and bf16 twins, sharded, compiled
     for row in checked:
         np.testing.assert_allclose(row["extra"]["first_perplexities"], expected, rtol=1e-4)
 

@@ -65,6 +65,7 @@ class PerplexitySettings:
     trust_remote_code: bool
     placement: str
     attn_implementation: str
+    compile: bool
     fill_free_memory: float
 
     @classmethod
@@ -82,6 +83,7 @@ class PerplexitySettings:
             trust_remote_code=fluency["lm"]["trust_remote_code"],
             placement=perplexity["placement"],
             attn_implementation=perplexity["attn_implementation"],
+            compile=perplexity["compile"],
             fill_free_memory=perplexity["fill_free_memory"],
         )
 
@@ -122,6 +124,7 @@ def score_token_ids(
     out: str | Path | None = None,
     state_fingerprint: str = "",
     attn_implementation: str = "auto",
+    compile: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
     """Per-text NLL sums (float64) and token counts, in input order, plus batching stats.
 
@@ -131,7 +134,8 @@ def score_token_ids(
     every chunk of about `chunk_tokens` scored tokens in a resume state beside `out` (resumed
     when its fingerprint is `state_fingerprint`), and a stop request ends the step (Stopped)
     once the batches in hand are scored and saved. `attn_implementation`: see
-    gpuflow.fluency.ppl_model.prepare_for_scoring.
+    gpuflow.fluency.ppl_model.prepare_for_scoring; `compile`: gpuflow.fluency.ppl_compile.
+    The stats hold the slowest worker's scoring and loading (with compiling) seconds.
     """
     if token_budget < 1:
         raise ConfigError("fluency.perplexity.token_budget", f"got {token_budget}", ">= 1")
@@ -147,6 +151,7 @@ def score_token_ids(
         threads=worker_threads(len(workers)),
         shard_over=tuple(str(d) for d in devices) if sharded else (),
         attn_implementation=attn_implementation,
+        compile=compile,
     )
     scores = ChunkedScores(
         out,
@@ -170,12 +175,14 @@ def score_token_ids(
     )
 
     seconds: dict[int, float] = {}  # each worker's scoring time, model loading excluded
+    loading: dict[int, float] = {}  # each worker's model loading (and compiling) time
 
     def on_scored(batch: int, result: SegmentScores, worker: int) -> None:
         scores.record(batch, {"nll": result.nll, "n_tokens": result.n_tokens})
         outcome["oom_splits"] += result.oom_splits
         outcome["final_token_budget"] = min(outcome["final_token_budget"], result.token_budget)
         seconds[worker] = seconds.get(worker, 0.0) + result.seconds
+        loading[worker] = loading.get(worker, 0.0) + result.load_seconds
         bar.update(int(result.n_tokens.sum()))
 
     scores.job.defer_stops()
@@ -200,6 +207,7 @@ def score_token_ids(
         "segments": len(ordered),
         **outcome,
         "scoring_seconds": round(max(seconds.values(), default=0.0), 3),
+        "load_seconds": round(max(loading.values(), default=0.0), 3),
         "worker_deaths": deaths,
         **scores.record_fields("tokens"),
     }
@@ -290,6 +298,7 @@ def main(args: argparse.Namespace) -> int:
             out=args.out,
             state_fingerprint=state_fingerprint,
             attn_implementation=settings.attn_implementation,
+            compile=settings.compile,
         )
     write_csv(args.out, perplexity_frame(frame["text_id"], nll, n_tokens))
     seconds = time.perf_counter() - started
@@ -306,6 +315,7 @@ def main(args: argparse.Namespace) -> int:
         "token_budget": token_budget,
         "token_budget_reason": budget_reason,
         "attn_implementation": settings.attn_implementation,
+        "compile": settings.compile,
         **placement.record(),
         **stats,
     }

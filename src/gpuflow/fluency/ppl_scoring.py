@@ -58,7 +58,8 @@ def model_forward(model: torch.nn.Module) -> Forward:
 class SegmentScores:
     """Per-segment NLL sums (float64) and scored-token counts, in the order given.
 
-    `seconds` is the scoring time alone (model loading excluded).
+    `seconds` is the scoring time alone; `load_seconds` the worker's model loading (and
+    compiling) time, reported with the first batch it scores.
     """
 
     nll: np.ndarray
@@ -66,6 +67,7 @@ class SegmentScores:
     token_budget: int
     oom_splits: int
     seconds: float = 0.0
+    load_seconds: float = 0.0
 
 
 def pad_right(

@@ -9,6 +9,8 @@ stop handing out more (a stop request): the batches being scored are finished fi
 from __future__ import annotations
 
 import os
+import sys
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -17,6 +19,7 @@ import torch
 
 from gpuflow.errors import GpuflowError
 from gpuflow.fluency.placement import input_device, load_sharded
+from gpuflow.fluency.ppl_compile import compiled_forward
 from gpuflow.fluency.ppl_model import load_causal_lm, prepare_for_scoring
 from gpuflow.fluency.ppl_scoring import Forward, SegmentScores, model_forward, score_segments
 from gpuflow.fluency.ppl_segments import Segment
@@ -45,7 +48,8 @@ class WorkerJob:
     """What each worker needs besides its device: the model and its first token budget.
 
     `shard_over` (placement shard) names the devices one copy of the model is spread over;
-    `attn_implementation` is handed to gpuflow.fluency.ppl_model.prepare_for_scoring.
+    `attn_implementation` is handed to gpuflow.fluency.ppl_model.prepare_for_scoring;
+    `compile` runs the model through torch.compile (gpuflow.fluency.ppl_compile).
     """
 
     model: str
@@ -55,10 +59,14 @@ class WorkerJob:
     threads: int
     shard_over: tuple[str, ...] = ()
     attn_implementation: str = "auto"
+    compile: bool = False
 
 
 class Scorer:
-    """A loaded model that scores batches; after out-of-memory its token budget stays lower."""
+    """A loaded model that scores batches; after out-of-memory its token budget stays lower.
+
+    Its loading (and compiling) time is reported with the first batch it scores.
+    """
 
     def __init__(
         self,
@@ -66,6 +74,7 @@ class Scorer:
         device_name: str,
         wrap_forward: Callable[[Forward], Forward] | None = None,
     ):
+        started = time.perf_counter()
         torch.set_num_threads(job.threads)
         device = torch.device(device_name)
         if job.shard_over:
@@ -74,14 +83,21 @@ class Scorer:
             device = input_device(model)
         else:
             model = load_causal_lm(job.model, job.dtype, device, job.trust_remote_code)
-        forward = model_forward(prepare_for_scoring(model, job.attn_implementation))
+        model = prepare_for_scoring(model, job.attn_implementation)
+        if job.compile:
+            forward, seconds = compiled_forward(model, device)
+            print(f"perplexity worker on {device}: compiled in {seconds:.1f} s", file=sys.stderr)
+        else:
+            forward = model_forward(model)
         self.forward = forward if wrap_forward is None else wrap_forward(forward)
         self.device, self.token_budget = device, job.token_budget
+        self.load_seconds = time.perf_counter() - started
 
     def score(self, segments: Sequence[Segment]) -> SegmentScores:
         """Scores of one batch (split further only when the device runs out of memory)."""
         scores = score_segments(segments, self.forward, self.device, self.token_budget)
         self.token_budget = scores.token_budget
+        scores.load_seconds, self.load_seconds = self.load_seconds, 0.0
         return scores
 
 

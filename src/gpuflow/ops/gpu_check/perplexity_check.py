@@ -25,11 +25,12 @@ BOS = 0
 TOLERANCE = {"float32": 1e-4, "float16": 1e-2, "bfloat16": 3e-2}
 SHARD_TOLERANCE = {"float32": 1e-6, "float16": 5e-3, "bfloat16": 2e-2}
 OOM_TOLERANCE = 5e-3
-PRECISION_RUNS = (
-    ("float32", "replicate"),
-    ("float16", "replicate"),
-    ("bfloat16", "replicate"),
-    ("float16", "shard"),
+PRECISION_RUNS = (  # dtype, placement, torch.compile
+    ("float32", "replicate", False),
+    ("float16", "replicate", False),
+    ("bfloat16", "replicate", False),
+    ("float16", "shard", False),
+    ("float16", "replicate", True),
 )
 
 
@@ -83,6 +84,7 @@ def score(
     context: int,
     wrap_forward: Callable[[Forward], Forward] | None = None,
     placement: str = "replicate",
+    compile: bool = False,
 ) -> tuple[np.ndarray, dict]:
     """Per-text perplexities and the scorer's stats, through the workflow's scorer."""
     nll, n_tokens, stats = score_token_ids(
@@ -97,6 +99,7 @@ def score(
         trust_remote_code=False,
         wrap_forward=wrap_forward,
         placement=placement,
+        compile=compile,
     )
     return np.exp(nll / n_tokens), {**stats, "tokens": int(n_tokens.sum())}
 
@@ -109,7 +112,9 @@ def precision_rows(
     peaks: dict[str, float],
 ) -> list[CheckRow]:
     """fp32 (against the one-text-at-a-time reference), fp16 and bf16 (against fp32), then
-    fp16 with the model sharded over the devices (against fp16 replicated).
+    fp16 with the model sharded over the devices and fp16 through torch.compile (config
+    fluency.perplexity.compile; its compiling is done before the first batch, so not timed),
+    both against fp16 replicated.
 
     Each is timed after `warmup_passes` untimed passes over the same texts (a GPU picks its
     kernels per batch shape on first sight). On the CPU the half-precision rows are fp32 twins
@@ -122,15 +127,21 @@ def precision_rows(
     reference = reference_perplexities(folder, texts[: sizes.ppl_reference_texts], devices[0])
     rows: list[CheckRow] = []
     results: dict[str, np.ndarray] = {}
-    for dtype, placement in PRECISION_RUNS:
+    for dtype, placement, compiled in PRECISION_RUNS:
         ran_as = row_dtype(dtype, devices)
         run_on = devices if ran_as == dtype or placement == "shard" else devices[:1]
         for _ in range(sizes.warmup_passes + 1):
             ppl, stats = score(
-                folder, texts, run_on, ran_as, sizes.ppl_token_budget, context, None, placement
-            )
-        results[dtype if placement == "replicate" else placement] = ppl
-        if placement == "shard":
+                folder, texts, run_on, ran_as, sizes.ppl_token_budget, context, None, placement,
+                compiled,
+            )  # fmt: skip
+        results["compiled" if compiled else dtype if placement == "replicate" else placement] = ppl
+        if compiled:
+            deviation = max_relative_difference(ppl, results[dtype])
+            against = f"the {dtype} run without torch.compile ({len(texts)} texts)"
+            tolerance = TOLERANCE[ran_as]
+            path = f"perplexity {dtype} x{len(run_on)} worker(s) + torch.compile"
+        elif placement == "shard":
             deviation = max_relative_difference(ppl, results[dtype])
             against = f"the replicated {dtype} run ({len(texts)} texts)"
             tolerance = SHARD_TOLERANCE[ran_as]

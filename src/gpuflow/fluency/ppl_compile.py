@@ -1,0 +1,48 @@
+"""The scoring model through torch.compile, compiled before its first batch (config
+fluency.perplexity.compile).
+
+Inductor compiles the model for dynamic shapes (one compile serves every batch shape) and fuses
+its elementwise work (bias, GELU, layer norm, residual adds) into few kernels: memory-bound work
+on a GPU. Compiling runs on a small dummy batch here, so it is neither timed as scoring nor first
+met in the middle of a job, and a node that cannot compile (no C++ compiler on a CPU node) fails
+at once, naming the key. The weights stay inputs of the compiled graph (not frozen constants), so
+a compiled graph reused for another model in the same process computes with that model's weights.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from gpuflow.errors import ConfigError
+from gpuflow.fluency.ppl_scoring import Forward, model_forward
+
+WARMUP_LENGTH = 8
+
+
+def compiled_forward(model: torch.nn.Module, device: torch.device) -> tuple[Forward, float]:
+    """`model`'s scoring forward (see model_forward) through torch.compile, already compiled
+    on `device`, and the seconds compiling took.
+
+    Dynamic shapes still specialise sizes 0 and 1, so two dummy batches compile every graph a
+    job meets: two rows with every position scored, and one row with one position scored (a
+    batch of one long window; a head that sees one position).
+    """
+    started = time.perf_counter()
+    forward = model_forward(torch.compile(model, dynamic=True))
+    try:
+        with torch.inference_mode():  # as scoring runs: the guards check for inference tensors
+            ids = torch.zeros((2, WARMUP_LENGTH), dtype=torch.long, device=device)
+            forward(ids, torch.ones_like(ids, dtype=torch.bool))
+            one_scored = torch.zeros((1, WARMUP_LENGTH), dtype=torch.bool, device=device)
+            one_scored[0, 0] = True
+            forward(ids[:1].clone(), one_scored)
+    except Exception as error:  # Inductor's errors have no common base class
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ConfigError(
+            "fluency.perplexity.compile",
+            f"torch.compile could not compile the scoring model on {device}: {reason}",
+            "false, or a C++ compiler on CPU nodes (Triton on GPUs)",
+        ) from error
+    return forward, time.perf_counter() - started

@@ -81,6 +81,15 @@ def test_a_warned_training_saves_after_its_epoch_stops_and_the_retry_resumes_the
     assert 0 < earlier < first["ended"] - first["started"], "the stopped attempt's saved work"
 
 
+def ctrl_c_at_its_default() -> None:
+    """In the child, before exec: Ctrl-C's default action, as for a command run at a terminal.
+
+    A suite started in the background by a script (`make test &`) inherits an ignored SIGINT,
+    and so would the step, which would then rightly ignore Ctrl-C.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize(
     "signum, status, line",
     [
@@ -98,6 +107,7 @@ def test_a_step_outside_a_loop_stops_at_once_with_one_line_and_writes_nothing(
         env=workflow_env(),
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=ctrl_c_at_its_default,
     )
     wait_for_file(job_file(out, RECORD), process, 60)  # written once the handler is in place
     process.send_signal(signum)

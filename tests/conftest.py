@@ -116,8 +116,9 @@ def xdist_group_of(nodeid: str) -> str:
     """The group a test runs in under `make test` (pytest -n N): one worker runs a group whole.
 
     The live-SLURM tests share one group (one cluster per session, one job at a time on it),
-    the suites over the shared finished run share one (the run is made once), and every other
-    module is a group of its own (its module fixtures run once).
+    the suites over the shared finished run share one (the run is made once), the suites that
+    torch.compile the same model share one (compiled once: the graphs are cached in-process),
+    and every other module is a group of its own (its module fixtures run once).
     """
     path = nodeid.split("::")[0]
     name = Path(path).name
@@ -125,6 +126,8 @@ def xdist_group_of(nodeid: str) -> str:
         return "slurm"
     if name in FINISHED_ALL_MODULES:
         return "finished_all"
+    if name in TORCH_COMPILE_MODULES:
+        return "torch_compile"
     return path
 
 
@@ -137,6 +140,8 @@ FINISHED_ALL_MODULES = (
     "test_settings_workflow.py",
     "test_hardening_workflow.py",
 )
+# gpu-check's smoke test first (file order), then the perplexity compile tests on its model's shape.
+TORCH_COMPILE_MODULES = ("test_gpu_check.py", "test_perplexity_compile.py")
 # The two longest groups, started first, one on each worker; the others follow, most tests first.
 FIRST_GROUPS = ("slurm", "finished_all")
 

@@ -3,7 +3,7 @@ fluency.perplexity.compile).
 
 Inductor compiles the model for dynamic shapes (one compile serves every batch shape) and fuses
 its elementwise work (bias, GELU, layer norm, residual adds) into few kernels: memory-bound work
-on a GPU. Compiling runs on a small dummy batch here, so it is neither timed as scoring nor first
+on a GPU. Compiling runs on small dummy batches here, so it is neither timed as scoring nor first
 met in the middle of a job, and a node that cannot compile (no C++ compiler on a CPU node) fails
 at once, naming the key. The weights stay inputs of the compiled graph (not frozen constants), so
 a compiled graph reused for another model in the same process computes with that model's weights.

@@ -237,6 +237,7 @@ def main() -> int:
             )
         one_at_a_time(model, tokenizer, texts[:20], bos, context, stride)  # warm-up
         best: dict[str, float] = {}
+        loading: dict[str, float] = {}  # gpuflow's longest model loading (and compiling)
         outputs: dict[str, tuple] = {}
         for _ in range(args.repeats):  # interleaved, best of: the machine is shared
             for name, method in methods.items():
@@ -245,6 +246,7 @@ def main() -> int:
                 elapsed = time.perf_counter() - started
                 if name.startswith("gpuflow"):  # its workers' model loading taken off
                     elapsed = outputs[name][3]["seconds"]
+                    loading[name] = max(loading.get(name, 0.0), outputs[name][3]["load_seconds"])
                 best[name] = min(best.get(name, math.inf), elapsed)
         rows = [(name, best[name], outputs[name][1]) for name in methods]
         single_nll = outputs["one text at a time"][0]
@@ -278,8 +280,8 @@ def main() -> int:
             f"  / one at a time: {speed[name] / speed[names[0]]:.2f}x (target >= 3x)\n"
             f"  / evaluate's way: {speed[name] / speed[names[1]]:.2f}x (target >= 2x)\n"
             f"  / matmul ceiling: {achieved / ceiling:.1%} (target >= 50%)\n"
-            f"  model loading{' and compiling' if 'compile' in name else ''} "
-            f"{stats['load_seconds']:.1f} s (not counted above); {stats['segments']} segments, "
+            f"  model loading{' and compiling' if 'compile' in name else ''}: up to "
+            f"{loading[name]:.1f} s (not counted above); {stats['segments']} segments, "
             f"{stats['oom_splits']} OOM splits\n"
             f"  max relative difference of per-text ppl vs one at a time: {rel:.1e}"
         )

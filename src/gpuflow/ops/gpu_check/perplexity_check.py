@@ -135,7 +135,8 @@ def precision_rows(
                 folder, texts, run_on, ran_as, sizes.ppl_token_budget, context, None, placement,
                 compiled,
             )  # fmt: skip
-        results["compiled" if compiled else dtype if placement == "replicate" else placement] = ppl
+        if placement == "replicate" and not compiled:
+            results[dtype] = ppl  # what the half-precision, sharded and compiled runs are held to
         if compiled:
             deviation = max_relative_difference(ppl, results[dtype])
             against = f"the {dtype} run without torch.compile ({len(texts)} texts)"

@@ -41,7 +41,7 @@ def compiled_forward(model: torch.nn.Module, device: torch.device) -> tuple[Forw
             one_scored[0, 0] = True
             forward(ids[:1].clone(), one_scored)
     except Exception as error:  # Inductor's errors have no common base class
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
         raise ConfigError(
             "fluency.perplexity.compile",
             f"torch.compile could not compile the scoring model on {device}: {reason}",

@@ -1,7 +1,8 @@
 """The fluency-toxicity family end to end, through the real Snakemake workflow.
 
 Its results come from the session's finished run of every family (`finished_all`, on
-`.test/all`): 60 reviews and their shuffled twins scored by a GPT-2 trained for 250 steps.
+`.test/all`): 60 reviews and their shuffled twins scored by a GPT-2 (context 64) trained for
+250 steps.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -35,10 +37,14 @@ def test_the_family_writes_scores_stats_figures_and_a_report(finished_all: Path)
 
 @pytest.mark.workflow
 def test_shuffled_twins_are_less_fluent_than_their_originals(finished_all: Path):
+    """The tiny LM knows word order: shuffling raises perplexity, by a fifth at least on average
+    (an order-blind or untrained scorer gives x1.0). A few short snippets may tie."""
     scores = pd.read_csv(finished_all / "results" / "fluency" / "scores.csv")
     pairs = scores.pivot(index="pair_id", columns="condition", values="ppl")
     share = (pairs["shuffled"] > pairs["original"]).mean()
-    assert share >= 0.95, f"only {share:.0%} of shuffled twins score a higher perplexity"
+    assert share >= 0.9, f"only {share:.0%} of shuffled twins score a higher perplexity"
+    ratio = float(np.exp(np.log(pairs["shuffled"] / pairs["original"]).mean()))
+    assert ratio >= 1.2, f"shuffling raised perplexity only x{ratio:.2f} on average"
 
 
 BAD_CONFIGS = {

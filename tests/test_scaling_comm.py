@@ -62,7 +62,7 @@ def bare_allreduce_ms(model: torch.nn.Module, bucket_cap_mb: float) -> float:
 def worker(rank: int, port: int, out: str, rows: int) -> None:
     os.environ.update(
         RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2",
-        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), TORCHELASTIC_USE_AGENT_STORE="True",
     )  # fmt: skip
     torch.set_num_threads(1)
     ctx = distributed.init("cpu")
@@ -109,7 +109,10 @@ def worker(rank: int, port: int, out: str, rows: int) -> None:
 def probe(tmp_path: Path, rows: int) -> dict[str, float]:
     """Medians over the rounds of 2 gloo processes training on batches of `rows` rows."""
     out = tmp_path / "probe.json"
-    mp.spawn(worker, args=(distributed._free_port(), str(out), rows), nprocs=2, join=True)
+    # The store the workers meet at, held here as torchrun's agent holds it, on a port the OS
+    # gives it while bound: no other process can take that port in between.
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    mp.spawn(worker, args=(store.port, str(out), rows), nprocs=2, join=True)
     return json.loads(out.read_text())
 
 

@@ -6,7 +6,6 @@ the code is the same for both.
 """
 
 import os
-import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -41,12 +40,6 @@ class Context:
         return max(1, self.world_size // self.local_world_size)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def attempt_store() -> dist.Store:
     """The env:// store, its keys prefixed by torchrun's restart count.
 
@@ -59,16 +52,16 @@ def attempt_store() -> dist.Store:
 
 
 def init(device_choice: str) -> Context:
-    """Join the process group torchrun set up (or make a one-process group) on the right device."""
-    if "RANK" not in os.environ:
-        os.environ.update(
-            RANK="0",
-            WORLD_SIZE="1",
-            LOCAL_RANK="0",
-            LOCAL_WORLD_SIZE="1",
-            MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=str(_free_port()),
-        )
+    """Join the process group torchrun set up (or make a one-process group) on the right device.
+
+    A process started by hand keeps its one-process group's store in memory: no port to pick,
+    so two such jobs starting together on one node never race for one.
+    """
+    if "RANK" in os.environ:
+        store = attempt_store()
+    else:
+        store = dist.HashStore()
+        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ["LOCAL_RANK"])
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
@@ -85,7 +78,7 @@ def init(device_choice: str) -> Context:
         torch.cuda.set_device(device)
     dist.init_process_group(
         backend,
-        store=attempt_store(),
+        store=store,
         rank=rank,
         world_size=world,
         device_id=device if device.type == "cuda" else None,

@@ -197,12 +197,14 @@ def test_only_the_failed_grid_job_was_submitted_again(runs):
 def removed_files(stderr: str) -> list[str]:
     """The files Snakemake removed after failed jobs. Each removal is a line "Removing output
     files of failed job <rule> ...:" and a line listing them; two jobs failing at once can
-    interleave the two lines of each (both headers first), so lists are taken in order."""
+    interleave the two lines of each (both headers first), and other messages can come between
+    a header and its list (seen: "Will exit after finishing currently running jobs
+    (scheduler)."), so lists, the lines of paths alone, are taken in order."""
     pending, removed = 0, []
     for line in stderr.splitlines():
         if line.startswith("Removing output files of failed job"):
             pending += 1
-        elif pending:
+        elif pending and all(re.fullmatch(r"results/\S+", name) for name in line.split(", ")):
             removed += line.split(", ")
             pending -= 1
     return removed

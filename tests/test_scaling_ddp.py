@@ -305,6 +305,26 @@ def test_a_crashed_rank_is_restarted_by_torchrun_and_resumes_from_the_last_epoch
     assert run["resumed_at_epochs"] == [finished] and not state.exists()
 
 
+ONE_PROCESS_GROUP = """
+import psutil, torch, torch.distributed as dist
+from gpuflow.scaling import distributed
+distributed.init("cpu")
+dist.all_reduce(torch.ones(2))
+print(sorted(c.status for c in psutil.Process().net_connections(kind="tcp")))
+"""
+
+
+def test_a_one_process_run_started_by_hand_connects_to_no_store_on_a_port():
+    """Its group's store lives in the process: no port is picked for it and bound later, which
+    a job starting beside it could take first. Gloo listens on the port the OS gives it."""
+    env = {key: value for key, value in workflow_env().items() if key != "RANK"}
+    result = subprocess.run(
+        [str(BIN / "python"), "-c", ONE_PROCESS_GROUP], capture_output=True, text=True, env=env
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.splitlines()[-1] == "['LISTEN']"
+
+
 def test_two_torchrun_agents_meeting_by_c10d_rendezvous_train_as_one_two_node_world(
     tiny_data: Path, tmp_path: Path
 ):

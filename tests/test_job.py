@@ -167,15 +167,16 @@ def progress_writes(monkeypatch) -> list[tuple[Path, dict[str, Any]]]:
 
 @pytest.fixture
 def one_process_group(monkeypatch):
-    """The environment torchrun gives a one-process DDP job, undone after the test."""
-    with socket.socket() as free:
-        free.bind(("127.0.0.1", 0))
-        port = free.getsockname()[1]
+    """The environment torchrun gives a one-process DDP job, undone after the test, and the
+    store its agent holds (bound to a port the OS gave it: no other process can take it)."""
+    store = torch.distributed.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
     for name, value in {
         "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
-        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1",
+        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(store.port),
+        "TORCHELASTIC_USE_AGENT_STORE": "True", "OMP_NUM_THREADS": "1",
     }.items():  # fmt: skip
         monkeypatch.setenv(name, value)
+    yield store  # held until the test ends
 
 
 def run_ssvae(data: Path, folder: Path) -> Path:

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from gpuflow.errors import ConfigError
-from gpuflow.settings.validate import load_config, validate_config
+from gpuflow.settings.validate import SCHEMA_DIR, load_config, load_schema, validate_config
 from tests.conftest import REPO
 
 
@@ -21,6 +21,16 @@ def test_the_embedded_default_is_valid_and_gets_every_default():
     config = load_config(REPO / "config" / "config.yaml")
     assert config["fluency"]["resources"]["fluency_perplexity"]["gpu"] == 0
     assert config["fluency"]["texts"]["text_column"] == "text"
+
+
+def test_each_load_of_the_schema_is_a_fresh_copy_with_its_files_inlined():
+    """The schema files are read once per process; a caller that changes what it got changes
+    no later caller's schema."""
+    first = load_schema(SCHEMA_DIR / "config.schema.yaml")
+    assert "$ref" not in json.dumps(first)
+    assert "perplexity" in first["properties"]["fluency"]["properties"]
+    first["properties"].pop("fluency")
+    assert "fluency" in load_schema(SCHEMA_DIR / "config.schema.yaml")["properties"]
 
 
 def test_paper_scale_merges_over_the_default_and_is_valid():

@@ -37,7 +37,11 @@ def load_schema(path: str | Path) -> dict[str, Any]:
 @cache
 def _inlined_schema(path: Path) -> str:
     with open(path, encoding="utf-8") as handle:
-        return json.dumps(_inline(yaml.load(handle, Loader=SCHEMA_LOADER), path.parent))
+        loader = SCHEMA_LOADER(handle)
+        try:
+            return json.dumps(_inline(loader.get_single_data(), path.parent))
+        finally:
+            loader.dispose()
 
 
 def _inline(node: Any, base: Path) -> Any:

@@ -90,7 +90,7 @@ def ctrl_c_at_its_default() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-@pytest.mark.parametrize(
+STOPS_OUTSIDE_A_LOOP = pytest.mark.parametrize(
     "signum, status, line",
     [
         (signal.SIGTERM, 2, "error: stopped by SIGTERM before finishing (nothing saved)"),
@@ -98,6 +98,19 @@ def ctrl_c_at_its_default() -> None:
     ],
     ids=["SIGTERM", "Ctrl-C"],
 )
+
+
+def assert_stopped_with_one_line_and_only_its_record(
+    returncode: int, err: str, folder, out, status: int, line: str
+) -> None:
+    """The probe ended with `status` and one line; it wrote its record saying so, nothing else."""
+    assert (returncode, err.strip().splitlines()) == (status, [f"gpuflow probe: {line}"])
+    record = job_file(out, RECORD)
+    assert [p for p in folder.rglob("*") if p.is_file()] == [record]  # no output, its record
+    assert json.loads(record.read_text())["status"] == "stopped"
+
+
+@STOPS_OUTSIDE_A_LOOP
 def test_a_step_outside_a_loop_stops_at_once_with_one_line_and_writes_nothing(
     tmp_path, signum, status, line
 ):
@@ -112,11 +125,46 @@ def test_a_step_outside_a_loop_stops_at_once_with_one_line_and_writes_nothing(
     wait_for_file(job_file(out, RECORD), process, 60)  # written once the handler is in place
     process.send_signal(signum)
     _, err = process.communicate(timeout=30)
-    assert process.returncode == status
-    assert err.strip().splitlines() == [f"gpuflow probe: {line}"]
-    record = job_file(out, RECORD)
-    assert [p for p in tmp_path.rglob("*") if p.is_file()] == [record]  # no output, its record
-    assert json.loads(record.read_text())["status"] == "stopped"
+    assert_stopped_with_one_line_and_only_its_record(
+        process.returncode, err, tmp_path, out, status, line
+    )
+
+
+SIGNAL_WHILE_TORCH_IMPORTS_NUMPY = """
+import os, sys
+
+class SignalAtNumpy:
+    def find_spec(self, name, path=None, target=None):
+        if name == "numpy":  # first imported by torch's C extension, as it initialises
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), int(sys.argv[1]))
+        return None
+
+sys.meta_path.insert(0, SignalAtNumpy())
+from gpuflow.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+@STOPS_OUTSIDE_A_LOOP
+def test_a_signal_while_the_step_imports_torch_stops_it_once_the_import_is_done(
+    tmp_path, signum, status, line
+):
+    """torch's C extension swallows an exception raised while it imports numpy: the signal's
+    (Stopped, KeyboardInterrupt) waits for the import, or the step would run on and finish."""
+    out = tmp_path / "record.json"
+    step = ["probe", "--out", str(out), "--hold", "5"]
+    ended = subprocess.run(
+        [str(BIN / "python"), "-c", SIGNAL_WHILE_TORCH_IMPORTS_NUMPY, str(int(signum)), *step],
+        env=workflow_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=ctrl_c_at_its_default,
+    )
+    assert_stopped_with_one_line_and_only_its_record(
+        ended.returncode, ended.stderr, tmp_path, out, status, line
+    )
 
 
 @pytest.fixture
@@ -184,3 +232,15 @@ def test_a_second_signal_does_not_interrupt_a_step_that_is_already_stopping(stop
             os.kill(os.getpid(), signal.SIGTERM)  # the time limit, while the step cleans up
             cleaned_up.append("record and locks")
     assert cleaned_up == ["record and locks"]
+
+
+def test_a_stop_request_inside_a_held_block_takes_effect_when_the_block_ends(stop_handlers):
+    handlers = {s: signal.getsignal(s) for s in (*stopping.STOP_SIGNALS, signal.SIGINT)}
+    finished = []
+    with pytest.raises(stopping.Stopped, match="stopped by SIGTERM"), stopping.held():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.2)  # where the handler would have raised
+        finished.append("the import")
+    assert finished == ["the import"]
+    assert {s: signal.getsignal(s) for s in handlers} == handlers
+    assert stopping.requested() == "SIGTERM"

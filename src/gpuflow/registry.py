@@ -11,6 +11,8 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from gpuflow.job import stopping
+
 StepMain = Callable[[argparse.Namespace], int | None]
 
 
@@ -21,9 +23,12 @@ class LazyStep:
     target: str
 
     def load(self) -> StepMain:
-        """The step's function (imports its module)."""
+        """The step's function (imports its module, and torch with it, with stop requests and
+        Ctrl-C held until the import is done: see `stopping.held`)."""
         module_name, function_name = self.target.split(":")
-        return getattr(importlib.import_module(module_name), function_name)
+        with stopping.held():
+            module = importlib.import_module(module_name)
+        return getattr(module, function_name)
 
     def __call__(self, args: argparse.Namespace) -> int | None:
         return self.load()(args)

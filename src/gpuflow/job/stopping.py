@@ -20,6 +20,7 @@ import contextlib
 import ctypes
 import signal
 import sys
+import threading
 from collections.abc import Iterator
 from types import FrameType
 
@@ -102,6 +103,34 @@ def started_ignoring_stops() -> Iterator[None]:
     finally:
         for signum, handler in saved.items():
             signal.signal(signum, handler)
+
+
+@contextlib.contextmanager
+def held() -> Iterator[None]:
+    """Stop requests and Ctrl-C that arrive inside the block take effect when it ends.
+
+    For code that an exception must not cut in half: `import torch`, whose C extension imports
+    numpy and swallows any exception raised meanwhile, so a Ctrl-C or SIGTERM landing there would
+    be lost (the step runs on) or leave numpy half-imported (the step fails later with exit
+    status 1). Each signal that arrived is raised again once this process's handlers are back.
+    In a thread other than the main one (which cannot set handlers) the block runs as it is.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signums = (*STOP_SIGNALS, signal.SIGINT)
+    saved = {signum: signal.getsignal(signum) for signum in signums}
+    arrived: list[int] = []
+    for signum, handler in saved.items():
+        if handler is not signal.SIG_IGN:
+            signal.signal(signum, lambda signum, frame: arrived.append(signum))
+    try:
+        yield
+    finally:
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
+        for signum in dict.fromkeys(arrived):
+            signal.raise_signal(signum)
 
 
 def requested() -> str | None:

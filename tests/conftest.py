@@ -25,6 +25,12 @@ TEST_CONFIGS = REPO / ".test"
 # (process accounting) with it, 790 s and 1,525 s without.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+# No gpuflow variable of the shell's reaches the tests: a user's whole-node GPU locks
+# (GPUFLOW_GPU_LOCK_DIR, exported by scripts/whole-node.sbatch), site file or finished-state
+# records would change where every test's steps run. The tests set the ones they test.
+for name in [name for name in os.environ if name.startswith("GPUFLOW_")]:
+    del os.environ[name]
+
 
 def tiny_config(name: str) -> dict[str, Any]:
     """A fresh copy of `.test/<name>/config.yaml`, a tiny config. A test's working directory

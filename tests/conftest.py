@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -12,6 +13,8 @@ from typing import Any
 
 import pytest
 import yaml
+
+from gpuflow.job import stopping
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -30,6 +33,19 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 # records would change where every test's steps run. The tests set the ones they test.
 for name in [name for name in os.environ if name.startswith("GPUFLOW_")]:
     del os.environ[name]
+
+SIGNAL_HANDLERS = {s: signal.getsignal(s) for s in (*stopping.STOP_SIGNALS, signal.SIGINT)}
+
+
+@pytest.fixture(autouse=True)
+def no_stop_handling_left():
+    """After each test no stop request or deferral stands and the suite's signal handlers are
+    back. A step run in-process leaves gpuflow's (a Job keeps them for the process's life), an
+    in-process dry run Snakemake's; a later test in the same worker would meet them."""
+    yield
+    stopping.install()
+    for signum, handler in SIGNAL_HANDLERS.items():
+        signal.signal(signum, handler)
 
 
 def tiny_config(name: str) -> dict[str, Any]:

@@ -169,15 +169,9 @@ def test_a_signal_while_the_step_imports_torch_stops_it_once_the_import_is_done(
 
 @pytest.fixture
 def stop_handlers():
-    """gpuflow's stop handlers in this process for one test; afterwards no request stands (a
-    later test's training in this process would stop at its first epoch) and Python's own
-    handlers are back."""
-    saved = {signum: signal.getsignal(signum) for signum in stopping.STOP_SIGNALS}
+    """gpuflow's stop handlers in this process for one test (conftest's `no_stop_handling_left`
+    withdraws them and any request they took)."""
     stopping.install()
-    yield
-    stopping.install()
-    for signum, handler in saved.items():
-        signal.signal(signum, handler)
 
 
 def sigterm_after(function):

@@ -7,11 +7,13 @@ both signals as one request: stop. A second signal is the same request again: it
 interrupt a step that is already stopping (writing its record, releasing its locks).
 
 A step stops at once by default (`Stopped` is raised where it runs; its atomic outputs leave
-nothing half-written). A step with a long loop calls `defer()` before it: from then on a request
-only sets a flag, and the loop calls `stop_if_requested(...)` right after it has saved its state
-(after an epoch, a seed). The step then ends with one line saying where it stopped, and the
-retry with more time, or the requeued job, resumes from that state instead of starting over.
-After the loop the step finishes its short remaining work (its final outputs) undisturbed.
+nothing half-written), except while it imports its module, and torch with it: a request waits
+for the import to end (`held`), as torch would otherwise swallow it. A step with a long loop
+calls `defer()` before it: from then on a request only sets a flag, and the loop calls
+`stop_if_requested(...)` right after it has saved its state (after an epoch, a seed). The step
+then ends with one line saying where it stopped, and the retry with more time, or the requeued
+job, resumes from that state instead of starting over. After the loop the step finishes its
+short remaining work (its final outputs) undisturbed.
 """
 
 from __future__ import annotations

@@ -305,24 +305,29 @@ def test_a_crashed_rank_is_restarted_by_torchrun_and_resumes_from_the_last_epoch
     assert run["resumed_at_epochs"] == [finished] and not state.exists()
 
 
-ONE_PROCESS_GROUP = """
-import psutil, torch, torch.distributed as dist
+TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+ONE_PROCESS_GROUP = f"""
+TORCHRUN_VARIABLES = {TORCHRUN_VARIABLES}
+import os, psutil, torch, torch.distributed as dist
 from gpuflow.scaling import distributed
-distributed.init("cpu")
+ctx = distributed.init("cpu")
 dist.all_reduce(torch.ones(2))
 print(sorted(c.status for c in psutil.Process().net_connections(kind="tcp")))
+print((ctx.rank, ctx.world_size), [name for name in TORCHRUN_VARIABLES if name in os.environ])
 """
 
 
-def test_a_one_process_run_started_by_hand_connects_to_no_store_on_a_port():
+def test_a_one_process_run_started_by_hand_connects_to_no_store_on_a_port_nor_sets_torchrun_vars():
     """Its group's store lives in the process: no port is picked for it and bound later, which
-    a job starting beside it could take first. Gloo listens on the port the OS gives it."""
-    env = {key: value for key, value in workflow_env().items() if key != "RANK"}
+    a job starting beside it could take first. Gloo listens on the port the OS gives it. Rank 0
+    of 1 is the group's, not the environment's: later code in the process (a test's next run)
+    must not take itself for a torchrun rank."""
+    env = {key: value for key, value in workflow_env().items() if key not in TORCHRUN_VARIABLES}
     result = subprocess.run(
         [str(BIN / "python"), "-c", ONE_PROCESS_GROUP], capture_output=True, text=True, env=env
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.splitlines()[-1] == "['LISTEN']"
+    assert result.stdout.splitlines()[-2:] == ["['LISTEN']", "(0, 1) []"]
 
 
 def test_two_torchrun_agents_meeting_by_c10d_rendezvous_train_as_one_two_node_world(

@@ -55,16 +55,16 @@ def init(device_choice: str) -> Context:
     """Join the process group torchrun set up (or make a one-process group) on the right device.
 
     A process started by hand keeps its one-process group's store in memory: no port to pick,
-    so two such jobs starting together on one node never race for one.
+    so two such jobs starting together on one node never race for one. It sets no torchrun
+    variable (RANK...) in the environment: the job's code reads a missing RANK as rank 0.
     """
     if "RANK" in os.environ:
         store = attempt_store()
+        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        local_rank = int(os.environ["LOCAL_RANK"])
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
     else:
-        store = dist.HashStore()
-        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    local_rank = int(os.environ["LOCAL_RANK"])
-    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+        store, rank, world, local_rank, local_world = dist.HashStore(), 0, 1, 0, 1
     devices = worker_devices(device_choice, cpu_workers=local_world)
     if devices[0].type == "cuda" and len(devices) < local_world:
         raise ConfigError(

@@ -241,3 +241,11 @@ def test_a_stop_request_inside_a_held_block_takes_effect_when_the_block_ends(sto
     assert finished == ["the import"]
     assert {s: signal.getsignal(s) for s in handlers} == handlers
     assert stopping.requested() == "SIGTERM"
+
+
+def test_a_signal_ignored_before_a_held_block_stays_ignored_through_it(stop_handlers):
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a step started in the background by a shell
+    with stopping.held():
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.2)
+    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN

@@ -115,17 +115,17 @@ def held() -> Iterator[None]:
     numpy and swallows any exception raised meanwhile, so a Ctrl-C or SIGTERM landing there would
     be lost (the step runs on) or leave numpy half-imported (the step fails later with exit
     status 1). Each signal that arrived is raised again once this process's handlers are back.
-    In a thread other than the main one (which cannot set handlers) the block runs as it is.
+    In a thread other than the main one (which cannot set handlers) the block runs as it is; an
+    ignored signal stays ignored, and one whose handler Python did not set is left to it.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    signums = (*STOP_SIGNALS, signal.SIGINT)
-    saved = {signum: signal.getsignal(signum) for signum in signums}
+    handlers = {signum: signal.getsignal(signum) for signum in (*STOP_SIGNALS, signal.SIGINT)}
+    saved = {s: handler for s, handler in handlers.items() if handler is not None}  # None: set in C
     arrived: list[int] = []
-    for signum, handler in saved.items():
-        if handler is not signal.SIG_IGN:
-            signal.signal(signum, lambda signum, frame: arrived.append(signum))
+    for signum in saved:
+        signal.signal(signum, lambda signum, frame: arrived.append(signum))
     try:
         yield
     finally:

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuflow.job import stopping
+from gpuflow.job import stopping  # imports no torch, reads no variable: the lines below still lead
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -30,11 +30,13 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 # No gpuflow variable of the shell's reaches the tests: a user's whole-node GPU locks
 # (GPUFLOW_GPU_LOCK_DIR, exported by scripts/whole-node.sbatch), site file or finished-state
-# records would change where every test's steps run. The tests set the ones they test.
+# records would change where every test's steps run. The tests set the ones they test; the
+# suite's own switches (GPUFLOW_TEST_*, e.g. a shared test cluster) stay.
 for name in [name for name in os.environ if name.startswith("GPUFLOW_")]:
-    del os.environ[name]
+    if not name.startswith("GPUFLOW_TEST_"):
+        del os.environ[name]
 
-SIGNAL_HANDLERS = {s: signal.getsignal(s) for s in (*stopping.STOP_SIGNALS, signal.SIGINT)}
+SIGNAL_HANDLERS = {s: signal.getsignal(s) for s in stopping.STOPS_AND_CTRL_C}
 
 
 @pytest.fixture(autouse=True)

@@ -131,7 +131,9 @@ def test_a_step_outside_a_loop_stops_at_once_with_one_line_and_writes_nothing(
 
 
 SIGNAL_WHILE_TORCH_IMPORTS_NUMPY = """
-import os, sys
+import os, signal, sys
+
+signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C as at a terminal
 
 class SignalAtNumpy:
     def find_spec(self, name, path=None, target=None):
@@ -160,7 +162,6 @@ def test_a_signal_while_the_step_imports_torch_stops_it_once_the_import_is_done(
         capture_output=True,
         text=True,
         timeout=60,
-        preexec_fn=ctrl_c_at_its_default,
     )
     assert_stopped_with_one_line_and_only_its_record(
         ended.returncode, ended.stderr, tmp_path, out, status, line
@@ -232,7 +233,7 @@ def test_a_second_signal_does_not_interrupt_a_step_that_is_already_stopping(stop
 
 
 def test_a_stop_request_inside_a_held_block_takes_effect_when_the_block_ends(stop_handlers):
-    handlers = {s: signal.getsignal(s) for s in (*stopping.STOP_SIGNALS, signal.SIGINT)}
+    handlers = {s: signal.getsignal(s) for s in stopping.STOPS_AND_CTRL_C}
     finished = []
     with pytest.raises(stopping.Stopped, match="stopped by SIGTERM"), stopping.held():
         os.kill(os.getpid(), signal.SIGTERM)
@@ -248,4 +249,5 @@ def test_a_signal_ignored_before_a_held_block_stays_ignored_through_it(stop_hand
     with stopping.held():
         os.kill(os.getpid(), signal.SIGINT)
         time.sleep(0.2)
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # what a process started here gets
     assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN

@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from types import FrameType
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+STOPS_AND_CTRL_C = (*STOP_SIGNALS, signal.SIGINT)
 
 
 class Stopped(BaseException):
@@ -76,7 +77,7 @@ def leave_to_parent() -> None:
     worker ignores them and finishes the work in hand; the parent stops giving it more. A
     parent killed outright takes the worker with it (PR_SET_PDEATHSIG on Linux).
     """
-    for signum in (*STOP_SIGNALS, signal.SIGINT):
+    for signum in STOPS_AND_CTRL_C:
         signal.signal(signum, signal.SIG_IGN)
     die_with_parent()
 
@@ -96,9 +97,8 @@ def started_ignoring_stops() -> Iterator[None]:
     So a signal that reaches a worker while it starts up (before `leave_to_parent`) cannot end
     it. This process's own handlers are back once the block ends.
     """
-    signums = (*STOP_SIGNALS, signal.SIGINT)
-    saved = {signum: signal.getsignal(signum) for signum in signums}
-    for signum in signums:
+    saved = {signum: signal.getsignal(signum) for signum in STOPS_AND_CTRL_C}
+    for signum in STOPS_AND_CTRL_C:
         signal.signal(signum, signal.SIG_IGN)
     try:
         yield
@@ -115,21 +115,22 @@ def held() -> Iterator[None]:
     numpy and swallows any exception raised meanwhile, so a Ctrl-C or SIGTERM landing there would
     be lost (the step runs on) or leave numpy half-imported (the step fails later with exit
     status 1). Each signal that arrived is raised again once this process's handlers are back.
-    In a thread other than the main one (which cannot set handlers) the block runs as it is; an
-    ignored signal stays ignored, and one whose handler Python did not set is left to it.
+    In a thread other than the main one (which cannot set handlers) the block runs as it is. An
+    ignored signal stays ignored (a process started inside inherits it so), and one whose handler
+    was set in C (getsignal's None, which could not be put back) is left to it.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    handlers = {signum: signal.getsignal(signum) for signum in (*STOP_SIGNALS, signal.SIGINT)}
-    saved = {s: handler for s, handler in handlers.items() if handler is not None}  # None: set in C
+    handlers = {signum: signal.getsignal(signum) for signum in STOPS_AND_CTRL_C}
+    taken = {s: handler for s, handler in handlers.items() if handler not in (None, signal.SIG_IGN)}
     arrived: list[int] = []
-    for signum in saved:
-        signal.signal(signum, lambda signum, frame: arrived.append(signum))
     try:
+        for signum in taken:
+            signal.signal(signum, lambda signum, frame: arrived.append(signum))
         yield
     finally:
-        for signum, handler in saved.items():
+        for signum, handler in taken.items():
             signal.signal(signum, handler)
         for signum in dict.fromkeys(arrived):
             signal.raise_signal(signum)

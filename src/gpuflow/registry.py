@@ -23,8 +23,8 @@ class LazyStep:
     target: str
 
     def load(self) -> StepMain:
-        """The step's function (imports its module, and torch with it, with stop requests and
-        Ctrl-C held until the import is done: see `stopping.held`)."""
+        """The step's function. Its module (and torch, for a step that uses it) is imported with
+        stop requests and Ctrl-C held until the import is done: see `stopping.held`."""
         module_name, function_name = self.target.split(":")
         with stopping.held():
             module = importlib.import_module(module_name)

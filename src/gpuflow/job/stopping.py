@@ -23,8 +23,9 @@ import ctypes
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import FrameType
+from typing import Any
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 STOPS_AND_CTRL_C = (*STOP_SIGNALS, signal.SIGINT)
@@ -91,20 +92,32 @@ def die_with_parent() -> None:
 
 
 @contextlib.contextmanager
+def _handled_by(
+    handler: Callable[[int, FrameType | None], Any] | signal.Handlers,
+) -> Iterator[None]:
+    """`handler` for the stop signals and Ctrl-C inside the block; each one's own back when it
+    ends. An ignored signal stays ignored, and one whose handler was set in C (getsignal's None,
+    which could not be put back) is left to it."""
+    handlers = {signum: signal.getsignal(signum) for signum in STOPS_AND_CTRL_C}
+    taken = {s: own for s, own in handlers.items() if own not in (None, signal.SIG_IGN)}
+    try:
+        for signum in taken:
+            signal.signal(signum, handler)
+        yield
+    finally:
+        for signum, own in taken.items():
+            signal.signal(signum, own)
+
+
+@contextlib.contextmanager
 def started_ignoring_stops() -> Iterator[None]:
     """Processes started inside inherit ignored stop signals (and Ctrl-C) across exec.
 
     So a signal that reaches a worker while it starts up (before `leave_to_parent`) cannot end
     it. This process's own handlers are back once the block ends.
     """
-    saved = {signum: signal.getsignal(signum) for signum in STOPS_AND_CTRL_C}
-    for signum in STOPS_AND_CTRL_C:
-        signal.signal(signum, signal.SIG_IGN)
-    try:
+    with _handled_by(signal.SIG_IGN):
         yield
-    finally:
-        for signum, handler in saved.items():
-            signal.signal(signum, handler)
 
 
 @contextlib.contextmanager
@@ -114,24 +127,18 @@ def held() -> Iterator[None]:
     For code that an exception must not cut in half: `import torch`, whose C extension imports
     numpy and swallows any exception raised meanwhile, so a Ctrl-C or SIGTERM landing there would
     be lost (the step runs on) or leave numpy half-imported (the step fails later with exit
-    status 1). Each signal that arrived is raised again once this process's handlers are back.
-    In a thread other than the main one (which cannot set handlers) the block runs as it is. An
-    ignored signal stays ignored (a process started inside inherits it so), and one whose handler
-    was set in C (getsignal's None, which could not be put back) is left to it.
+    status 1). Each signal that arrived is raised again once this process's handlers are back;
+    an ignored one stays ignored (a process started inside inherits it so). In a thread other
+    than the main one (which cannot set handlers) the block runs as it is.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    handlers = {signum: signal.getsignal(signum) for signum in STOPS_AND_CTRL_C}
-    taken = {s: handler for s, handler in handlers.items() if handler not in (None, signal.SIG_IGN)}
     arrived: list[int] = []
     try:
-        for signum in taken:
-            signal.signal(signum, lambda signum, frame: arrived.append(signum))
-        yield
+        with _handled_by(lambda signum, frame: arrived.append(signum)):
+            yield
     finally:
-        for signum, handler in taken.items():
-            signal.signal(signum, handler)
         for signum in dict.fromkeys(arrived):
             signal.raise_signal(signum)
 

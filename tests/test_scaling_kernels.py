@@ -6,11 +6,13 @@ import copy
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from gpuflow.job.state import load_optimizer_state
 from gpuflow.scaling.kernels import adamw, set_tf32, use_fused_adamw
+from gpuflow.scaling.train import batch_padding
 from tests.test_scaling_ddp import prepare, settings, train, weights
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda", 0)
@@ -80,6 +82,7 @@ def test_a_run_with_fused_adamw_records_it_and_trains_to_the_numbers_of_the_defa
     fused = train(tiny_data, tmp_path / "fused", config, world=1)
     assert (default["fused_adamw"], fused["fused_adamw"]) == (False, True)
     assert (default["tf32"], fused["tf32"]) == (False, False)  # a CPU run
+    assert default["padded_length_multiple"] == 1
     for a, b in zip(default["epochs"], fused["epochs"], strict=True):
         assert b["train_loss"] == pytest.approx(a["train_loss"], rel=1e-5)
     reference, other = (
@@ -89,3 +92,24 @@ def test_a_run_with_fused_adamw_records_it_and_trains_to_the_numbers_of_the_defa
     for name, value in reference.items():
         torch.testing.assert_close(other[name], value, rtol=0, atol=1e-5, msg=name)
     assert json.loads((tmp_path / "fused" / "run.json").read_text())["fused_adamw"] is True
+
+
+@pytest.mark.parametrize(
+    "device, precision, multiple",
+    [(CUDA, "bf16", 64), (CUDA, "fp16", 64), (CUDA, "fp32", 1), (CPU, "fp32", 1)],
+)
+def test_only_half_precision_batches_on_a_gpu_are_padded_to_a_multiple_of_64(
+    device, precision, multiple
+):
+    """cuDNN attention (bf16/fp16 on CUDA) builds a graph per sequence length: a handful of
+    lengths, not one per batch. Elsewhere a batch stays as long as its longest text."""
+    texts = [(np.arange(1, 4), 0), (np.arange(1, 71), 1)]
+    batch = batch_padding(device, precision, max_length=512)(texts)
+    assert batch["ids"].shape == (2, 128 if multiple == 64 else 70)
+    assert batch["mask"].sum().item() == batch["tokens"] == 73
+    assert batch["ids"][:, 70:].eq(0).all()
+
+
+def test_a_padded_length_never_passes_the_model_s_positions():
+    texts = [(np.arange(1, 71), 1)]
+    assert batch_padding(CUDA, "bf16", max_length=100)(texts)["ids"].shape == (1, 100)

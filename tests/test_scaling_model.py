@@ -63,3 +63,12 @@ def test_under_bf16_autocast_the_logits_stay_close_to_the_boolean_mask_ones():
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         ours, before = model(ids, mask).float(), boolean_mask_forward(model, ids, mask).float()
     torch.testing.assert_close(ours, before, rtol=0, atol=2e-2)
+
+
+def test_padding_past_the_longest_text_changes_no_logit():
+    """Why batches may be padded to a multiple of 64 on GPUs (gpuflow.scaling.kernels)."""
+    model, ids, mask = model_and_batch()
+    longer = F.pad(ids, (0, 4))
+    model.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(model(longer, longer != 0), model(ids, mask), rtol=0, atol=1e-6)

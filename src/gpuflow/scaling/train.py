@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import math
 import resource
@@ -32,7 +33,12 @@ from gpuflow.job.divergence import SkippedSteps
 from gpuflow.job.state import load_optimizer_state
 from gpuflow.scaling import comm, distributed
 from gpuflow.scaling.distributed import Context
-from gpuflow.scaling.kernels import adamw, set_tf32, use_fused_adamw
+from gpuflow.scaling.kernels import (
+    adamw,
+    padded_length_multiple,
+    set_tf32,
+    use_fused_adamw,
+)
 from gpuflow.scaling.model import build_model, parameter_counts
 from gpuflow.scaling.results import train_results
 from gpuflow.settings.blocks import family_schema, family_settings, select
@@ -82,9 +88,15 @@ class EncodedTexts(Dataset):
         return self.ids[self.offsets[index] : self.offsets[index + 1]], int(self.labels[index])
 
 
-def collate(items: list[tuple[np.ndarray, int]]) -> dict[str, Any]:
-    """Pad a batch to its own longest text; count its real tokens on the CPU."""
-    length = max(len(ids) for ids, _ in items)
+def collate(
+    items: list[tuple[np.ndarray, int]], multiple: int = 1, max_length: int | None = None
+) -> dict[str, Any]:
+    """Pad a batch to its own longest text rounded up to `multiple` (at most `max_length`);
+    count its real tokens on the CPU."""
+    longest = max(len(ids) for ids, _ in items)
+    length = -(-longest // multiple) * multiple
+    if max_length is not None:
+        length = max(longest, min(length, max_length))
     ids = torch.zeros(len(items), length, dtype=torch.long)
     for row, (tokens, _) in enumerate(items):
         ids[row, : len(tokens)] = torch.from_numpy(tokens.astype(np.int64))
@@ -92,15 +104,25 @@ def collate(items: list[tuple[np.ndarray, int]]) -> dict[str, Any]:
     return {"ids": ids, "mask": ids != 0, "labels": labels, "tokens": sum(len(t) for t, _ in items)}
 
 
+def batch_padding(
+    device: torch.device, precision: str, max_length: int
+) -> functools.partial[dict[str, Any]]:
+    """The collate function of a run's loaders: batches padded to the length multiple its device
+    and precision need (gpuflow.scaling.kernels.padded_length_multiple), at most `max_length`."""
+    multiple = padded_length_multiple(device, precision)
+    return functools.partial(collate, multiple=multiple, max_length=max_length)
+
+
 def make_loader(
-    dataset: Dataset, batch_size: int, sampler: Any, workers: int, pin: bool
+    dataset: Dataset, batch_size: int, sampler: Any, workers: int, pin: bool, pad: Any
 ) -> DataLoader:
-    """A loader with pinned memory on GPU and worker processes kept alive between epochs."""
+    """A loader with pinned memory on GPU and worker processes kept alive between epochs;
+    `pad` makes the batches (`batch_padding`)."""
     return DataLoader(
         dataset,
         batch_size=batch_size,
         sampler=sampler,
-        collate_fn=collate,
+        collate_fn=pad,
         num_workers=workers,
         pin_memory=pin,
         persistent_workers=workers > 0,
@@ -196,13 +218,15 @@ class Trainer:
             used, ctx.world_size, ctx.rank, shuffle=True, seed=train["seed"], drop_last=True
         )
         pin = ctx.device.type == "cuda"
+        pad = batch_padding(ctx.device, self.precision, settings["model"]["max_seq_len"])
+        self.length_multiple = pad.keywords["multiple"]
         self.loader = make_loader(
-            used, self.plan.per_gpu_batch_size, self.sampler, train["num_workers"], pin
+            used, self.plan.per_gpu_batch_size, self.sampler, train["num_workers"], pin, pad
         )
         val = EncodedTexts(args.val)
         self.n_val = len(val)
         shard = Subset(val, range(ctx.rank, len(val), ctx.world_size))
-        self.val_loader = make_loader(shard, train["eval_batch_size"], None, 0, pin)
+        self.val_loader = make_loader(shard, train["eval_batch_size"], None, 0, pin, pad)
 
         info = json.loads(Path(args.data_info).read_text())
         vocab = json.loads(Path(args.token_stats).read_text())["vocab_size"]
@@ -479,6 +503,7 @@ class Trainer:
             "precision": self.precision,
             "fused_adamw": bool(self.optimizer.param_groups[0]["fused"]),
             "tf32": self.tf32,
+            "padded_length_multiple": self.length_multiple,
             "skipped_steps": self.skipped.total,
             "torch_threads_per_process": self.threads,
             "global_batch_size": plan.global_batch_size,

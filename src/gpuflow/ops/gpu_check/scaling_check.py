@@ -158,5 +158,9 @@ def scaling_row(
             "comm_exposed_ms": round(last["comm_exposed_ms"], 3),
             "comm_total_ms": round(last["comm_total_ms"], 3),
             "peak_memory_mb": round(last["peak_memory_mb"], 1),
+            "tokens_per_second_vs_fp32": round(
+                last["tokens_per_second"] / ref["tokens_per_second"], 3
+            ),
+            "padded_length_multiple": record["padded_length_multiple"],
         },
     )

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from gpuflow.job.state import load_optimizer_state
-from gpuflow.scaling.kernels import adamw, set_tf32, use_fused_adamw
-from gpuflow.scaling.train import batch_padding
+from gpuflow.scaling.kernels import adamw, padded_length_multiple, set_tf32, use_fused_adamw
+from gpuflow.scaling.train import collate
 from tests.test_scaling_ddp import prepare, settings, train, weights
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda", 0)
@@ -104,7 +104,7 @@ def test_only_half_precision_batches_on_a_gpu_are_padded_to_a_multiple_of_64(
     """cuDNN attention (bf16/fp16 on CUDA) builds a graph per sequence length: a handful of
     lengths, not one per batch. Elsewhere a batch stays as long as its longest text."""
     texts = [(np.arange(1, 4), 0), (np.arange(1, 71), 1)]
-    batch = batch_padding(device, precision, max_length=512)(texts)
+    batch = collate(texts, padded_length_multiple(device, precision), max_length=512)
     assert batch["ids"].shape == (2, 128 if multiple == 64 else 70)
     assert batch["mask"].sum().item() == batch["tokens"] == 73
     assert batch["ids"][:, 70:].eq(0).all()
@@ -112,4 +112,5 @@ def test_only_half_precision_batches_on_a_gpu_are_padded_to_a_multiple_of_64(
 
 def test_a_padded_length_never_passes_the_model_s_positions():
     texts = [(np.arange(1, 71), 1)]
-    assert batch_padding(CUDA, "bf16", max_length=100)(texts)["ids"].shape == (1, 100)
+    multiple = padded_length_multiple(CUDA, "bf16")
+    assert collate(texts, multiple, max_length=100)["ids"].shape == (1, 100)

@@ -15,6 +15,7 @@ import json
 import math
 import resource
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -88,15 +89,11 @@ class EncodedTexts(Dataset):
         return self.ids[self.offsets[index] : self.offsets[index + 1]], int(self.labels[index])
 
 
-def collate(
-    items: list[tuple[np.ndarray, int]], multiple: int = 1, max_length: int | None = None
-) -> dict[str, Any]:
-    """Pad a batch to its own longest text rounded up to `multiple` (at most `max_length`);
-    count its real tokens on the CPU."""
+def collate(items: list[tuple[np.ndarray, int]], multiple: int, max_length: int) -> dict[str, Any]:
+    """Pad a batch to its own longest text rounded up to `multiple` (at most `max_length`,
+    gpuflow.scaling.kernels.padded_length_multiple); count its real tokens on the CPU."""
     longest = max(len(ids) for ids, _ in items)
-    length = -(-longest // multiple) * multiple
-    if max_length is not None:
-        length = max(longest, min(length, max_length))
+    length = max(longest, min(-(-longest // multiple) * multiple, max_length))
     ids = torch.zeros(len(items), length, dtype=torch.long)
     for row, (tokens, _) in enumerate(items):
         ids[row, : len(tokens)] = torch.from_numpy(tokens.astype(np.int64))
@@ -104,20 +101,16 @@ def collate(
     return {"ids": ids, "mask": ids != 0, "labels": labels, "tokens": sum(len(t) for t, _ in items)}
 
 
-def batch_padding(
-    device: torch.device, precision: str, max_length: int
-) -> functools.partial[dict[str, Any]]:
-    """The collate function of a run's loaders: batches padded to the length multiple its device
-    and precision need (gpuflow.scaling.kernels.padded_length_multiple), at most `max_length`."""
-    multiple = padded_length_multiple(device, precision)
-    return functools.partial(collate, multiple=multiple, max_length=max_length)
-
-
 def make_loader(
-    dataset: Dataset, batch_size: int, sampler: Any, workers: int, pin: bool, pad: Any
+    dataset: Dataset,
+    batch_size: int,
+    sampler: Any,
+    workers: int,
+    pin: bool,
+    pad: Callable[[list[tuple[np.ndarray, int]]], dict[str, Any]],
 ) -> DataLoader:
     """A loader with pinned memory on GPU and worker processes kept alive between epochs;
-    `pad` makes the batches (`batch_padding`)."""
+    `pad` makes the batches (`collate` with the run's length multiple)."""
     return DataLoader(
         dataset,
         batch_size=batch_size,
@@ -218,8 +211,10 @@ class Trainer:
             used, ctx.world_size, ctx.rank, shuffle=True, seed=train["seed"], drop_last=True
         )
         pin = ctx.device.type == "cuda"
-        pad = batch_padding(ctx.device, self.precision, settings["model"]["max_seq_len"])
-        self.length_multiple = pad.keywords["multiple"]
+        self.length_multiple = padded_length_multiple(ctx.device, self.precision)
+        pad = functools.partial(
+            collate, multiple=self.length_multiple, max_length=settings["model"]["max_seq_len"]
+        )
         self.loader = make_loader(
             used, self.plan.per_gpu_batch_size, self.sampler, train["num_workers"], pin, pad
         )

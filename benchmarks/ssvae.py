@@ -102,21 +102,27 @@ def gpuflow_step(data, hidden, latent, runs, device):
     return (lambda: trainer.train_step(next(stream))), per_step
 
 
-def best_rate(step, per_step: int, steps: int, trials: int, device: torch.device) -> float:
-    """Examples/s of the fastest of `trials` blocks of `steps` steps, after one warm-up step.
+def best_rates(
+    methods: dict[str, tuple], steps: dict[str, int], trials: int, device: torch.device
+) -> dict[str, float]:
+    """Examples/s of each method's fastest of `trials` blocks of its `steps` steps, after one
+    warm-up step each.
 
-    The best block is the least disturbed by other work on a shared machine.
+    The methods take turns block by block, so a slow spell of a shared machine slows every
+    method alike, and the best block is the least disturbed by other work.
     """
-    step()
+    for step, _ in methods.values():
+        step()
     synchronize(device)
-    rates = []
+    best = dict.fromkeys(methods, 0.0)
     for _ in range(trials):
-        start = time.perf_counter()
-        for _ in range(steps):
-            step()
-        synchronize(device)
-        rates.append(per_step * steps / (time.perf_counter() - start))
-    return max(rates)
+        for name, (step, per_step) in methods.items():
+            start = time.perf_counter()
+            for _ in range(steps[name]):
+                step()
+            synchronize(device)
+            best[name] = max(best[name], per_step * steps[name] / (time.perf_counter() - start))
+    return best
 
 
 def flop_ceiling(hidden, latent, runs, device, repeats) -> tuple[float, float]:
@@ -151,7 +157,7 @@ def main() -> None:
     parser.add_argument("--latent", type=int, default=50, help="paper: 50")
     parser.add_argument("--runs", type=int, default=10, help="stacked runs")
     parser.add_argument("--steps", type=int, default=8, help="timed steps per method")
-    parser.add_argument("--trials", type=int, default=3, help="timed blocks; the best counts")
+    parser.add_argument("--trials", type=int, default=5, help="timed blocks; the best counts")
     parser.add_argument("--threads", type=int, default=0, help="CPU threads (0: torch default)")
     args = parser.parse_args()
     if args.threads:
@@ -168,10 +174,7 @@ def main() -> None:
         "stacked": gpuflow_step(data, args.hidden, args.latent, args.runs, device),
     }
     steps = {"reference": args.steps, "one": args.steps, "stacked": max(1, args.steps // 4)}
-    rates = {
-        name: best_rate(step, per_step, steps[name], args.trials, device)
-        for name, (step, per_step) in methods.items()
-    }
+    rates = best_rates(methods, steps, args.trials, device)
     reference, one, stacked = rates["reference"], rates["one"], rates["stacked"]
     rate, per_example = max(
         flop_ceiling(args.hidden, args.latent, args.runs, device, repeats=2)

@@ -18,7 +18,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from gpuflow.ssvae.model import N_CLASSES, N_PIXELS, StackedM2
+from gpuflow.ssvae.model import N_CLASSES, N_PIXELS, StackedM2, bernoulli_nll
 
 RUNS, BATCH, HIDDEN, LATENT = 3, 5, 24, 4
 ALPHAS = [0.5, 10.0, 400.0]
@@ -128,3 +128,15 @@ def test_unlabelled_loss_and_its_gradients_equal_the_plain_m2_equations():
     stacked = model(**inputs)["unlabelled"]
     plain = reference_unlabelled(model, inputs["x_u"], inputs["eps_u"])
     assert_same_loss_and_gradients(model, stacked, plain)
+
+
+def test_the_bernoulli_nll_and_its_gradients_in_both_arguments_are_the_textbook_ones():
+    """softplus(l) - x l summed over pixels, x broadcast over the labels; gradcheck in float64."""
+    generator = torch.Generator().manual_seed(0)
+    logits = (
+        4 * torch.randn(2, 3, 4, 6, generator=generator, dtype=torch.float64)
+    ).requires_grad_()
+    x = torch.rand(2, 3, 6, generator=generator, dtype=torch.float64).requires_grad_()
+    textbook = -(x[:, :, None] * F.logsigmoid(logits) + (1 - x[:, :, None]) * F.logsigmoid(-logits))
+    torch.testing.assert_close(bernoulli_nll(logits, x), textbook.sum(-1))
+    assert torch.autograd.gradcheck(bernoulli_nll, (logits, x))

@@ -8,17 +8,18 @@ PIXELS, CLASSES = 784, 10
 def matmul_shapes(
     hidden: int, latent: int, runs: int, unlabelled: int = 100, labelled: int = 100
 ) -> list[tuple[int, int, int, int]]:
-    """(batch, rows, inner, cols) of every forward matmul of one stacked M2 step."""
+    """(batch, rows, inner, cols) of every forward matmul of one stacked M2 step.
+
+    onehot(y) W_y is a row lookup in gpuflow.ssvae.model (class_rows), not a matmul: not counted.
+    """
     shapes = []
     for rows, k in ((unlabelled, CLASSES), (labelled, 1)):
         shapes += [
             (runs, rows, PIXELS, hidden),
             (runs, rows, hidden, CLASSES),  # classifier
             (runs, rows, PIXELS, hidden),  # x W_x, once per example
-            (runs, rows * k, CLASSES, hidden),
-            (runs, rows * k, hidden, 2 * latent),  # W_y, mu/logvar
-            (runs, rows * k, latent, hidden),
-            (runs, rows * k, CLASSES, hidden),  # decoder in
+            (runs, rows * k, hidden, 2 * latent),  # mu/logvar
+            (runs, rows * k, latent, hidden),  # decoder in
             (runs, rows * k, hidden, PIXELS),
             (runs, rows * k, PIXELS, 1),  # decoder out, x . logits
         ]

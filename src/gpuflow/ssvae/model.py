@@ -67,6 +67,46 @@ class StackedClassifier(nn.Module):
         return {"labelled": ce, "ce": ce}
 
 
+def class_rows(weight: torch.Tensor, labels: torch.Tensor | None) -> torch.Tensor:
+    """onehot(y) W_y without the matmul: the rows of `weight` [R, 10, n] for each example's
+    label (`labels` [R, B]) -> [R, B, 1, n], or for all 10 classes (None) -> [R, 1, 10, n]."""
+    if labels is None:
+        return weight[:, None, :, :]
+    index = labels[:, :, None].expand(-1, -1, weight.shape[2])
+    return torch.gather(weight, 1, index)[:, :, None, :]
+
+
+class BernoulliNLL(torch.autograd.Function):
+    """-log p(x | logits) of grey levels x, summed over pixels: softplus(l) - x l.
+
+    logits [R, B, K, D] and x [R, B, D] (broadcast over the K labels, never copied) -> [R, B, K].
+    The pixel sum of x l is a batched matmul, and the gradient (sigmoid(l) - x) g is computed
+    in place: three passes over the logits backward, where binary_cross_entropy_with_logits
+    takes five and materialises the broadcast targets.
+    """
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(logits, x)
+        dot = torch.matmul(logits, x[:, :, :, None]).squeeze(-1)
+        return F.softplus(logits).sum(-1) - dot
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        logits, x = ctx.saved_tensors
+        grad_logits = grad_x = None
+        if ctx.needs_input_grad[0]:
+            grad_logits = torch.sigmoid(logits).sub_(x[:, :, None, :]).mul_(grad[..., None])
+        if ctx.needs_input_grad[1]:
+            grad_x = -(grad[..., None] * logits).sum(2)
+        return grad_logits, grad_x
+
+
+def bernoulli_nll(logits: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """See BernoulliNLL."""
+    return BernoulliNLL.apply(logits, x)
+
+
 def cross_entropy(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Per-example cross-entropy, logits [R, B, K] and labels [R, B] -> [R, B]."""
     return F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none").view(y.shape)
@@ -113,25 +153,22 @@ class StackedM2(nn.Module):
         self.dec_out.reset(generators, hidden)
 
     def neg_elbo(
-        self, x: torch.Tensor, onehot: torch.Tensor, eps: torch.Tensor
+        self, x: torch.Tensor, eps: torch.Tensor, labels: torch.Tensor | None = None
     ) -> dict[str, torch.Tensor]:
-        """-log p(x|y,z) and KL(q(z|x,y)||p(z)) for K labels per example.
+        """-log p(x|y,z) and KL(q(z|x,y)||p(z)) for each example's label (`labels` [R, B]) or
+        for all 10 classes (`labels` None).
 
-        x [R, B, D], onehot [R, B*K, 10], eps [R, B, K, latent] -> terms [R, B, K].
+        x [R, B, D], eps [R, B, K, latent] (K = 1 or 10) -> terms [R, B, K].
         """
         runs, batch, _ = x.shape
         k = eps.shape[2]
-        hidden_y = self.enc_y(onehot).view(runs, batch, k, -1)
-        h = F.softplus(self.enc_x(x)[:, :, None, :] + hidden_y)
+        h = F.softplus(self.enc_x(x)[:, :, None, :] + class_rows(self.enc_y.weight, labels))
         stats = self.enc_out(h.view(runs, batch * k, -1))
         mu, logvar = stats.chunk(2, dim=-1)
         z = mu + torch.exp(0.5 * logvar) * eps.reshape(runs, batch * k, self.latent)
-        logits = self.dec_out(F.softplus(self.dec_z(z) + self.dec_y(onehot)))
-        logits = logits.view(runs, batch, k, -1)
-        # Bernoulli NLL with grey levels as targets, softplus(l) - x * l, summed over pixels: one
-        # fused kernel forward and backward (x broadcast over the K labels, never copied).
-        targets = x[:, :, None, :].expand_as(logits)
-        recon = F.binary_cross_entropy_with_logits(logits, targets, reduction="none").sum(-1)
+        decoded = self.dec_z(z).view(runs, batch, k, -1) + class_rows(self.dec_y.weight, labels)
+        logits = self.dec_out(F.softplus(decoded).view(runs, batch * k, -1))
+        recon = bernoulli_nll(logits.view(runs, batch, k, -1), x)
         kl = 0.5 * (mu.square() + logvar.exp() - 1.0 - logvar).sum(-1).view(runs, batch, k)
         return {"recon": recon, "kl": kl, "neg_elbo": recon + kl + self.log_prior_y}
 
@@ -159,18 +196,14 @@ class StackedM2(nn.Module):
         self, x: torch.Tensor, y: torch.Tensor, eps: torch.Tensor
     ) -> dict[str, torch.Tensor]:
         """-L(x, y) and its parts, and the classifier's CE, for labelled examples."""
-        onehot = F.one_hot(y, N_CLASSES).to(x.dtype).flatten(0, 1).view(y.shape[0], -1, N_CLASSES)
-        terms = self.neg_elbo(x, onehot, eps[:, :, None, :])
+        terms = self.neg_elbo(x, eps[:, :, None, :], y)
         out = {key: value.squeeze(2) for key, value in terms.items()}
         out["ce"] = cross_entropy(self.classifier.logits(x), y)
         return out
 
     def unlabelled_terms(self, x: torch.Tensor, eps: torch.Tensor) -> dict[str, torch.Tensor]:
         """-U(x) = sum_y q(y|x) (-L(x, y) + log q(y|x)), enumerating all 10 classes."""
-        runs, batch, _ = x.shape
         log_q = torch.log_softmax(self.classifier.logits(x), dim=-1)
-        eye = torch.eye(N_CLASSES, dtype=x.dtype, device=x.device)
-        onehot = eye.expand(runs, batch, N_CLASSES, N_CLASSES).reshape(runs, -1, N_CLASSES)
-        terms = self.neg_elbo(x, onehot, eps)
+        terms = self.neg_elbo(x, eps)
         neg_bound = (log_q.exp() * (terms["neg_elbo"] + log_q)).sum(-1)
         return {"neg_bound": neg_bound, "log_q": log_q}

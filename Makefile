@@ -8,6 +8,8 @@ CORES ?= 2
 WHEELHOUSE ?=
 WHEEL_PYTHON ?= 3.11
 WHEEL_SKIP ?=
+# Extra `gpuflow gpu-check` arguments, e.g. GPU_CHECK="--sections scaling ssvae --skip-compile".
+GPU_CHECK ?=
 # Machines without an NVIDIA driver get the CPU build of torch that lies on local disk.
 TORCH_PIN := $(if $(shell command -v nvidia-smi 2>/dev/null),,torch==2.13.0)
 
@@ -56,7 +58,7 @@ test: $(STAMP)
 
 # Every CUDA path at paper sizes against references (tiny sizes on CPU): results/gpu_check.json.
 gpu-check: $(STAMP)
-	gpuflow gpu-check --out results/gpu_check.json --record-dir benchmarks/records
+	gpuflow gpu-check --out results/gpu_check.json --record-dir benchmarks/records $(GPU_CHECK)
 
 lint: $(STAMP)
 	ruff check .

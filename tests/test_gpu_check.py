@@ -97,8 +97,9 @@ def test_a_perplexity_scorer_off_by_a_thousandth_fails_its_rows(monkeypatch, tmp
     monkeypatch.setattr(ppl_scoring, "target_nll", lambda *args: honest(*args) * 1.001)
     sizes = tiny_sizes()
     n_params = save_random_lm(tmp_path, sizes.lm, torch.device("cpu"))
-    rows = precision_rows(tmp_path, n_params, sizes, CPU, {"float32": 1.0})
+    rows = precision_rows(tmp_path, n_params, sizes, CPU, {"float32": 1.0}, compile=False)
     assert "float32" in rows[0].path and not rows[0].ok
+    assert len(rows) == 4 and not any("torch.compile" in row.path for row in rows)
 
 
 def ssvae_tiny_rows() -> list[CheckRow]:
@@ -160,6 +161,35 @@ def test_the_next_run_prints_each_rows_change_against_the_latest_record_of_its_d
     )
 
 
+def test_a_run_of_some_sections_has_only_their_rows_and_keeps_the_whole_runs_record(
+    smoke, tmp_path
+):
+    _, rows, records = smoke
+    [whole] = records.iterdir()
+    folder = tmp_path / "records"
+    folder.mkdir()
+    (folder / whole.name).write_bytes(whole.read_bytes())
+    out = tmp_path / "gpu_check.json"
+    argv = ["gpu-check", "--size", "tiny", "--device", "cpu", "--out", str(out)]
+    assert (
+        gpuflow_main([*argv, "--sections", "locks", "telemetry", "--record-dir", str(folder)]) == 0
+    )
+    ran = json.loads(out.read_text())
+    assert [row["path"] for row in ran] == [
+        row["path"] for row in rows if row["path"].startswith(("GPU locks", "telemetry"))
+    ]
+    partial = folder / whole.name.replace(".json", "-locks-telemetry.json")
+    assert json.loads(partial.read_text())["sections"] == ["locks", "telemetry"]
+    assert (folder / whole.name).read_bytes() == whole.read_bytes()
+    assert latest_record(folder, "2x-cpu") == folder / whole.name
+
+
+def test_a_run_of_some_sections_names_no_row_of_the_others_gone():
+    row = {"path": "a", "throughput": 2.0, "share_of_peak": 0.5, "ok": True}
+    lines = compare({"rows": [row, {**row, "path": "b"}]}, [row], whole_run=False)
+    assert not any("row gone" in line for line in lines) and "1.00x" in lines[1]
+
+
 def test_rows_that_only_one_record_has_are_named():
     row = {"path": "a", "throughput": 2.0, "share_of_peak": 0.5, "ok": True}
     lines = compare({"rows": [{**row, "path": "b"}]}, [row])
@@ -169,7 +199,7 @@ def test_rows_that_only_one_record_has_are_named():
 def test_a_row_beyond_its_tolerance_is_not_ok_and_fails_the_command(tmp_path, monkeypatch):
     from gpuflow.ops.gpu_check import main as check_main
 
-    def one_bad_row(sizes, devices, peaks, folder):
+    def one_bad_row(*args):
         return [CheckRow("made up", ok=False, tolerance="<= 1", deviation="2")]
 
     monkeypatch.setattr(check_main, "run_checks", one_bad_row)

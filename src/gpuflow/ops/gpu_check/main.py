@@ -6,7 +6,7 @@ import argparse
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
@@ -19,6 +19,7 @@ from gpuflow.ops.gpu_check.perplexity_check import oom_row, precision_rows, save
 from gpuflow.ops.gpu_check.records import save_and_compare
 from gpuflow.ops.gpu_check.rows import CheckRow, failed_row
 from gpuflow.ops.gpu_check.scaling_check import scaling_rows
+from gpuflow.ops.gpu_check.sections import SECTIONS
 from gpuflow.ops.gpu_check.sizes import CheckSizes, full_sizes, tiny_sizes
 from gpuflow.ops.gpu_check.ssvae_check import ssvae_rows
 from gpuflow.ops.gpu_check.sweep_check import sweep_row
@@ -40,28 +41,42 @@ def checked(name: str, section: Callable[[], list[CheckRow]]) -> list[CheckRow]:
 
 
 def run_checks(
-    sizes: CheckSizes, devices: list[torch.device], peaks: dict[str, float], folder: Path
+    sizes: CheckSizes,
+    devices: list[torch.device],
+    peaks: dict[str, float],
+    folder: Path,
+    sections: Sequence[str] = SECTIONS,
+    compile: bool = True,
 ) -> list[CheckRow]:
-    """Every section in turn, the biggest GPU user (the LM) first."""
+    """The `sections` in SECTIONS order, the biggest GPU user (the LM) first; the perplexity
+    section's torch.compile row only with `compile`."""
     on_gpu = devices[0].type == "cuda"
     rows: list[CheckRow] = []
     lm_folder = folder / "lm"
-    n_params = save_random_lm(lm_folder, sizes.lm, devices[0])
-    rows += checked(
-        "perplexity precisions",
-        lambda: precision_rows(lm_folder, n_params, sizes, devices, peaks),
-    )
-    rows += checked(
-        "perplexity out-of-memory split",
-        lambda: [oom_row(lm_folder, n_params, sizes, devices, peaks)],
-    )
-    rows += checked("ssvae", lambda: ssvae_rows(sizes.ssvae, devices[0], peaks["float32"]))
-    worlds = list(range(1, len(devices) + 1)) if on_gpu else [1, 2]
-    rows += checked("scaling", lambda: scaling_rows(folder, sizes.scaling, worlds, peaks))
-    rows += checked("sweep", lambda: [sweep_row(sizes.sweep, devices)])
-    pool = [str(i) for i in range(len(devices))]
-    rows += checked("gpu locks", lambda: [lock_row(folder, pool, on_gpu)])
-    rows += checked("telemetry", lambda: [telemetry_row(devices)])
+    if {"perplexity", "oom"} & set(sections):
+        n_params = save_random_lm(lm_folder, sizes.lm, devices[0])
+    if "perplexity" in sections:
+        rows += checked(
+            "perplexity precisions",
+            lambda: precision_rows(lm_folder, n_params, sizes, devices, peaks, compile),
+        )
+    if "oom" in sections:
+        rows += checked(
+            "perplexity out-of-memory split",
+            lambda: [oom_row(lm_folder, n_params, sizes, devices, peaks)],
+        )
+    if "ssvae" in sections:
+        rows += checked("ssvae", lambda: ssvae_rows(sizes.ssvae, devices[0], peaks["float32"]))
+    if "scaling" in sections:
+        worlds = list(range(1, len(devices) + 1)) if on_gpu else [1, 2]
+        rows += checked("scaling", lambda: scaling_rows(folder, sizes.scaling, worlds, peaks))
+    if "sweep" in sections:
+        rows += checked("sweep", lambda: [sweep_row(sizes.sweep, devices)])
+    if "locks" in sections:
+        pool = [str(i) for i in range(len(devices))]
+        rows += checked("gpu locks", lambda: [lock_row(folder, pool, on_gpu)])
+    if "telemetry" in sections:
+        rows += checked("telemetry", lambda: [telemetry_row(devices)])
     return rows
 
 
@@ -90,7 +105,7 @@ def main(args: argparse.Namespace) -> int:
     )
     peaks = measured_peaks(devices[0], sizes.peak_matmul)
     with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:
-        rows = run_checks(sizes, devices, peaks, Path(tmp))
+        rows = run_checks(sizes, devices, peaks, Path(tmp), args.sections, not args.skip_compile)
     table = [{**row.as_dict(), "sizes": sizes.name, "peak_tflops_by_dtype": peaks} for row in rows]
     write_json(args.out, table)
     names = sorted({describe_device(d) for d in devices})
@@ -100,7 +115,9 @@ def main(args: argparse.Namespace) -> int:
     )
     print(format_table(rows))
     if args.record_dir:
-        record, change = save_and_compare(Path(args.record_dir), table, devices, Path.cwd())
+        record, change = save_and_compare(
+            Path(args.record_dir), table, devices, Path.cwd(), sections=args.sections
+        )
         print(f"gpu-check: record written to {record}")
         print("\n".join(change))
     failed = [row.path for row in rows if not row.ok]

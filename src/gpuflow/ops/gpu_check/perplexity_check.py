@@ -110,11 +110,12 @@ def precision_rows(
     sizes: CheckSizes,
     devices: list[torch.device],
     peaks: dict[str, float],
+    compile: bool = True,
 ) -> list[CheckRow]:
     """fp32 (against the one-text-at-a-time reference), fp16 and bf16 (against fp32), then
-    fp16 with the model sharded over the devices and fp16 through torch.compile (config
-    fluency.perplexity.compile; its compiling is done before the first batch, so not timed),
-    both against fp16 replicated.
+    fp16 with the model sharded over the devices and, with `compile`, fp16 through
+    torch.compile (config fluency.perplexity.compile; its compiling is done before the first
+    batch, so not timed), both against fp16 replicated.
 
     Each is timed after `warmup_passes` untimed passes over the same texts (a GPU picks its
     kernels per batch shape on first sight). On the CPU the half-precision rows are fp32 twins
@@ -128,6 +129,8 @@ def precision_rows(
     rows: list[CheckRow] = []
     results: dict[str, np.ndarray] = {}
     for dtype, placement, compiled in PRECISION_RUNS:
+        if compiled and not compile:
+            continue
         ran_as = row_dtype(dtype, devices)
         run_on = devices if ran_as == dtype or placement == "shard" else devices[:1]
         for _ in range(sizes.warmup_passes + 1):

@@ -1,8 +1,10 @@
 """Records of gpu-check runs: one small JSON per run (date, device), each compared with the last.
 
-A record holds where the run happened (device, driver, torch and CUDA versions, commit) and every
-row. `make gpu-check` writes one into benchmarks/records/ and prints the change of each row's
-rate and share of peak against the latest earlier record of the same device.
+A record holds where the run happened (device, driver, torch and CUDA versions, commit), the
+sections it ran and every row. `make gpu-check` writes one into benchmarks/records/ and prints
+the change of each row's rate and share of peak against the latest earlier record of a whole run
+on the same device. A run of some sections only (`--sections`) is named after them, so it never
+replaces a whole run's record.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import datetime
 import json
 import re
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +21,7 @@ import torch
 
 from gpuflow.job.atomic import write_json
 from gpuflow.job.devices import describe_device
+from gpuflow.ops.gpu_check.sections import SECTIONS
 
 PREFIX = re.compile(r"^\d{4}-\d{2}-\d{2}-")
 
@@ -80,15 +84,26 @@ def environment(devices: list[torch.device], folder: Path) -> dict[str, Any]:
 
 
 def make_record(
-    rows: list[dict[str, Any]], env: dict[str, Any], when: datetime.datetime
+    rows: list[dict[str, Any]],
+    env: dict[str, Any],
+    when: datetime.datetime,
+    sections: Sequence[str] = SECTIONS,
 ) -> dict[str, Any]:
-    """The record of one run: its time (UTC), environment and every row."""
-    return {"created": when.isoformat(timespec="seconds"), **env, "rows": rows}
+    """The record of one run: its time (UTC), environment, sections and every row."""
+    created = when.isoformat(timespec="seconds")
+    return {"created": created, **env, "sections": list(sections), "rows": rows}
 
 
-def record_path(folder: Path, devices: list[torch.device], when: datetime.datetime) -> Path:
-    """`<folder>/<YYYY-MM-DD>-<device slug>.json` (a second run on the day replaces the first)."""
-    return Path(folder) / f"{when.date().isoformat()}-{device_slug(devices)}.json"
+def record_path(
+    folder: Path,
+    devices: list[torch.device],
+    when: datetime.datetime,
+    sections: Sequence[str] = SECTIONS,
+) -> Path:
+    """`<folder>/<YYYY-MM-DD>-<device slug>.json` for a whole run, `...-<section>-....json` for
+    some sections (a second run of the same on one day replaces the first)."""
+    part = "" if set(sections) == set(SECTIONS) else "-" + "-".join(sections)
+    return Path(folder) / f"{when.date().isoformat()}-{device_slug(devices)}{part}.json"
 
 
 def latest_record(folder: Path, slug: str) -> Path | None:
@@ -107,9 +122,11 @@ def _ratio(new: float | None, old: float | None) -> str:
     return f"{new / old:.2f}x"
 
 
-def compare(previous: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
+def compare(
+    previous: dict[str, Any], rows: list[dict[str, Any]], whole_run: bool = True
+) -> list[str]:
     """One line per row: its rate and share of peak now against `previous`, ok changes flagged;
-    then the rows only one of the two has."""
+    then the rows only one of the two has (of a run of some sections: only its new rows)."""
     before = {row["path"]: row for row in previous["rows"]}
     lines = [f"{'path':70s} {'rate now/then':>13s} {'% peak then':>11s} {'% peak now':>10s}  ok"]
     for row in rows:
@@ -128,7 +145,8 @@ def compare(previous: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
         )
     paths = {row["path"] for row in rows}
     lines += [f"new row: {row['path']}" for row in rows if row["path"] not in before]
-    lines += [f"row gone: {path}" for path in before if path not in paths]
+    if whole_run:
+        lines += [f"row gone: {path}" for path in before if path not in paths]
     return lines
 
 
@@ -138,16 +156,19 @@ def save_and_compare(
     devices: list[torch.device],
     checkout: Path,
     when: datetime.datetime | None = None,
+    sections: Sequence[str] = SECTIONS,
 ) -> tuple[Path, list[str]]:
     """Write this run's record into `folder`; return its path and the comparison lines against
-    the latest earlier record of the same devices (one line saying so when there is none).
-    The earlier record is read first: a second run on one day replaces that day's record."""
+    the latest earlier record of a whole run on the same devices (one line saying so when
+    there is none). The earlier record is read first: a second run on one day replaces that
+    day's record."""
     when = when or datetime.datetime.now(datetime.UTC)
-    path = record_path(folder, devices, when)
+    path = record_path(folder, devices, when, sections)
     previous = latest_record(folder, device_slug(devices))
     earlier = json.loads(previous.read_text()) if previous is not None else None
-    write_json(path, make_record(rows, environment(devices, checkout), when))
+    write_json(path, make_record(rows, environment(devices, checkout), when, sections))
     if earlier is None:
         return path, [f"no earlier record of {device_slug(devices)} in {folder} to compare with"]
     header = f"change against {previous.name} of {earlier['created']} (rate: now / then):"
-    return path, [header, *compare(earlier, rows)]
+    whole_run = set(sections) == set(SECTIONS)
+    return path, [header, *compare(earlier, rows, whole_run)]

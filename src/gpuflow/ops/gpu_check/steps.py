@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from gpuflow.ops.gpu_check.sections import SECTIONS
 from gpuflow.registry import lazy
 
 
@@ -23,6 +24,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     check.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
     check.add_argument(
         "--cpu-workers", type=int, default=2, help="CPU workers standing in for GPUs on CPU"
+    )
+    check.add_argument(
+        "--sections",
+        nargs="+",
+        choices=SECTIONS,
+        default=list(SECTIONS),
+        help="run only these sections (default: all); a run of some sections writes its record "
+        "as <date>-<device>-<sections>.json and compares only the rows it ran",
+    )
+    check.add_argument(
+        "--skip-compile",
+        action="store_true",
+        help="leave out the perplexity section's torch.compile row (on an H100 about half of "
+        "the whole run's time, compiling GPT-2-large; fluency.perplexity.compile is off)",
     )
     check.add_argument(
         "--record-dir",

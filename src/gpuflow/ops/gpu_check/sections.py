@@ -1,0 +1,5 @@
+"""The sections of `gpuflow gpu-check`, in the order they run (the biggest GPU user first)."""
+
+from __future__ import annotations
+
+SECTIONS = ("perplexity", "oom", "ssvae", "scaling", "sweep", "locks", "telemetry")

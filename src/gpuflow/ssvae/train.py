@@ -27,6 +27,7 @@ from gpuflow.job.state import State, load_optimizer_state
 from gpuflow.settings.blocks import family_schema, family_settings, keys_of_kind
 from gpuflow.ssvae.batches import Batches, Plan, RunIndex, epoch_indices, make_plan
 from gpuflow.ssvae.data import load_prepared
+from gpuflow.ssvae.graph_step import GraphedStep
 from gpuflow.ssvae.labels import LabelSplit, split_labels
 from gpuflow.ssvae.model import StackedClassifier, StackedM2
 
@@ -166,7 +167,14 @@ class StackTrainer:
         self.model.to(self.device)
         self.net = parallel(self.model, devices)
         self.optimizer = torch.optim.Adam(  # fused: one kernel per step, not ~10 per tensor
-            self.model.parameters(), lr=settings["learning_rate"], fused=True
+            self.model.parameters(), lr=settings["learning_rate"], fused=True, capturable=True
+        )
+        self.graphed = GraphedStep(
+            self._step,
+            list(self.model.parameters()),
+            self.optimizer,
+            capture=self.device.type == "cuda" and len(devices) == 1 and settings["graph_step"],
+            setting="ssvae.train.graph_step",
         )
         self.order_rng = generators(seeds, ORDER_STREAM, torch.device("cpu"))
         self.noise_rng = generators(seeds, NOISE_STREAM, self.device)
@@ -205,6 +213,7 @@ class StackTrainer:
             g.set_state(s)
         self.epoch, self.curve = state["epoch"], state["curve"]
         self.train_time_s = state["train_time_s"]
+        self.graphed.reset()  # the optimizer's state tensors are new ones
 
     # --- training ------------------------------------------------------------------------
     def _noise(self, *shape: int) -> torch.Tensor:
@@ -220,14 +229,17 @@ class StackTrainer:
         return eps_l, self._noise(self.plan.unlabelled_batch, 10, latent)
 
     def train_step(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """One Adam step of every run; returns [4, R] loss, labelled, unlabelled, CE (detached)."""
+        """One Adam step of every run; returns [4, R] loss, labelled, unlabelled, CE (detached).
+
+        The noise is drawn here, outside the step that GraphedStep replays."""
         if self.m2:
             eps_l, eps_u = self.step_noise()
-            out = self.net(batch["x_l"], batch["y_l"], batch["x_u"], eps_l, eps_u)
-            unlabelled = out["unlabelled"].mean(1)
-        else:
-            out = self.net(batch["x_l"], batch["y_l"])
-            unlabelled = torch.zeros_like(out["ce"][:, 0])
+            return self.graphed(batch["x_l"], batch["y_l"], batch["x_u"], eps_l, eps_u)
+        return self.graphed(batch["x_l"], batch["y_l"])
+
+    def _step(self, *inputs: torch.Tensor) -> torch.Tensor:
+        out = self.net(*inputs)
+        unlabelled = out["unlabelled"].mean(1) if self.m2 else torch.zeros_like(out["ce"][:, 0])
         labelled = out["labelled"].mean(1)
         per_run = labelled + unlabelled
         self.optimizer.zero_grad(set_to_none=True)

@@ -198,7 +198,11 @@ def main() -> int:
         bos = start_token_id(tokenizer, reference)
         model = AutoModelForCausalLM.from_pretrained(reference, local_files_only=True).eval()
         texts = benchmark_texts(args.n_texts)
-        lengths = [len(t) + 1 for t in tokenize(tokenizer, texts)]
+        token_ids = tokenize(tokenizer, texts)
+        lengths = [len(t) + 1 for t in token_ids]
+        segments = make_segments(token_ids, bos, context, stride)
+        through = sum(len(s.ids) for s in segments)
+        scored_share = sum(s.n_targets for s in segments) / through
         per_token = flops_per_token(model)
         print(f"model: {reference} ({origin})")
         print(
@@ -209,7 +213,9 @@ def main() -> int:
         print(
             f"texts: {len(texts)} movie reviews (IMDB cut to 150 words + RT snippets), ids "
             f"with BOS: mean {np.mean(lengths):.0f}, max {max(lengths)}, "
-            f"{sum(ell > context for ell in lengths)} beyond the context"
+            f"{sum(ell > context for ell in lengths)} beyond the context; {through} ids through "
+            f"the model, {scored_share:.1%} of them scored (the rest, BOS and the context of "
+            f"later windows at stride {stride}, run through the layers but count as no work)"
         )
         print(
             f"threads: {torch.get_num_threads()}; gpuflow token budget {args.token_budget}; "

@@ -93,7 +93,8 @@ class GraphedStep:
             return
         graph = torch.cuda.CUDAGraph()
         try:
-            with torch.cuda.graph(graph):
+            # thread_local: CUDA calls of other threads (a DataLoader's pin-memory thread) go on
+            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
                 self.static_out = self.step(*self.static)
         except RuntimeError as error:
             raise ConfigError(

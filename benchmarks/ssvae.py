@@ -5,7 +5,7 @@ Prints examples/s (labelled + unlabelled, summed over runs) for
      [x, onehot(y)] concatenated, the unlabelled bound's 10 classes enumerated in a Python loop;
   2. gpuflow, one run (device-resident data, index batching, batched matmuls, x W_x shared by the
      10 classes);
-  3. gpuflow, R runs stacked in one model;
+  3. gpuflow, R runs stacked in one model (on a GPU also without the CUDA graph of its step);
 and the ratios, plus the FLOP-bound ceiling: this machine's rate on the same batched matmuls
 divided by gpuflow's matmul FLOPs per example. Run: python benchmarks/ssvae.py [--device cuda]
 """
@@ -86,9 +86,17 @@ def reference_step(data, hidden, latent, device, alpha=10.0):
     return step, 200
 
 
-def gpuflow_step(data, hidden, latent, runs, device):
-    """gpuflow's trainer with `runs` stacked runs; returns (step, examples per step)."""
-    settings = {**train_settings(), "hidden": hidden, "latent": latent, "device": device.type}
+def gpuflow_step(data, hidden, latent, runs, device, graph_step=True):
+    """gpuflow's trainer with `runs` stacked runs; returns (step, examples per step).
+
+    `graph_step` (ssvae.train.graph_step): on a GPU, the step replayed as one CUDA graph."""
+    settings = {
+        **train_settings(),
+        "hidden": hidden,
+        "latent": latent,
+        "device": device.type,
+        "graph_step": graph_step,
+    }
     stack = [Run("m2", 0.025, 0.0, 10.0, seed) for seed in range(runs)]
     trainer = StackTrainer(stack, data, settings, [device])
 
@@ -174,6 +182,9 @@ def main() -> None:
         "stacked": gpuflow_step(data, args.hidden, args.latent, args.runs, device),
     }
     steps = {"reference": args.steps, "one": args.steps, "stacked": max(1, args.steps // 4)}
+    if device.type == "cuda":  # on the CPU the step is never captured: the same row twice
+        methods["eager"] = gpuflow_step(data, args.hidden, args.latent, args.runs, device, False)
+        steps["eager"] = steps["stacked"]
     rates = best_rates(methods, steps, args.trials, device)
     reference, one, stacked = rates["reference"], rates["one"], rates["stacked"]
     rate, per_example = max(
@@ -186,10 +197,14 @@ def main() -> None:
         ("gpuflow, one run", one),
         (f"gpuflow, {args.runs} runs stacked", stacked),
     ]
+    if "eager" in rates:
+        rows.append((f"gpuflow, {args.runs} runs stacked, no CUDA graph", rates["eager"]))
     print(f"{'method':58s} {'examples/s':>12s} {'x reference':>12s} {'% of ceiling':>13s}")
     for name, value in rows:
         print(f"{name:58s} {value:12,.0f} {value / reference:12.2f} {100 * value / ceiling:12.1f}%")
     print(f"stacked / one run: {stacked / one:.2f}x")
+    if "eager" in rates:
+        print(f"stacked, CUDA graph / no CUDA graph: {stacked / rates['eager']:.2f}x")
     print(
         f"FLOP-bound ceiling: {rate / 1e9:,.1f} GFLOP/s on the step's batched matmuls / "
         f"{per_example / 1e6:.1f} MFLOP per example = {ceiling:,.0f} examples/s"

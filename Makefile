@@ -1,5 +1,5 @@
 # Two commands do all set-up: `make run` and `make test`. Both create .venv when it is missing and
-# reinstall only when pyproject.toml changed (the stamp file below). uv installs (47 s against
+# reinstall only when pyproject.toml changed (the stamp file below). uv installs (53 s against
 # pip's 117 s on a fresh clone here): it is given pip's PIP_FIND_LINKS, PIP_INDEX_URL and
 # PIP_EXTRA_INDEX_URL (which it does not read), picks the best version over all of them as pip
 # does, and compiles the bytecode as pip does (where PYTHONDONTWRITEBYTECODE is set, nothing

@@ -186,7 +186,7 @@ def test_a_run_of_some_sections_has_only_their_rows_and_keeps_the_whole_runs_rec
 
 def test_a_run_of_some_sections_names_no_row_of_the_others_gone():
     row = {"path": "a", "throughput": 2.0, "share_of_peak": 0.5, "ok": True}
-    lines = compare({"rows": [row, {**row, "path": "b"}]}, [row], whole_run=False)
+    lines = compare({"rows": [row, {**row, "path": "b"}]}, [row], of_whole_run=False)
     assert not any("row gone" in line for line in lines) and "1.00x" in lines[1]
 
 

@@ -169,11 +169,12 @@ class StackTrainer:
         self.optimizer = torch.optim.Adam(  # fused: one kernel per step, not ~10 per tensor
             self.model.parameters(), lr=settings["learning_rate"], fused=True, capturable=True
         )
+        one_device = self.net is self.model  # not split by DataParallel
         self.graphed = GraphedStep(
             self._step,
             list(self.model.parameters()),
             self.optimizer,
-            capture=self.device.type == "cuda" and len(devices) == 1 and settings["graph_step"],
+            capture=self.device.type == "cuda" and one_device and settings["graph_step"],
             setting="ssvae.train.graph_step",
         )
         self.order_rng = generators(seeds, ORDER_STREAM, torch.device("cpu"))

@@ -51,32 +51,30 @@ def run_checks(
     """The `sections` in SECTIONS order, the biggest GPU user (the LM) first; the perplexity
     section's torch.compile row only with `compile`."""
     on_gpu = devices[0].type == "cuda"
-    rows: list[CheckRow] = []
     lm_folder = folder / "lm"
     if {"perplexity", "oom"} & set(sections):
         n_params = save_random_lm(lm_folder, sizes.lm, devices[0])
-    if "perplexity" in sections:
-        rows += checked(
+    worlds = list(range(1, len(devices) + 1)) if on_gpu else [1, 2]
+    pool = [str(i) for i in range(len(devices))]
+    runs: dict[str, tuple[str, Callable[[], list[CheckRow]]]] = {
+        "perplexity": (
             "perplexity precisions",
             lambda: precision_rows(lm_folder, n_params, sizes, devices, peaks, compile),
-        )
-    if "oom" in sections:
-        rows += checked(
+        ),
+        "oom": (
             "perplexity out-of-memory split",
             lambda: [oom_row(lm_folder, n_params, sizes, devices, peaks)],
-        )
-    if "ssvae" in sections:
-        rows += checked("ssvae", lambda: ssvae_rows(sizes.ssvae, devices[0], peaks["float32"]))
-    if "scaling" in sections:
-        worlds = list(range(1, len(devices) + 1)) if on_gpu else [1, 2]
-        rows += checked("scaling", lambda: scaling_rows(folder, sizes.scaling, worlds, peaks))
-    if "sweep" in sections:
-        rows += checked("sweep", lambda: [sweep_row(sizes.sweep, devices)])
-    if "locks" in sections:
-        pool = [str(i) for i in range(len(devices))]
-        rows += checked("gpu locks", lambda: [lock_row(folder, pool, on_gpu)])
-    if "telemetry" in sections:
-        rows += checked("telemetry", lambda: [telemetry_row(devices)])
+        ),
+        "ssvae": ("ssvae", lambda: ssvae_rows(sizes.ssvae, devices[0], peaks["float32"])),
+        "scaling": ("scaling", lambda: scaling_rows(folder, sizes.scaling, worlds, peaks)),
+        "sweep": ("sweep", lambda: [sweep_row(sizes.sweep, devices)]),
+        "locks": ("gpu locks", lambda: [lock_row(folder, pool, on_gpu)]),
+        "telemetry": ("telemetry", lambda: [telemetry_row(devices)]),
+    }
+    rows: list[CheckRow] = []
+    for section in SECTIONS:
+        if section in sections:
+            rows += checked(*runs[section])
     return rows
 
 

@@ -21,7 +21,7 @@ import torch
 
 from gpuflow.job.atomic import write_json
 from gpuflow.job.devices import describe_device
-from gpuflow.ops.gpu_check.sections import SECTIONS
+from gpuflow.ops.gpu_check.sections import SECTIONS, whole_run
 
 PREFIX = re.compile(r"^\d{4}-\d{2}-\d{2}-")
 
@@ -102,7 +102,7 @@ def record_path(
 ) -> Path:
     """`<folder>/<YYYY-MM-DD>-<device slug>.json` for a whole run, `...-<section>-....json` for
     some sections (a second run of the same on one day replaces the first)."""
-    part = "" if set(sections) == set(SECTIONS) else "-" + "-".join(sections)
+    part = "" if whole_run(sections) else "-" + "-".join(sections)
     return Path(folder) / f"{when.date().isoformat()}-{device_slug(devices)}{part}.json"
 
 
@@ -123,7 +123,7 @@ def _ratio(new: float | None, old: float | None) -> str:
 
 
 def compare(
-    previous: dict[str, Any], rows: list[dict[str, Any]], whole_run: bool = True
+    previous: dict[str, Any], rows: list[dict[str, Any]], of_whole_run: bool = True
 ) -> list[str]:
     """One line per row: its rate and share of peak now against `previous`, ok changes flagged;
     then the rows only one of the two has (of a run of some sections: only its new rows)."""
@@ -145,7 +145,7 @@ def compare(
         )
     paths = {row["path"] for row in rows}
     lines += [f"new row: {row['path']}" for row in rows if row["path"] not in before]
-    if whole_run:
+    if of_whole_run:
         lines += [f"row gone: {path}" for path in before if path not in paths]
     return lines
 
@@ -170,5 +170,4 @@ def save_and_compare(
     if earlier is None:
         return path, [f"no earlier record of {device_slug(devices)} in {folder} to compare with"]
     header = f"change against {previous.name} of {earlier['created']} (rate: now / then):"
-    whole_run = set(sections) == set(SECTIONS)
-    return path, [header, *compare(earlier, rows, whole_run)]
+    return path, [header, *compare(earlier, rows, whole_run(sections))]

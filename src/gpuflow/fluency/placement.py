@@ -36,16 +36,21 @@ class Placement:
 
 
 def model_bytes(config: Any, dtype: str) -> int:
-    """Bytes of the model's parameters in `dtype`, counted on the meta device (no memory used)."""
+    """Bytes of the model's parameters in `dtype`, counted on the meta device (no memory used),
+    plus the padded LM head's copy where scoring pads it (gpuflow.fluency.ppl_head)."""
     import torch
     from transformers import AutoModelForCausalLM
 
+    from gpuflow.fluency.ppl_head import padded_head_bytes
     from gpuflow.fluency.ppl_model import DTYPES
 
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
-    element = DTYPES[dtype].itemsize
-    return sum(p.numel() for p in model.parameters()) * element
+    parameters = sum(p.numel() for p in model.parameters()) * DTYPES[dtype].itemsize
+    head = model.get_output_embeddings()
+    if not isinstance(head, torch.nn.Linear):
+        return parameters
+    return parameters + padded_head_bytes(head.out_features, head.in_features, DTYPES[dtype])
 
 
 def batch_bytes(config: Any, token_budget: int, dtype: str) -> int:

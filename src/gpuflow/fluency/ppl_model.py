@@ -7,6 +7,7 @@ from typing import Any
 import torch
 
 from gpuflow.errors import ConfigError, GpuflowError
+from gpuflow.fluency.ppl_head import pad_lm_head
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -124,7 +125,7 @@ def prepare_for_scoring(model: torch.nn.Module, attn_implementation: str) -> tor
     Attention runs through `attn_implementation` (auto: transformers' choice, SDPA where the
     model supports it). GPT-2's Python tanh-GELU (`gelu_new`, six elementwise kernels) becomes
     torch's fused `gelu(approximate="tanh")`: the same formula in one kernel, different only by
-    float rounding.
+    float rounding. A half-precision head over an unaligned vocabulary is padded (ppl_head).
     """
     from transformers.activations import GELUTanh, NewGELUActivation
 
@@ -148,4 +149,4 @@ def prepare_for_scoring(model: torch.nn.Module, attn_implementation: str) -> tor
         for name, child in list(parent.named_children()):
             if type(child) is NewGELUActivation:
                 setattr(parent, name, GELUTanh())
-    return model
+    return pad_lm_head(model)

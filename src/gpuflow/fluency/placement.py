@@ -47,10 +47,7 @@ def model_bytes(config: Any, dtype: str) -> int:
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
     parameters = sum(p.numel() for p in model.parameters()) * DTYPES[dtype].itemsize
-    head = model.get_output_embeddings()
-    if not isinstance(head, torch.nn.Linear):
-        return parameters
-    return parameters + padded_head_bytes(head.out_features, head.in_features, DTYPES[dtype])
+    return parameters + padded_head_bytes(model.get_output_embeddings(), DTYPES[dtype])
 
 
 def batch_bytes(config: Any, token_budget: int, dtype: str) -> int:

@@ -24,7 +24,7 @@ class PaddedHead(nn.Module):
     def __init__(self, head: nn.Linear):
         super().__init__()
         self.vocab = head.out_features
-        padded = -self.vocab % MULTIPLE
+        padded = padded_vocab(self.vocab) - self.vocab
         with torch.no_grad():
             self.weight = nn.Parameter(F.pad(head.weight, (0, 0, 0, padded)), requires_grad=False)
             self.bias = (
@@ -38,26 +38,29 @@ class PaddedHead(nn.Module):
         return logits[..., : self.vocab]
 
 
-def pads(vocab: int, dtype: torch.dtype) -> bool:
-    """Whether a head over `vocab` in `dtype` is padded: half precision, vocab not a multiple
-    of 64."""
-    return dtype in HALF and vocab % MULTIPLE != 0
+def padded_vocab(vocab: int) -> int:
+    """`vocab` rounded up to a multiple of 64."""
+    return vocab + -vocab % MULTIPLE
 
 
-def padded_head_bytes(vocab: int, hidden: int, dtype: torch.dtype) -> int:
-    """Bytes of the PaddedHead's own weight copy (0 where the head is not padded)."""
-    return (vocab + -vocab % MULTIPLE) * hidden * dtype.itemsize if pads(vocab, dtype) else 0
+def pads(head: nn.Module | None, dtype: torch.dtype) -> bool:
+    """Whether scoring pads `head` in `dtype`: a plain nn.Linear in half precision whose
+    vocabulary is not a multiple of 64. fp32 GEMMs gain nothing and would pay a strided copy."""
+    return type(head) is nn.Linear and dtype in HALF and head.out_features % MULTIPLE != 0
+
+
+def padded_head_bytes(head: nn.Module | None, dtype: torch.dtype) -> int:
+    """Bytes of the PaddedHead's own weight copy of `head` in `dtype` (0 where it is not padded)."""
+    if not pads(head, dtype):
+        return 0
+    return padded_vocab(head.out_features) * head.in_features * dtype.itemsize
 
 
 def pad_lm_head(model: nn.Module) -> nn.Module:
-    """`model` with its output embeddings replaced by a PaddedHead where that helps: a plain
-    half-precision nn.Linear whose vocabulary is not a multiple of 64, with its weight loaded
-    (not on the meta device). fp32 GEMMs gain nothing and would pay a strided copy."""
+    """`model` with its output embeddings replaced by a PaddedHead where `pads` says so and its
+    weight is loaded (not on the meta device)."""
     head = model.get_output_embeddings()
-    if (
-        type(head) is nn.Linear
-        and pads(head.out_features, head.weight.dtype)
-        and head.weight.device.type != "meta"
-    ):
+    weight = getattr(head, "weight", None)  # none where the model has no output embeddings
+    if weight is not None and weight.device.type != "meta" and pads(head, weight.dtype):
         model.set_output_embeddings(PaddedHead(head))
     return model

@@ -119,9 +119,17 @@ def test_cpu_rules_go_to_the_cpu_partition_without_a_gpu(profile_run):
 
 
 def test_four_gpu_jobs_run_at_once_on_distinct_devices(profile_run):
+    """SLURM packs the run's one-GPU jobs four at a time onto the four-GPU node: the five
+    probes, the cancelled job and its retry, counted from SLURM's allocations (the cancelled
+    job may hold a GPU beside three probes while the fourth waits; how long a step takes to
+    start inside its job is not SLURM's packing). Steps that ran at once saw distinct GPUs."""
     records = gpu_records(profile_run["records"])
     assert len(records) == 5
-    assert harness.max_concurrent(records) == 4
+    name = run_id(profile_run)
+    wait_for(lambda: all_ended(sacct_rows(name), len(profile_run["records"]) + 1), "ends", 60)
+    allocations = harness.gpu_allocations(name)
+    assert len(allocations) == 7 and {a["gpus"] for a in allocations} == {1}
+    assert harness.max_concurrent(allocations) == 4
     for a, b in harness.overlapping_pairs(records):
         assert a["cuda_visible_devices"] != b["cuda_visible_devices"], (a, b)
     assert {r["cuda_visible_devices"] for r in records} == {"0", "1", "2", "3"}

@@ -118,6 +118,7 @@ JobAcctGatherType=jobacct_gather/linux
 JobAcctGatherFrequency=task=2
 AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=127.0.0.1
+AccountingStorageTRES=gres/gpu
 AccountingStoreFlags=job_comment
 MpiDefault=none
 GresTypes=gpu

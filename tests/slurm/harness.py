@@ -326,13 +326,38 @@ def slurm_job(job_id: str) -> dict[str, str]:
     return fields
 
 
+def gpu_allocations(name: str) -> list[dict[str, Any]]:
+    """SLURM's accounting of the jobs named `name` that held GPUs (sacct -X, one row a job;
+    AccountingStorageTRES=gres/gpu puts their GPUs in AllocTRES):
+    id, GPU count, and when the allocation began and ended (epoch seconds, sacct's whole
+    seconds). Read after every job ended."""
+    command = ["sacct", "-X", "--noheader", "--parsable2", f"--name={name}"]
+    command.append("--format=JobIDRaw,AllocTRES,Start,End")
+    listed = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    allocations = []
+    for line in listed.splitlines():
+        job_id, tres, start, end = line.split("|")
+        gpus = re.search(r"gres/gpu=(\d+)", tres)
+        if gpus:
+            allocations.append(
+                {
+                    "id": job_id,
+                    "gpus": int(gpus.group(1)),
+                    "start": datetime.fromisoformat(start).timestamp(),
+                    "end": datetime.fromisoformat(end).timestamp(),
+                }
+            )
+    return allocations
+
+
 def read_records(paths: Iterable[Path]) -> list[dict[str, Any]]:
     """The JSON run records written by gpuflow steps."""
     return [json.loads(Path(p).read_text()) for p in paths]
 
 
 def max_concurrent(records: list[dict[str, Any]]) -> int:
-    """Most records whose [start, end] intervals overlap at one moment."""
+    """Most records whose [start, end] intervals overlap at one moment (intervals that only
+    touch do not)."""
     events = sorted(
         [(r["start"], 1) for r in records] + [(r["end"], -1) for r in records],
         key=lambda e: (e[0], e[1]),

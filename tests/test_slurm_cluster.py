@@ -8,6 +8,7 @@ rules take resources exactly like every family's rules (rule_resources in common
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ import pandas as pd
 import pytest
 import torch
 
+from gpuflow.job.paths import RECORD, job_file
 from gpuflow.ops.probe import seeded_value
 from tests.conftest import wait_for
 from tests.slurm import cluster, harness
@@ -184,6 +186,18 @@ def test_every_output_holds_the_number_its_seed_gives_on_this_machine(profile_ru
         assert record["value"] == seeded_value(seeds[name], torch.device("cpu")), name
 
 
+def device_lock_spans(workdir: Path, names: list[str]) -> list[dict[str, float]]:
+    """When each probe job held its device lock, from its job record (gpuflow.job.record): the
+    record starts once the lock is taken and ends before it is let go. A probe that waited for
+    a lock counts from when it got it, not from when its step, after importing torch, began."""
+    spans = []
+    for name in names:
+        output = workdir / "results" / "probe" / f"{name}.json"
+        record = json.loads(job_file(output, RECORD).read_text(encoding="utf-8"))
+        spans.append({"start": record["started"], "end": record["ended"]})
+    return spans
+
+
 def test_whole_node_mode_gives_four_concurrent_jobs_four_distinct_devices(slurm_cluster, tmp_path):
     state, log = harness.run_whole_node(
         tmp_path,
@@ -196,7 +210,7 @@ def test_whole_node_mode_gives_four_concurrent_jobs_four_distinct_devices(slurm_
     gpus = gpu_records(records)
     allocation = {r["slurm_job_id"] for r in records.values()}
     assert len(allocation) == 1, "every job ran inside the one allocation"
-    assert harness.max_concurrent(gpus) == 4
+    assert harness.max_concurrent(device_lock_spans(tmp_path, [f"gpu~{i}" for i in range(4)])) == 4
     assert sorted(r["cuda_visible_devices"] for r in gpus) == ["0", "1", "2", "3"]
     assert records["retried"]["cuda_visible_devices"] in {"0", "1", "2", "3"}
     assert records["cpu"]["cuda_visible_devices"] == "", "a CPU job sees no GPU"

@@ -8,7 +8,6 @@ rules take resources exactly like every family's rules (rule_resources in common
 
 from __future__ import annotations
 
-import json
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -85,16 +84,21 @@ def run_id(profile_run: dict[str, Any]) -> str:
 
 def sacct_rows(name: str) -> list[list[str]]:
     """sacct -X (one row a job) of the jobs named `name`: raw id, comment, state."""
-    command = ["sacct", "-X", "--noheader", "--parsable2", f"--name={name}"]
-    command.append("--format=JobIDRaw,Comment,State")
-    listed = subprocess.run(command, capture_output=True, text=True, check=True).stdout
-    return [line.split("|") for line in listed.splitlines()]
+    return harness.sacct_jobs(name, "JobIDRaw,Comment,State")
 
 
-def all_ended(rows: list[list[str]], expected: int) -> bool:
-    """Whether sacct lists `expected` jobs, none of them pending, running or completing."""
-    states = [state for _, _, state in rows]
-    return len(states) == expected and not {"PENDING", "RUNNING", "COMPLETING"} & set(states)
+def accounted_run(profile_run: dict[str, Any]) -> str:
+    """The run's SLURM job name, once sacct lists every job of it (each probe's, and the
+    cancelled one) as ended. The run read its jobs' states from squeue: slurmdbd may store the
+    last ends a moment later."""
+    name, expected = run_id(profile_run), len(profile_run["records"]) + 1
+
+    def all_ended() -> bool:
+        states = [state for _, _, state in sacct_rows(name)]
+        return len(states) == expected and not {"PENDING", "RUNNING", "COMPLETING"} & set(states)
+
+    wait_for(all_ended, "sacct's ends", 60)
+    return name
 
 
 def gpu_records(records: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
@@ -129,9 +133,7 @@ def test_four_gpu_jobs_run_at_once_on_distinct_devices(profile_run):
     start inside its job is not SLURM's packing). Steps that ran at once saw distinct GPUs."""
     records = gpu_records(profile_run["records"])
     assert len(records) == 5
-    name = run_id(profile_run)
-    wait_for(lambda: all_ended(sacct_rows(name), len(profile_run["records"]) + 1), "ends", 60)
-    allocations = harness.gpu_allocations(name)
+    allocations = harness.gpu_allocations(accounted_run(profile_run))
     assert len(allocations) == 7 and {a["gpus"] for a in allocations} == {1}
     assert harness.max_concurrent(allocations) == 4
     for a, b in harness.overlapping_pairs(records):
@@ -157,10 +159,10 @@ def test_no_process_of_the_cancelled_job_outlives_it(profile_run):
 
 
 def test_every_job_of_the_run_is_in_the_accounting_database_with_its_rule(profile_run):
-    # the run read its jobs' states from squeue: slurmdbd may store the last ends a moment later
-    expected = len(profile_run["records"]) + 1
-    wait_for(lambda: all_ended(sacct_rows(run_id(profile_run)), expected), "sacct's ends", 60)
-    rows = {job_id: (comment, state) for job_id, comment, state in sacct_rows(run_id(profile_run))}
+    rows = {
+        job_id: (comment, state)
+        for job_id, comment, state in sacct_rows(accounted_run(profile_run))
+    }
     for name, record in profile_run["records"].items():
         comment, state = rows[record["slurm_job_id"]]
         assert comment.startswith(f"rule_probe_{name.split('~')[0]}") and state == "COMPLETED"
@@ -190,12 +192,9 @@ def device_lock_spans(workdir: Path, names: list[str]) -> list[dict[str, float]]
     """When each probe job held its device lock, from its job record (gpuflow.job.record): the
     record starts once the lock is taken and ends before it is let go. A probe that waited for
     a lock counts from when it got it, not from when its step, after importing torch, began."""
-    spans = []
-    for name in names:
-        output = workdir / "results" / "probe" / f"{name}.json"
-        record = json.loads(job_file(output, RECORD).read_text(encoding="utf-8"))
-        spans.append({"start": record["started"], "end": record["ended"]})
-    return spans
+    outputs = [workdir / "results" / "probe" / f"{name}.json" for name in names]
+    records = harness.read_records(job_file(output, RECORD) for output in outputs)
+    return [{"start": record["started"], "end": record["ended"]} for record in records]
 
 
 def test_whole_node_mode_gives_four_concurrent_jobs_four_distinct_devices(slurm_cluster, tmp_path):

@@ -130,10 +130,7 @@ def watch_status(cluster, seen: list[dict[str, Any]], stop: threading.Event) -> 
 
 def sacct_attempts(name: str) -> list[tuple[str, str, str]]:
     """sacct -X of the run's training jobs: (id, state, requested memory), oldest first."""
-    command = ["sacct", "-X", "--noheader", "--parsable2", f"--name={name}"]
-    command.append("--format=JobIDRaw,Comment,State,ReqMem")
-    listed = subprocess.run(command, capture_output=True, text=True, check=True).stdout
-    rows = [line.split("|") for line in listed.splitlines()]
+    rows = harness.sacct_jobs(name, "JobIDRaw,Comment,State,ReqMem")
     return [
         (i, state, mem) for i, comment, state, mem in rows if comment.startswith("rule_ssvae_t")
     ]

@@ -326,17 +326,19 @@ def slurm_job(job_id: str) -> dict[str, str]:
     return fields
 
 
-def gpu_allocations(name: str) -> list[dict[str, Any]]:
-    """SLURM's accounting of the jobs named `name` that held GPUs (sacct -X, one row a job;
-    AccountingStorageTRES=gres/gpu puts their GPUs in AllocTRES):
-    id, GPU count, and when the allocation began and ended (epoch seconds, sacct's whole
-    seconds). Read after every job ended."""
-    command = ["sacct", "-X", "--noheader", "--parsable2", f"--name={name}"]
-    command.append("--format=JobIDRaw,AllocTRES,Start,End")
+def sacct_jobs(name: str, fields: str) -> list[list[str]]:
+    """sacct -X (one row a job) of the jobs named `name`: the comma-separated `fields` of each."""
+    command = ["sacct", "-X", "--noheader", "--parsable2", f"--name={name}", f"--format={fields}"]
     listed = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    return [line.split("|") for line in listed.splitlines()]
+
+
+def gpu_allocations(name: str) -> list[dict[str, Any]]:
+    """SLURM's accounting of the jobs named `name` that held GPUs (AccountingStorageTRES=gres/gpu
+    puts their GPUs in AllocTRES): id, GPU count, and when the allocation began and ended (epoch
+    seconds, sacct's whole seconds). Read after every job ended."""
     allocations = []
-    for line in listed.splitlines():
-        job_id, tres, start, end = line.split("|")
+    for job_id, tres, start, end in sacct_jobs(name, "JobIDRaw,AllocTRES,Start,End"):
         gpus = re.search(r"gres/gpu=(\d+)", tres)
         if gpus:
             allocations.append(

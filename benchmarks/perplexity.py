@@ -45,7 +45,7 @@ from gpuflow.fluency.perplexity import check_stride, score_token_ids, tokenize
 from gpuflow.fluency.ppl_model import load_config, load_tokenizer, model_context, start_token_id
 from gpuflow.fluency.ppl_segments import make_segments
 from gpuflow.fluency.train_lm import save_untrained_lm
-from gpuflow.job.devices import threads_per_worker
+from gpuflow.job.cores import threads_per_worker
 
 EMBEDDED_LM = Path("results/fluency/lm")
 

@@ -205,6 +205,7 @@ def score_token_ids(
     np.add.at(n_tokens, text_index, scores.values["n_tokens"])
     stats = {
         "segments": len(ordered),
+        "ids": sum(len(segment.ids) for segment in ordered),  # through the model, context too
         **outcome,
         "scoring_seconds": round(max(seconds.values(), default=0.0), 3),
         "load_seconds": round(max(loading.values(), default=0.0), 3),

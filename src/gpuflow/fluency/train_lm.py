@@ -14,20 +14,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
-from tokenizers import ByteLevelBPETokenizer
 from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
-from gpuflow.data.embedded import load_movie_reviews
-from gpuflow.errors import ConfigError
 from gpuflow.fluency.lm_shape import check_heads
-from gpuflow.fluency.texts import clean_review, read_texts
+from gpuflow.fluency.lm_tokens import END_OF_TEXT, train_bpe, training_texts
+from gpuflow.fluency.texts import read_texts
 from gpuflow.job.atomic import atomic_path
 from gpuflow.settings.blocks import block_settings
 
-END_OF_TEXT = "<|endoftext|>"
-PREFIX_WORDS = 20
 VALIDATION_SHARE = 0.05
 
 
@@ -55,30 +50,10 @@ class LMSettings:
         return settings
 
 
-def _prefix(text: str) -> str:
-    return " ".join(text.split()[:PREFIX_WORDS])
-
-
-def training_texts(excluded: list[str], n_texts: int, seed: int) -> list[str]:
-    """`n_texts` cleaned reviews whose opening words match none of the `excluded` texts."""
-    excluded_prefixes = {_prefix(t) for t in excluded}
-    reviews = [clean_review(t) for t in load_movie_reviews()["text"]]
-    candidates = [t for t in reviews if _prefix(t) not in excluded_prefixes]
-    if len(candidates) < n_texts:
-        raise ConfigError(
-            "fluency.lm.train.n_texts",
-            f"{n_texts} asked for but only {len(candidates)} reviews are not scored",
-        )
-    picked = np.random.default_rng(seed).choice(len(candidates), size=n_texts, replace=False)
-    return [candidates[i] for i in sorted(picked)]
-
-
 def train_tokenizer(texts: list[str], vocab_size: int) -> PreTrainedTokenizerFast:
     """A byte-level BPE tokenizer with GPT-2's end-of-text token as BOS, EOS and padding."""
-    bpe = ByteLevelBPETokenizer()
-    bpe.train_from_iterator(texts, vocab_size=vocab_size, special_tokens=[END_OF_TEXT])
     return PreTrainedTokenizerFast(
-        tokenizer_object=bpe._tokenizer,
+        tokenizer_object=train_bpe(texts, vocab_size),
         bos_token=END_OF_TEXT,
         eos_token=END_OF_TEXT,
         pad_token=END_OF_TEXT,

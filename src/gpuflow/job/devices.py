@@ -31,12 +31,6 @@ def worker_devices(device: str = "auto", cpu_workers: int = 1) -> list[torch.dev
     return [torch.device("cpu")] * cpu_workers
 
 
-def threads_per_worker(n_workers: int) -> int:
-    """CPU threads each of `n_workers` worker processes may use without oversubscribing."""
-    available = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(1, (available or 1) // max(1, n_workers))
-
-
 def run_record(devices: list[torch.device] | None = None) -> dict[str, Any]:
     """Where this job ran: host, SLURM job, visible GPUs and the devices used, and its
     telemetry up to now (GPU and CPU use; None in a process that does not sample)."""

@@ -16,7 +16,6 @@ import math
 import resource
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
 from gpuflow.errors import ConfigError
 from gpuflow.job import current
 from gpuflow.job.atomic import save_torch, write_json
-from gpuflow.job.devices import describe_device, run_record, threads_per_worker
+from gpuflow.job.devices import describe_device, run_record
 from gpuflow.job.divergence import SkippedSteps
 from gpuflow.job.state import load_optimizer_state
 from gpuflow.scaling import comm, distributed
@@ -40,38 +39,10 @@ from gpuflow.scaling.kernels import (
     set_tf32,
     use_fused_adamw,
 )
+from gpuflow.scaling.layout import batch_plan, process_threads
 from gpuflow.scaling.model import build_model, parameter_counts
 from gpuflow.scaling.results import train_results
 from gpuflow.settings.blocks import family_schema, family_settings, select
-
-
-@dataclass(frozen=True)
-class BatchPlan:
-    """Samples per optimizer step overall, per process and micro-step, and micro-steps per step."""
-
-    global_batch_size: int
-    per_gpu_batch_size: int
-    accumulation_steps: int
-
-
-def batch_plan(train: dict[str, Any], world_size: int, key: str = "train") -> BatchPlan:
-    """The batch sizes of one run; the global size fixed (strong scaling) or the per-GPU one."""
-    accumulation = train["accumulation_steps"]
-    global_size, per_gpu = train["global_batch_size"], train["per_gpu_batch_size"]
-    if (global_size is None) == (per_gpu is None):
-        raise ConfigError(
-            f"{key}.global_batch_size", "set exactly one of global_batch_size, per_gpu_batch_size"
-        )
-    if per_gpu is not None:
-        return BatchPlan(per_gpu * world_size * accumulation, per_gpu, accumulation)
-    if global_size % (world_size * accumulation):
-        raise ConfigError(
-            f"{key}.global_batch_size",
-            f"{global_size} does not split over {world_size} processes x "
-            f"{accumulation} accumulation steps",
-            "a multiple of world size x accumulation_steps",
-        )
-    return BatchPlan(global_size, global_size // (world_size * accumulation), accumulation)
 
 
 class EncodedTexts(Dataset):
@@ -272,9 +243,12 @@ class Trainer:
         return f"{self.args.name} world={self.ctx.world_size}"
 
     def _threads(self) -> int:
-        if self.ctx.device.type == "cuda":
-            return threads_per_worker(self.ctx.local_world_size)
-        return self.settings["cpu_threads_per_process"] or threads_per_worker(self.args.cpu_slots)
+        return process_threads(
+            self.ctx.device.type == "cuda",
+            self.ctx.local_world_size,
+            self.settings["cpu_threads_per_process"],
+            self.args.cpu_slots,
+        )
 
     def autocast(self) -> Any:
         """The forward-pass precision context."""

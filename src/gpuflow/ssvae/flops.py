@@ -1,4 +1,4 @@
-"""Matmul FLOPs of one M2 training step: the work a GPU's FLOP rate is measured against."""
+"""Matmul FLOPs of M2 and its classifier: the work a device's FLOP rate is measured against."""
 
 from __future__ import annotations
 
@@ -26,9 +26,32 @@ def matmul_shapes(
     return shapes
 
 
+def forward_flops(shapes: list[tuple[int, int, int, int]]) -> float:
+    """FLOPs of the forward matmuls `shapes` (2 per multiply-add)."""
+    return float(sum(2 * b * m * k * n for b, m, k, n in shapes))
+
+
 def train_flops_per_example(
     hidden: int, latent: int, unlabelled: int = 100, labelled: int = 100
 ) -> float:
     """Training matmul FLOPs per example (labelled or unlabelled): 3 x the forward matmuls."""
     shapes = matmul_shapes(hidden, latent, 1, unlabelled, labelled)
-    return 3 * sum(2 * b * m * k * n for b, m, k, n in shapes) / (unlabelled + labelled)
+    return 3 * forward_flops(shapes) / (unlabelled + labelled)
+
+
+def classifier_flops(hidden: int) -> float:
+    """Forward matmul FLOPs of q(y|x) (the baseline's whole model) for one example."""
+    return 2.0 * (PIXELS * hidden + hidden * CLASSES)
+
+
+def m2_parameters(hidden: int, latent: int) -> int:
+    """Parameters of one M2 run: classifier, encoder (x W_x, class rows, mu/logvar), decoder."""
+    classifier = PIXELS * hidden + hidden + hidden * CLASSES + CLASSES
+    encoder = PIXELS * hidden + CLASSES * hidden + hidden + hidden * 2 * latent + 2 * latent
+    decoder = latent * hidden + CLASSES * hidden + hidden + hidden * PIXELS + PIXELS
+    return classifier + encoder + decoder
+
+
+def classifier_parameters(hidden: int) -> int:
+    """Parameters of one baseline run (q(y|x) alone)."""
+    return PIXELS * hidden + hidden + hidden * CLASSES + CLASSES

@@ -447,6 +447,7 @@ def write_metrics(
             **run.describe(),
             "n_train": int(len(trainer.index.labelled[r]) + len(trainer.index.unlabelled[r])),
             "n_test": len(trainer.y_test),
+            "n_val": len(trainer.validation[1]) if trainer.validation else 0,
             "n_labelled": len(split.labelled),
             "n_corrupted": int(split.corrupted.sum()),
             "n_unlabelled": len(split.unlabelled),

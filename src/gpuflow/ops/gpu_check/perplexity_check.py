@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from gpuflow.fluency.perplexity import score_token_ids
 from gpuflow.fluency.ppl_model import load_causal_lm
 from gpuflow.fluency.ppl_scoring import Forward
+from gpuflow.fluency.work import lm_shape
 from gpuflow.job.devices import describe_device
 from gpuflow.ops.gpu_check.rows import CheckRow, max_relative_difference
 from gpuflow.ops.gpu_check.sizes import CheckSizes
@@ -171,6 +172,10 @@ def precision_rows(
             run_on,
         )
         row.extra["first_perplexities"] = ppl[: len(reference)].tolist()
+        if placement == "replicate" and not compiled and ran_as == dtype:
+            lm = sizes.lm
+            shape = lm_shape(lm["n_layer"], lm["n_embd"], lm["vocab_size"], context, dtype)
+            row.rated("lm.forward.flop", shape)
         rows.append(row)
     return rows
 

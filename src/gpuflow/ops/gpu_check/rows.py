@@ -21,6 +21,18 @@ class CheckRow:
     seconds: float = 0.0
     devices: list[str] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
+    rate: dict[str, Any] | None = None  # the rate gpuflow plan reads (gpuflow.cost.rates)
+
+    def rated(self, kind: str, shape: str) -> CheckRow:
+        """This row with the rate it measured of `kind` at `shape`: its FLOP/s where it counts
+        FLOPs, else its throughput."""
+        from gpuflow.cost.rates import rate_field
+
+        if self.tflops is not None:
+            self.rate = rate_field(kind, shape, "FLOP/s", [self.tflops * 1e12])
+        elif self.throughput is not None:
+            self.rate = rate_field(kind, shape, self.unit, [self.throughput])
+        return self
 
     @property
     def share_of_peak(self) -> float | None:

@@ -20,6 +20,8 @@ import numpy as np
 from gpuflow.errors import GpuflowError
 from gpuflow.ops.gpu_check.rows import CheckRow
 from gpuflow.scaling.tokens import save_encoded
+from gpuflow.scaling.work import flops_per_token
+from gpuflow.scaling.work import shape as scaling_shape
 from gpuflow.settings.blocks import split_json
 
 ACCURACY_TOLERANCE = 0.05
@@ -110,10 +112,9 @@ def torchrun(
 
 
 def train_flops_per_token(record: dict[str, Any]) -> float:
-    """6 x non-embedding parameters + attention (6 x layers x sequence x d_model) per token."""
-    model = record["model"]
+    """Training FLOPs per token of a run record (gpuflow.scaling.work.flops_per_token)."""
     dense = record["parameters"] - record["token_embedding_parameters"]
-    return 6 * dense + 6 * model["n_layers"] * model["max_seq_len"] * model["d_model"]
+    return flops_per_token(record["model"], dense)
 
 
 def scaling_rows(
@@ -139,6 +140,12 @@ def scaling_row(
     loss_gap = abs(last["val_loss"] - ref["val_loss"]) / max(ref["val_loss"], 1e-3)
     dtype = {"bf16": "bfloat16", "fp16": "float16"}.get(record["precision"], "float32")
     per_gpu_tokens = last["tokens_per_second"] / record["world_size"]
+    shape = scaling_shape(
+        record["model"],
+        record["per_gpu_batch_size"],
+        record["precision"],
+        record["torch_threads_per_process"] if record["device_type"] == "cpu" else None,
+    )
     return CheckRow(
         path=f"scaling DDP {label}, world {record['world_size']} "
         f"({record['backend']}, {record['precision']})",
@@ -163,4 +170,4 @@ def scaling_row(
             ),
             "padded_length_multiple": record["padded_length_multiple"],
         },
-    )
+    ).rated("scaling.train.flop", shape)

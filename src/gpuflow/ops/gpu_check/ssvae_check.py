@@ -22,6 +22,7 @@ from gpuflow.ops.gpu_check.ssvae_reference import m2_loss
 from gpuflow.ssvae.batches import epoch_indices
 from gpuflow.ssvae.flops import train_flops_per_example
 from gpuflow.ssvae.train import Run, StackTrainer, train_settings
+from gpuflow.ssvae.work import shape as ssvae_shape
 
 TOLERANCE = 1e-3
 REFERENCE_TOLERANCE = 1e-4  # fp32 rounding; the entropy of q(y|x) alone moves the loss ~0.4%
@@ -178,4 +179,11 @@ def ssvae_rows(sizes_ssvae: dict[str, Any], device: torch.device, peak: float) -
                 },
             )
         )
+        if key != "sequential":
+            runs = 1 if key == "one" else len(seeds)
+            plan = trainer.plan
+            shape = ssvae_shape(
+                "m2", s["hidden"], s["latent"], runs, plan.unlabelled_batch, plan.labelled_batch
+            )
+            rows[-1].rated("ssvae.m2.flop", shape)
     return rows

@@ -12,6 +12,7 @@ from gpuflow.ops.gpu_check.rows import CheckRow, max_relative_difference
 from gpuflow.sweep.experiment import run_seed
 from gpuflow.sweep.pool import Outcome, SeedPool
 from gpuflow.sweep.shard import TARGET
+from gpuflow.sweep.work import cell_shape, seed_settings
 
 TOLERANCE = 1e-5
 
@@ -28,6 +29,7 @@ def sweep_row(sizes: dict[str, Any], devices: list[torch.device]) -> CheckRow:
     reference = [run_seed(settings, seed, devices[0])["test_error"] for seed in seeds]
     pooled = [outcomes[s].row["test_error"] if s not in failed else float("nan") for s in seeds]
     deviation = max_relative_difference(pooled, reference) if not failed else float("inf")
+    method, rank, width = settings["method"], settings["teacher_rank"], settings["student_width"]
     return CheckRow(
         path=f"sweep {settings['method']} seeds on {len(devices)} worker process(es)",
         ok=bool(not failed and len(outcomes) == len(seeds) and deviation <= TOLERANCE),
@@ -39,4 +41,6 @@ def sweep_row(sizes: dict[str, Any], devices: list[torch.device]) -> CheckRow:
         seconds=seconds,
         devices=sorted({describe_device(d) for d in devices}),
         extra={"worker_deaths": pool.deaths, "settings": settings},
+    ).rated(
+        f"sweep.{method}.seed", cell_shape(method, rank, width, seed_settings(settings, method))
     )

@@ -1,0 +1,114 @@
+"""A job's time from its work and measured rates: start-up + each term's amount / its rate.
+
+Sources, as `gpuflow plan` prints them:
+- `w`: the work model with rates of the device (gpu-check, `gpuflow calibrate`);
+- `b` / `m`: earlier benchmarks of the rule's jobs with the same params (this folder's, or a
+  committed timings record), each scaled by the work the job will do over the work the
+  benchmarked job did: never reused as they are where the inputs differ;
+- `r`: the rule's runtime limit, where neither exists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from gpuflow.cost.rates import HOST_KINDS, RateBook
+from gpuflow.cost.work import STARTUP, Work
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Seconds expected (between `low` and `high`; `startup` of them starting processes), from
+    `source` (w, b, m or r), resting on `basis` (the records used) with `notes` (what was
+    estimated or borrowed)."""
+
+    seconds: float
+    low: float
+    high: float
+    source: str
+    basis: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    startup: float = 0.0
+
+    def scaled(self, factor: float, source: str, basis: Iterable[str]) -> Prediction:
+        """The same prediction times `factor`, from another source."""
+        return Prediction(
+            self.seconds * factor,
+            self.low * factor,
+            self.high * factor,
+            source,
+            tuple(basis),
+            self.notes,
+            self.startup * factor,
+        )
+
+
+@dataclass(frozen=True)
+class Missing:
+    """No prediction: the rates the work needs that no record has."""
+
+    kinds: tuple[str, ...]
+
+
+def predict(work: Work, book: RateBook) -> Prediction | Missing:
+    """Seconds of `work` at the rates of `book`; Missing names what no record measured."""
+    seconds = low = high = started = 0.0
+    basis: dict[str, None] = {}
+    notes: dict[str, None] = dict.fromkeys(work.notes)
+    missing: list[str] = []
+    unmeasured: dict[str, None] = {}
+    for term in work.terms:
+        rate, note = book.find(term.kind, term.shape)
+        if rate is None and term.kind in HOST_KINDS:
+            unmeasured[term.kind] = None
+            continue
+        if rate is None:
+            missing.append(f"{term.kind} at {term.shape}" if term.shape else term.kind)
+            continue
+        share = term.amount / term.parallel
+        seconds += share / rate.value
+        started += share / rate.value if term.kind == STARTUP else 0.0
+        low += share / rate.high
+        high += share / rate.low
+        basis[rate.source] = None
+        if note:
+            notes[note] = None
+    if missing:
+        return Missing(tuple(dict.fromkeys(missing)))
+    if unmeasured:
+        notes[f"{', '.join(unmeasured)} not measured on {book.device}: left out"] = None
+    return Prediction(seconds, low, high, "w", tuple(basis), tuple(notes), started)
+
+
+def main_amount(work: Work) -> float:
+    """The amount of the work's first term that is not a start-up (its main computation)."""
+    return next((term.amount for term in work.terms if term.kind != STARTUP), 0.0)
+
+
+def from_benchmarks(
+    samples: list[tuple[float, Work | None]], work: Work, book: RateBook, source: str, name: str
+) -> Prediction | None:
+    """A job's time from earlier benchmarks of its rule and params: each (seconds, the work that
+    benchmark did; None where it is the job's own work, its params fixing it) scaled by the
+    job's work over that work, at the book's rates (else by the main term's amounts).
+
+    Samples whose work cannot be compared (another kind of work) are left out; None when none
+    is left."""
+    mine = predict(work, book)
+    scaled = []
+    for seconds, done in samples:
+        if done is None:
+            scaled.append(seconds)
+            continue
+        theirs = predict(done, book)
+        if isinstance(mine, Prediction) and isinstance(theirs, Prediction) and theirs.seconds:
+            scaled.append(seconds * mine.seconds / theirs.seconds)
+        elif main_amount(done) > 0 and {t.kind for t in done.terms} == {t.kind for t in work.terms}:
+            scaled.append(seconds * main_amount(work) / main_amount(done))
+    if not scaled:
+        return None
+    mean = sum(scaled) / len(scaled)
+    notes = mine.notes if isinstance(mine, Prediction) else ()
+    started = mine.startup if isinstance(mine, Prediction) else 0.0
+    return Prediction(mean, min(scaled), max(scaled), source, (name,), notes, started)

@@ -1,0 +1,48 @@
+"""How one scaling run is laid out: its batch split over processes and micro-steps, and the
+CPU threads of each process (torch-free: plans and calibrations read it too)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from gpuflow.errors import ConfigError
+from gpuflow.job.cores import threads_per_worker
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """Samples per optimizer step overall, per process and micro-step, and micro-steps per step."""
+
+    global_batch_size: int
+    per_gpu_batch_size: int
+    accumulation_steps: int
+
+
+def batch_plan(train: dict[str, Any], world_size: int, key: str = "train") -> BatchPlan:
+    """The batch sizes of one run; the global size fixed (strong scaling) or the per-GPU one."""
+    accumulation = train["accumulation_steps"]
+    global_size, per_gpu = train["global_batch_size"], train["per_gpu_batch_size"]
+    if (global_size is None) == (per_gpu is None):
+        raise ConfigError(
+            f"{key}.global_batch_size", "set exactly one of global_batch_size, per_gpu_batch_size"
+        )
+    if per_gpu is not None:
+        return BatchPlan(per_gpu * world_size * accumulation, per_gpu, accumulation)
+    if global_size % (world_size * accumulation):
+        raise ConfigError(
+            f"{key}.global_batch_size",
+            f"{global_size} does not split over {world_size} processes x "
+            f"{accumulation} accumulation steps",
+            "a multiple of world size x accumulation_steps",
+        )
+    return BatchPlan(global_size, global_size // (world_size * accumulation), accumulation)
+
+
+def process_threads(on_gpu: bool, local_world: int, cpu_threads: int | None, cpu_slots: int) -> int:
+    """Torch threads of each process: the node's cores split over its GPU processes, else
+    `cpu_threads` (config cpu_threads_per_process) or the cores split over the CPU slots every
+    CPU run reserves (the largest world size)."""
+    if on_gpu:
+        return threads_per_worker(local_world)
+    return cpu_threads or threads_per_worker(cpu_slots)

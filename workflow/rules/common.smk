@@ -18,6 +18,7 @@ from gpuflow.job.finished_states import RECORDS_ENV, clean, records_folder
 from gpuflow.data.modelref import check_model_reference
 from gpuflow.settings.blocks import schema_families, split_json
 from gpuflow.job.stopping import ignore_warning
+from gpuflow.cost.limits import AUTO, auto_runtime
 from gpuflow.slurm.fit import grown, retry_limits
 from gpuflow.slurm.site import gpu_model, site_path
 
@@ -135,13 +136,28 @@ def rule_resources(family, rule_name):
         **({"gpu_model": model} if model else {}),
         **cpus,
         "mem_mb": retried("mem_mb", block["gpu"] > 0, mem_mb),
-        "runtime": retried("runtime", block["gpu"] > 0, runtime),
+        "runtime": time_limit(rule_name, block["gpu"] > 0, runtime),
         **(
             {"runtime_settings": runtime_json(family)}
             if family in schema_families()
             else {}
         ),
     }
+
+
+def time_limit(rule_name, gpu, runtime):
+    """The runtime resource of a rule: `runtime` minutes, or `auto`: each job's limit from its
+    predicted time at the rates of benchmarks/records for the site's GPU model or this CPU
+    (gpuflow.cost.limits); either grows with each retry (`retried`)."""
+    if runtime != AUTO:
+        return retried("runtime", gpu, runtime)
+    records = os.path.join(workflow.basedir, "benchmarks", "records")
+    site = site_path()
+
+    def predicted(wildcards):
+        return auto_runtime(rule_name, config, dict(wildcards), gpu, records, site)
+
+    return retried("runtime", gpu, predicted)
 
 
 def retried(resource, gpu, first):

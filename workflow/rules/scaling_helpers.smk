@@ -117,7 +117,7 @@ def scaling_train_resources():
         "mem_mb": retried(
             "mem_mb", SCALING_ON_GPU, lambda wildcards: mem_mb * int(wildcards.world)
         ),
-        "runtime": retried("runtime", SCALING_ON_GPU, runtime),
+        "runtime": time_limit("scaling_train", SCALING_ON_GPU, runtime),
         "runtime_settings": runtime_json("scaling"),
         # torchrun's --max-restarts, runtime-only: a resource, so no rerun trigger.
         "max_restarts": SCALING["max_restarts"],
@@ -159,7 +159,7 @@ def scaling_multinode_resources():
         "gres": f"gpu:{per_node}",
         "gpu_model": "",
         "mem_mb": retried("mem_mb", True, mem_mb * per_node),
-        "runtime": retried("runtime", True, runtime),
+        "runtime": time_limit("scaling_train_multinode", True, runtime),
         # the rendezvous port, runtime-only: a resource, so no rerun trigger.
         "port": SCALING_MULTI["port"],
         "runtime_settings": runtime_json("scaling"),

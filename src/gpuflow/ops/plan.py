@@ -1,24 +1,18 @@
 """`gpuflow plan`: what a run would cost before it is submitted.
 
 Builds the DAG Snakemake would run (in-process, with the same profile, config files and
-targets) and prints per rule: jobs, GPUs per job, expected time per job, GPU-hours requested
-(`runtime` of the first attempt) and expected, sbatch submissions (job arrays counted as one
-per chunk) and node-hours if jobs are packed `--gpus-per-node` GPUs to a node; then totals, and
-why each job would run: its outputs are missing, left incomplete by a killed or failed job (the
-part a re-run after a partial failure redoes), changed, or downstream of those.
+targets) and prints per rule: jobs, GPUs per job, expected time per job with its source and
+range, the time limit each job asks for, GPU-hours requested (limit x GPUs) and expected,
+allocation units where the site file charges by partition, sbatch submissions (job arrays
+counted as one per chunk) and node-hours if jobs are packed `--gpus-per-node` GPUs to a node;
+then totals, and why each job would run: its outputs are missing, left incomplete by a killed
+or failed job (the part a re-run after a partial failure redoes), changed, or downstream.
 
-Beside it, per rule, what earlier jobs of the rule used (their job records,
-`<family>/jobs/<output>.record.json`, any wildcard values): GPU-hours, mean utilisation, and the
-flag of rules below config `telemetry.low_utilisation_percent` with the most likely reason.
-
-Expected time per job comes from earlier `benchmark:` files of the same rule's jobs that ran
-with the job's params (Snakemake's record of them; wildcard values may differ: gpuflow.ops.
-snakemake_adapter.params_digest), each with the time its earlier attempts saved (resumed jobs,
-gpuflow.ops.timings), scaled by size-like numeric wildcards (SIZE_WILDCARDS) when the job's value
-differs: first the run folder's own, of the targets' jobs; else the newest committed timings
-record that measured them (`gpuflow record-timings`, `--timings`); else the rule's `runtime`. A
-benchmark of 5 epochs never stands for a job of 75. Benchmarks measure the machine they ran on:
-a record names it.
+Expected times come from gpuflow.cost.expected: this folder's benchmarks (`b`), a committed
+timings record (`m`), the work model at measured rates (`w`), else the runtime limit (`r`),
+each with the records it rests on. Beside it, per rule, what earlier jobs of the rule used (their
+job records): GPU-hours, mean utilisation, and the flag of rules below config
+`telemetry.low_utilisation_percent` with the most likely reason.
 """
 
 from __future__ import annotations
@@ -27,18 +21,13 @@ import argparse
 import glob
 import json
 import math
-import re
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gpuflow.cost.expected import Expected, gpus_of, runtime_s, wildcard_pattern
 from gpuflow.ops.snakemake_adapter import Dag, DagJob, build_dag
-from gpuflow.ops.timings import measured
-from gpuflow.ops.timings import records as timings_records
-
-# Not a label fraction: an SSVAE epoch walks the unlabelled digits, so its time hardly moves
-# with the labelled share (5,000 labels of 50,000: 450 steps an epoch against 499 at 100).
-SIZE_WILDCARDS = ("n", "size", "samples", "steps", "epochs", "tokens", "texts")
 
 
 class Job(DagJob):
@@ -46,17 +35,12 @@ class Job(DagJob):
 
     @property
     def gpus(self) -> int:
-        """GPUs of the whole job: `gpu`, or nodes x the GPUs per node of `gres` (gpu:N or
-        gpu:<model>:N, as sbatch --gres counts them) for multi-node rules."""
-        gres = str(self.resources.get("gres", ""))
-        per_node = re.search(r"\bgpu(?::[^:,]+)?:(\d+)", gres)
-        if per_node:
-            return int(float(self.resources.get("nodes", 1) or 1)) * int(per_node[1])
-        return int(float(self.resources.get("gpu", 0) or 0))
+        """GPUs of the whole job (gpuflow.cost.expected.gpus_of)."""
+        return gpus_of(self)
 
     @property
     def runtime_h(self) -> float:
-        return float(self.resources.get("runtime", 0) or 0) / 60
+        return runtime_s(self) / 3600
 
 
 Planned = Dag
@@ -70,112 +54,6 @@ def plan_jobs(args: argparse.Namespace, every_job: bool = False) -> Planned:
     dag = build_dag(args, every_job)
     dag.jobs = [Job(**vars(job)) for job in dag.jobs]
     return dag
-
-
-def benchmark_regex(job: Job) -> re.Pattern[str] | None:
-    """A regex reading the wildcard values of the rule's benchmark paths (any values)."""
-    return wildcard_pattern(job.benchmark, job.wildcards)[1] if job.benchmark else None
-
-
-def wildcard_pattern(path: str, wildcards: dict[str, str]) -> tuple[str, re.Pattern[str]]:
-    """A glob over `path` for any wildcard values, and a regex reading them back.
-
-    Wildcards appear as `name~value` (Paramspace style) or as a value found once in the path.
-    """
-    pattern, regex = path, re.escape(path)
-    for name, value in wildcards.items():
-        token = f"{name}~{value}"
-        if path.count(token) == 1:
-            old, prefix = token, f"{name}~"
-        elif value and path.count(value) == 1:
-            old, prefix = value, ""
-        else:
-            continue
-        pattern = pattern.replace(old, f"{prefix}*")
-        regex = regex.replace(re.escape(old), re.escape(prefix) + f"(?P<{name}>[^/]+)")
-    return pattern, re.compile(regex + "$")
-
-
-def size_of(wildcards: dict[str, str]) -> float:
-    """Product of the size-like numeric wildcards (1 when there are none)."""
-    size = 1.0
-    for name, value in wildcards.items():
-        if name.lower() in SIZE_WILDCARDS:
-            try:
-                size *= float(value)
-            except ValueError:
-                continue
-    return size
-
-
-def matching(measured: dict[str, float], regex: re.Pattern[str]) -> list[tuple[float, float]]:
-    """(seconds, size) of the benchmark paths the rule's pattern reads."""
-    found = []
-    for path, seconds in measured.items():
-        match = regex.match(path)
-        if match:
-            found.append((seconds, size_of(match.groupdict())))
-    return found
-
-
-def recorded(record: dict[str, Any], params: str) -> dict[str, float]:
-    """A timings record's seconds per benchmark path, of jobs that ran with `params`."""
-    entries = record["benchmarks"].items()
-    return {path: entry["seconds"] for path, entry in entries if entry["params"] == params}
-
-
-class Benchmarks:
-    """Earlier benchmark times of the jobs' rule and params: the run folder's own (its DAG's
-    jobs, finished or not, read once), else the newest committed timings record
-    (gpuflow.ops.timings) that measured them."""
-
-    def __init__(self, planned: Planned, directory: str, timings: str | None = None):
-        self.own = {"benchmarks": measured(planned, Path(directory))[0]}
-        self.records = timings_records(Path(timings)) if timings else []
-        self.found: dict[tuple[str, str], tuple[list[tuple[float, float]], str]] = {}
-
-    def samples(self, job: Job) -> tuple[list[tuple[float, float]], str]:
-        """(seconds, size) of every earlier benchmark of the job's rule and params, and where
-        they came from: 'bench' (this folder's), a timings record's file name, or 'runtime'
-        (searched once per rule and params)."""
-        regex = benchmark_regex(job)
-        if regex is None:
-            return [], "runtime"
-        key = (job.rule, job.params)
-        if key not in self.found:
-            self.found[key] = ([], "runtime")
-            for name, record in [("bench", self.own), *self.records]:
-                samples = matching(recorded(record, job.params), regex)
-                if samples:
-                    self.found[key] = (samples, name)
-                    break
-        return self.found[key]
-
-    def expected_hours(self, job: Job) -> tuple[float, str]:
-        """Expected hours of a job and their source (see `samples`; else its runtime)."""
-        samples, source = self.samples(job)
-        if not samples:
-            return job.runtime_h, "runtime"
-        size = size_of(job.wildcards)
-        scaled = [seconds * size / bench_size for seconds, bench_size in samples if bench_size]
-        return sum(scaled) / len(scaled) / 3600, source
-
-    def other_params(self, jobs: list[Job]) -> int:
-        """How many of this folder's benchmark files of the rule of `jobs` ran with params none
-        of them has (left out of their expected time: 5 epochs say nothing of 75)."""
-        regex = benchmark_regex(jobs[0])
-        if regex is None:
-            return 0
-        params = {job.params for job in jobs}
-        entries = self.own["benchmarks"].items()
-        return sum(1 for path, e in entries if e["params"] not in params and regex.match(path))
-
-    def devices(self, name: str) -> str:
-        """What the timings record `name` was measured on."""
-        for record_name, record in self.records:
-            if record_name == name:
-                return ", ".join(record.get("devices") or ["?"])
-        return "?"
 
 
 class Telemetry:
@@ -212,13 +90,15 @@ class Telemetry:
 
 def summarise(
     jobs: list[Job],
-    benchmarks: Benchmarks,
+    expected: Expected,
     arrays: set[str],
     array_limit: int,
     per_node: int,
+    charge: Callable[[Job], float | None] | None = None,
     telemetry: Telemetry | None = None,
 ) -> list[dict[str, Any]]:
-    """One row per rule with counts, hours and submissions."""
+    """One row per rule with counts, expected hours (with their sources, range and basis),
+    limits, GPU-hours, allocation units and submissions."""
     rows: dict[str, dict[str, Any]] = {}
     for job in jobs:
         if job.rule == "all" and not job.output:
@@ -231,29 +111,44 @@ def summarise(
                 "local": job.local,
                 "gpus_per_job": set(),
                 "expected_h": 0.0,
-                "from_benchmarks": False,
-                "from_record": None,
+                "low_h": 0.0,
+                "high_h": 0.0,
+                "sources": set(),
+                "basis": set(),
+                "notes": set(),
+                "limits_min": set(),
                 "gpu_h_requested": 0.0,
                 "gpu_h_expected": 0.0,
                 "why": {},
             },
         )
-        hours, source = benchmarks.expected_hours(job)
+        predicted = expected.predict(job)
         row["jobs"] += 1
         row["gpus_per_job"].add(job.gpus)
-        row["expected_h"] += hours
-        row["from_benchmarks"] |= source == "bench"
-        if source not in ("bench", "runtime"):
-            row["from_record"] = source
+        row["expected_h"] += predicted.seconds / 3600
+        row["low_h"] += predicted.low / 3600
+        row["high_h"] += predicted.high / 3600
+        row["sources"].add(predicted.source)
+        row["basis"].update(predicted.basis)
+        row["notes"].update(note for note in predicted.notes if note)
+        row["limits_min"].add(round(job.runtime_h * 60))
         row["gpu_h_requested"] += job.gpus * job.runtime_h
-        row["gpu_h_expected"] += job.gpus * hours
+        row["gpu_h_expected"] += job.gpus * predicted.seconds / 3600
         row["why"][job.why] = row["why"].get(job.why, 0) + 1
     for row in rows.values():
-        row["benchmarks_other_params"] = benchmarks.other_params(
+        row["benchmarks_other_params"] = expected.other_params(
             [job for job in jobs if job.rule == row["rule"]]
         )
         n = row["jobs"]
         row["expected_h_per_job"] = row.pop("expected_h") / n
+        row["range_h_per_job"] = [row.pop("low_h") / n, row.pop("high_h") / n]
+        row["source"] = "/".join(sorted(row.pop("sources"), key="bmwr".index))
+        row["from_benchmarks"] = "b" in row["source"]
+        row["from_record"] = next(
+            (b for b in sorted(row["basis"]) if b.endswith("-timings.json")), None
+        )
+        for key in ("basis", "notes", "limits_min"):
+            row[key] = sorted(row[key])
         row["gpus_per_job"] = "/".join(str(g) for g in sorted(row["gpus_per_job"]))
         row["sbatch"] = (
             0
@@ -263,6 +158,12 @@ def summarise(
             else n
         )
         row["node_h"] = row["gpu_h_expected"] / per_node
+    for job in jobs if charge else ():
+        rate = charge(job) if job.rule in rows and not job.local else None
+        if rate is not None:
+            row = rows[job.rule]
+            gpu_h = job.gpus * row["expected_h_per_job"]
+            row["units_expected"] = row.get("units_expected", 0.0) + rate * gpu_h
     if telemetry is not None:
         for job in jobs:
             if job.rule in rows:
@@ -275,28 +176,39 @@ def hours(value: float) -> str:
 
 
 def duration(value_h: float) -> str:
-    minutes = value_h * 60
-    return f"{minutes:.1f} min" if minutes < 120 else f"{value_h:.1f} h"
+    seconds = value_h * 3600
+    if seconds < 120:
+        return f"{seconds:.0f} s" if seconds >= 9.5 else f"{seconds:.1f} s"
+    return f"{seconds / 60:.1f} min" if seconds < 7200 else f"{value_h:.1f} h"
+
+
+def span(row: dict[str, Any]) -> str:
+    low, high = row["range_h_per_job"]
+    return "-" if row["source"] == "r" else f"{duration(low)}-{duration(high)}"
+
+
+def limits(row: dict[str, Any]) -> str:
+    found = row["limits_min"]
+    return f"{found[0]}" if len(found) == 1 else f"{found[0]}-{found[-1]}"
 
 
 def render(
     rows: list[dict[str, Any]], per_node: int, seconds: float, measured_on: dict[str, str]
 ) -> str:
-    """The plan as a table with totals and the re-run summary; `measured_on` names the
-    devices of each timings record a row's time came from."""
+    """The plan as a table with totals, the sources each rule's times rest on and the re-run
+    summary; `measured_on` names the devices of each timings record a row's time came from."""
     header = (
-        f"{'rule':<28} {'jobs':>5} {'GPUs':>5} {'time/job':>14} {'GPU-h req':>10} "
-        f"{'GPU-h exp':>10} {'sbatch':>7} {'node-h':>8}  why"
+        f"{'rule':<26} {'jobs':>5} {'GPUs':>5} {'time/job':>10} {'src':>3} {'range':>15} "
+        f"{'limit':>9} {'GPU-h req':>9} {'GPU-h exp':>9} {'sbatch':>6} {'node-h':>7}  why"
     )
     lines = [header, "-" * len(header)]
     for row in rows:
-        source = "b" if row["from_benchmarks"] else "m" if row["from_record"] else "r"
         why = ", ".join(f"{k} {v}" for k, v in sorted(row["why"].items()))
         lines.append(
-            f"{row['rule']:<28} {row['jobs']:>5} {row['gpus_per_job']:>5} "
-            f"{duration(row['expected_h_per_job']) + ' ' + source:>14} "
-            f"{hours(row['gpu_h_requested']):>10} {hours(row['gpu_h_expected']):>10} "
-            f"{row['sbatch']:>7} {hours(row['node_h']):>8}  {why}"
+            f"{row['rule']:<26} {row['jobs']:>5} {row['gpus_per_job']:>5} "
+            f"{duration(row['expected_h_per_job']):>10} {row['source']:>3} {span(row):>15} "
+            f"{limits(row) + ' min':>9} {hours(row['gpu_h_requested']):>9} "
+            f"{hours(row['gpu_h_expected']):>9} {row['sbatch']:>6} {hours(row['node_h']):>7}  {why}"
         )
     total = {
         key: sum(row[key] for row in rows)
@@ -304,17 +216,26 @@ def render(
     }
     lines += [
         "-" * len(header),
-        f"{'total':<28} {total['jobs']:>5} {'':>5} {'':>14} "
-        f"{hours(total['gpu_h_requested']):>10} {hours(total['gpu_h_expected']):>10} "
-        f"{total['sbatch']:>7} {hours(total['node_h']):>8}",
+        f"{'total':<26} {total['jobs']:>5} {'':>5} {'':>10} {'':>3} {'':>15} {'':>9} "
+        f"{hours(total['gpu_h_requested']):>9} {hours(total['gpu_h_expected']):>9} "
+        f"{total['sbatch']:>6} {hours(total['node_h']):>7}",
+    ]
+    units = [row for row in rows if "units_expected" in row]
+    if units:
+        lines.append(
+            f"Allocation expected: {sum(r['units_expected'] for r in units):.0f} units at the"
+            " site file's charges per GPU-hour"
+        )
+    lines += [
         "",
-        "time/job: b = mean of the benchmark files of this folder's jobs of the rule that ran",
-        "with the same params (scaled by size wildcards), m = the same from a committed timings",
-        "record, r = the rule's runtime (first attempt).",
-        f"GPU-h req = GPUs x runtime; node-h = expected GPU-hours / {per_node} GPUs per node.",
-        "sbatch: job arrays count once per chunk.",
+        "src: b = this folder's benchmarks of the rule's jobs with the same params, m = a",
+        "committed timings record of them (both scaled by each job's work), w = the work",
+        "model at measured rates, r = the rule's runtime limit. range: the rates' spread.",
+        f"limit = the job's time limit (first attempt); GPU-h req = GPUs x limit; node-h = "
+        f"expected GPU-hours / {per_node} GPUs per node. sbatch: job arrays count once per chunk.",
     ]
     lines += [f"m: {name}, measured on {devices}" for name, devices in sorted(measured_on.items())]
+    lines += source_lines(rows)
     lines += [
         f"{row['rule']}: {row['benchmarks_other_params']} benchmark file(s) of this folder's jobs "
         "ran with other params, left out"
@@ -330,6 +251,18 @@ def render(
         f"Plan made in {seconds:.1f} s."
     )
     return "\n".join(lines)
+
+
+def source_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """What each non-local rule's times rest on (records) or lack (a rate, its inputs)."""
+    lines = []
+    for row in rows:
+        if row["local"] or not (row["basis"] or row["notes"]):
+            continue
+        rests = f"{row['source']} from {', '.join(row['basis'])}" if row["basis"] else row["source"]
+        notes = "; ".join(row["notes"])
+        lines.append(f"{row['rule']}: {rests}" + (f" ({notes})" if notes else ""))
+    return ["", "Sources:", *lines] if lines else []
 
 
 def telemetry_lines(rows: list[dict[str, Any]]) -> list[str]:
@@ -356,13 +289,15 @@ def main(args: argparse.Namespace) -> None:
     """Print the plan (a table, or JSON with --json)."""
     started = time.monotonic()
     planned = plan_jobs(args)
-    benchmarks = Benchmarks(planned, args.directory, args.timings)
+    gpu = args.gpu or site_gpu_model(planned)
+    expected = Expected(planned, args.directory, args.timings, gpu)
     rows = summarise(
         planned.jobs,
-        benchmarks,
+        expected,
         planned.array_rules,
         planned.array_limit,
         args.gpus_per_node,
+        charge_of_job(planned),
         Telemetry(args.directory, low_utilisation(planned.config)),
     )
     order = {name: index for index, name in enumerate(planned.rule_order)}
@@ -372,13 +307,44 @@ def main(args: argparse.Namespace) -> None:
         print(json.dumps(rows, indent=2))
     else:
         used = {row["from_record"] for row in rows if row["from_record"]}
-        measured_on = {name: benchmarks.devices(name) for name in used}
+        measured_on = {name: expected.devices(name) for name in used}
         print(render(rows, args.gpus_per_node, time.monotonic() - started, measured_on))
         if placement:
             print(f"Perplexity placement: {placement}")
         unfit = unfit_partitions(planned)
         if unfit:
             print(unfit)
+
+
+def site_gpu_model(planned: Planned) -> str | None:
+    """The GPU model the SLURM profile's site file names, if any (its rates are used)."""
+    if not planned.partition_config:
+        return None
+    from gpuflow.slurm.site import read_site
+
+    model = read_site(planned.partition_config).get("gpu_model")
+    return str(model) if model else None
+
+
+def charge_of_job(planned: Planned) -> Callable[[Job], float | None] | None:
+    """Allocation units per GPU-hour of a job's partition (site file `charges`), where the
+    SLURM profile's site file has charges."""
+    if not planned.partition_config:
+        return None
+    from gpuflow.slurm.fit import PlannedJob, partition_of, read_partitions
+    from gpuflow.slurm.site import charges, read_site
+
+    per_gpu_hour = charges(read_site(planned.partition_config))
+    if not per_gpu_hour:
+        return None
+    partitions = read_partitions(planned.partition_config)
+
+    def charge(job: Job) -> float | None:
+        cores = int(job.resources.get("_cores", 1))
+        name = partition_of(PlannedJob(job.rule, job.resources, cores, job.wildcards), partitions)
+        return per_gpu_hour.get(name) if name else None
+
+    return charge
 
 
 def unfit_partitions(planned: Planned) -> str | None:

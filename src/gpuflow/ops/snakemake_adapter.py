@@ -67,6 +67,7 @@ class DagJob:
     why: str = "missing"
     benchmark: str | None = None
     output: list[str] = field(default_factory=list)
+    input: list[str] = field(default_factory=list)
     log: list[str] = field(default_factory=list)
     params: str = ""  # params_digest of the job's params (what it computes, so what it costs)
 
@@ -304,6 +305,7 @@ def read_dag(workflow: Any, backend: str) -> Dag:
             wildcards={k: str(v) for k, v in job.wildcards_dict.items()},
             benchmark=str(job.benchmark) if job.benchmark else None,
             output=[str(f) for f in job.output],
+            input=[str(f) for f in job.input],
             params=params_digest(workflow.persistence._params(job), job.wildcards_dict),
             **more,
         )

@@ -29,12 +29,18 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_timings_argument(parser: argparse.ArgumentParser) -> None:
-    """`--timings`: where the committed timings records are (gpuflow record-timings)."""
+    """`--timings` (the records of measured times and rates) and `--gpu` (whose rates)."""
     parser.add_argument(
         "--timings",
         default="benchmarks/records",
-        help="committed timings records (gpuflow record-timings), used for jobs without"
-        " benchmark files of their rule in the run folder (default %(default)s)",
+        help="the records of measured job times (gpuflow record-timings) and rates (gpu-check,"
+        " gpuflow calibrate) that expected times come from (default %(default)s)",
+    )
+    parser.add_argument(
+        "--gpu",
+        default=None,
+        help="the GPU whose rates plan GPU jobs, a part of its records' names, e.g. h100"
+        " (default: the site file's gpu_model, else the newest GPU with records)",
     )
 
 

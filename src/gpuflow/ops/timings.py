@@ -22,8 +22,10 @@ import re
 from pathlib import Path
 from typing import Any
 
+from gpuflow.cost.rules import done_work, has_work_model, params_fix_work, planned_work
+from gpuflow.cost.work import Work
 from gpuflow.job.record import record_of
-from gpuflow.ops.snakemake_adapter import Dag
+from gpuflow.ops.snakemake_adapter import Dag, DagJob
 
 SUFFIX = "-timings.json"
 DATED = re.compile(r"^\d{4}-\d{2}-\d{2}-.+" + re.escape(SUFFIX) + "$")
@@ -58,13 +60,20 @@ def records(folder: Path) -> list[tuple[str, dict[str, Any]]]:
 
 
 def _entry(value: Any) -> dict[str, Any] | None:
-    """A benchmark entry as written by this module: positive finite seconds, params digest."""
+    """A benchmark entry as written by this module: positive finite seconds, params digest
+    and, where known, the work the job did (a malformed one is dropped)."""
     if not isinstance(value, dict) or not isinstance(value.get("params"), str):
         return None
     seconds = value.get("seconds")
     if isinstance(seconds, bool) or not isinstance(seconds, int | float):
         return None
-    return value if math.isfinite(seconds) and seconds > 0 else None
+    if not (math.isfinite(seconds) and seconds > 0):
+        return None
+    try:
+        Work.from_dict(value["work"]) if "work" in value else None
+    except (KeyError, TypeError, ValueError):
+        return {k: v for k, v in value.items() if k != "work"}
+    return value
 
 
 def read_record(path: Path) -> dict[str, Any] | None:
@@ -76,7 +85,7 @@ def read_record(path: Path) -> dict[str, Any] | None:
         return None
     if not isinstance(record, dict) or not isinstance(record.get("benchmarks"), dict):
         return None
-    entries = {k: e for k, e in record["benchmarks"].items() if _entry(e) is not None}
+    entries = {k: e for k, e in ((k, _entry(e)) for k, e in record["benchmarks"].items()) if e}
     devices = record.get("devices")
     named = isinstance(devices, list) and all(isinstance(d, str) for d in devices)
     return {**record, "benchmarks": entries, "devices": devices if named else ["?"]}
@@ -100,7 +109,22 @@ def measured(dag: Dag, directory: Path) -> tuple[dict[str, dict[str, Any]], int]
             continue
         seconds += earlier_attempts_s(record_of(directory / output for output in job.output))
         found[job.benchmark] = {"seconds": seconds, "params": ran}
+        work = job_work(job, dag.config, directory) if ran == job.params else None
+        if work is not None:
+            found[job.benchmark]["work"] = work.as_dict()
     return found, unknown
+
+
+def job_work(job: DagJob, config: dict[str, Any], directory: Path) -> Work | None:
+    """The work a finished job that ran with its params of `config` did (gpuflow.cost.rules):
+    read from its outputs, or, where its params fix it, its rule's work under `config`; None
+    without a work model."""
+    if not has_work_model(job.rule):
+        return None
+    if params_fix_work(job.rule):
+        return planned_work(job.rule, config, job.wildcards)
+    inside = [str(directory / path) for path in job.output], [str(directory / p) for p in job.input]
+    return done_work(job.rule, *inside)
 
 
 def main(args: argparse.Namespace) -> None:

@@ -58,6 +58,17 @@ def fits(job: PlannedJob, partitions: list[Any]) -> bool:
     return any(partition.score_job_fit(job) is not None for partition in partitions)
 
 
+def partition_of(job: PlannedJob, partitions: list[Any]) -> str | None:
+    """The partition the plugin sends `job` to: the one it names, else the best fitting one
+    (the plugin's highest score), else None (the cluster's default)."""
+    named = job.resources.get("slurm_partition")
+    if named:
+        return str(named)
+    scored = [(p.score_job_fit(job), p.name) for p in partitions]
+    fitting = [(score, name) for score, name in scored if score is not None]
+    return max(fitting)[1] if fitting else None
+
+
 def asks(job: PlannedJob) -> str:
     """What the job asks for, in the site file's terms (e.g. 'gpu 8, mem_mb 64000')."""
     gpus = _gpus(job)

@@ -47,6 +47,10 @@ ENDED_BADLY = {
     "DEADLINE",
 }
 
+# One row per allocation (job or retry), for what a run spent (gpuflow ledger).
+SACCT_ALLOCATIONS = ["sacct", "-X", "--noheader", "--parsable2", "--starttime=now-30days"]
+SACCT_ALLOCATIONS += ["--format=JobID,JobName,Comment,WorkDir,Partition,ElapsedRaw,AllocTRES"]
+
 _json_fails: set[str] = set()
 
 
@@ -151,6 +155,46 @@ def _memory_failure(state: str, step_states: list[str]) -> str:
     """OUT_OF_MEMORY for a job that failed because a step ran out of memory: the jobstep plugin
     runs the rule in step 0, and the batch step (the in-job Snakemake) then fails the job."""
     return "OUT_OF_MEMORY" if state == "FAILED" and "OUT_OF_MEMORY" in step_states else state
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """What one SLURM job (one attempt) of a run held: its comment (rule and wildcards),
+    partition, elapsed seconds, GPUs and billing weight (AllocTRES gres/gpu and billing)."""
+
+    job_id: str
+    comment: str
+    partition: str
+    elapsed_s: float
+    gpus: int
+    billing: float
+
+
+def parse_allocations(out: str) -> list[tuple[str, str, Allocation]]:
+    """(name, work dir, allocation) of each line of SACCT_ALLOCATIONS' text."""
+    found = []
+    for line in out.splitlines():
+        fields = line.split("|")
+        if len(fields) != 7 or not fields[5].isdigit():
+            continue
+        job_id, name, comment, workdir, partition, elapsed, tres = fields
+        held = dict(part.split("=", 1) for part in tres.split(",") if "=" in part)
+        gpus = int(held.get("gres/gpu", "0").split("(")[0] or 0)
+        billing = float(held.get("billing", "0") or 0)
+        allocation = Allocation(job_id, _value(comment), partition, float(elapsed), gpus, billing)
+        found.append((name, workdir, allocation))
+    return found
+
+
+def allocations(workdir: str | Path) -> list[Allocation]:
+    """Every allocation of the run in `workdir` that SLURM's accounting holds (each attempt of
+    each job; none where there is no accounting database)."""
+    here = os.path.realpath(workdir)
+    return [
+        allocation
+        for name, folder, allocation in parse_allocations(_run(SACCT_ALLOCATIONS) or "")
+        if name.startswith(JOB_NAME_PREFIX) and os.path.realpath(folder) == here
+    ]
 
 
 def squeue_jobs(workdir: str | Path) -> list[SlurmJob]:

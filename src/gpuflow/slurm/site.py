@@ -70,6 +70,11 @@ def read_site(site_file: str | Path) -> dict[str, Any]:
         return yaml.safe_load(handle) or {}
 
 
+def charges(site: dict[str, Any]) -> dict[str, float]:
+    """Allocation units a GPU-hour costs on each partition (the site's `charges`)."""
+    return {str(name): float(units) for name, units in (site.get("charges") or {}).items()}
+
+
 def warning_signal(site: dict[str, Any]) -> str | None:
     """sbatch's option for the site's stop warning: SIGUSR1 `stop_warning_minutes` before a
     job's time limit, to every process of its step; None where the site wants none."""

@@ -26,9 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuflow.cost.expected import Expected
 from gpuflow.job.outputlock import SINCE_FORMAT, lock_path, read_holder
 from gpuflow.job.record import STARTED, record_of
-from gpuflow.ops.plan import Benchmarks, Job, Planned
+from gpuflow.ops.plan import Job, Planned
 from gpuflow.ops.snakemake_adapter import FailedJob, Marker
 from gpuflow.ops.status.progress import Progress, job_progress
 from gpuflow.ops.timings import benchmark_seconds, earlier_attempts_s
@@ -236,15 +237,15 @@ def telemetry_gpu_hours(record: dict[str, Any]) -> float | None:
     return float(gpu["gpu_hours"]) if gpu.get("count") else None
 
 
-def account(status: JobStatus, seen: Seen, planned: Planned, benchmarks: Benchmarks) -> None:
+def account(status: JobStatus, seen: Seen, planned: Planned, expected: Expected) -> None:
     """Progress of a running job; GPU-hours spent; job-hours and GPU-hours still expected.
 
     Spent: a finished job's record, else GPUs x its wall time (job_hours), plus GPUs x the
     time its earlier attempts saved when it resumed (their lost work after the last save is
     not known); a running job's GPUs x the time since it started.
 
-    Still expected: a running job's ETA, else the plan's expected time per job (earlier
-    benchmarks of its rule and params, or its runtime) less the time it has run.
+    Still expected: a running job's ETA, else the plan's expected time per job
+    (gpuflow.cost.expected) less the time it has run.
     """
     job, gpus = status.job, status.job.gpus
     if status.state == "running":
@@ -262,18 +263,18 @@ def account(status: JobStatus, seen: Seen, planned: Planned, benchmarks: Benchma
             status.hours_left = eta / 3600
         else:
             elapsed = seen.now - status.started if status.started else 0.0
-            status.hours_left = max(benchmarks.expected_hours(job)[0] - elapsed / 3600, 0.0)
+            status.hours_left = max(expected.predict(job).seconds / 3600 - elapsed / 3600, 0.0)
         status.gpu_h_left = gpus * status.hours_left
 
 
-def collect(planned: Planned, seen: Seen, benchmarks: Benchmarks) -> list[JobStatus]:
+def collect(planned: Planned, seen: Seen, expected: Expected) -> list[JobStatus]:
     """The status of every job with outputs (target-only rules such as `all` are left out);
-    `benchmarks` give the expected time of jobs not yet running, as in `gpuflow plan`."""
+    `expected` gives the expected time of jobs not yet running, as in `gpuflow plan`."""
     statuses = []
     for job in planned.jobs:
         if not job.output:
             continue
         status = classify(job, seen)
-        account(status, seen, planned, benchmarks)
+        account(status, seen, planned, expected)
         statuses.append(status)
     return statuses

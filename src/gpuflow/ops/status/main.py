@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuflow.ops.plan import Benchmarks, plan_jobs
+from gpuflow.cost.expected import Expected
+from gpuflow.ops.plan import plan_jobs, site_gpu_model
 from gpuflow.ops.snakemake_adapter import (
     failed_jobs,
     latest_run_log,
@@ -63,8 +64,9 @@ def read_status(args: argparse.Namespace) -> dict[str, Any]:
         stale_lock=unlock_command(args, records.backend) if run.stale_lock else None,
         backend=records.backend,
     )
-    benchmarks = Benchmarks(planned, str(directory), args.timings)
-    return as_dict(collect(planned, seen, benchmarks), planned.rule_order, seen)
+    gpu = args.gpu or site_gpu_model(planned)
+    expected = Expected(planned, str(directory), args.timings, gpu)
+    return as_dict(collect(planned, seen, expected), planned.rule_order, seen)
 
 
 def show(args: argparse.Namespace) -> None:

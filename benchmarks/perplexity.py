@@ -31,6 +31,7 @@ import argparse
 import math
 import os
 import random
+import statistics
 import sys
 import tempfile
 import time
@@ -172,7 +173,7 @@ def main() -> int:
     parser.add_argument("--n-texts", type=int, default=2000)
     parser.add_argument("--threads", type=int, default=threads_per_worker(1))
     parser.add_argument("--token-budget", type=int, default=2048, help="gpuflow's budget")
-    parser.add_argument("--repeats", type=int, default=2, help="best of, interleaved")
+    parser.add_argument("--repeats", type=int, default=5, help="interleaved rounds")
     parser.add_argument("--batch-size", type=int, default=16, help="evaluate's batch size")
     parser.add_argument("--model", default=None)
     parser.add_argument("--two-workers", action="store_true", help="also 2 processes x 1 thread")
@@ -219,7 +220,7 @@ def main() -> int:
         )
         print(
             f"threads: {torch.get_num_threads()}; gpuflow token budget {args.token_budget}; "
-            f"best of {args.repeats} interleaved runs (machine shared: timings are provisional)"
+            f"{args.repeats} interleaved rounds, each method and the ceiling once per round"
         )
 
         methods = {
@@ -242,10 +243,11 @@ def main() -> int:
                 reference, tokenizer, texts, bos, context, stride, args.token_budget, 2
             )
         one_at_a_time(model, tokenizer, texts[:20], bos, context, stride)  # warm-up
-        best: dict[str, float] = {}
+        seconds: dict[str, list[float]] = {name: [] for name in methods}
+        ceilings: list[float] = []
         loading: dict[str, float] = {}  # gpuflow's longest model loading (and compiling)
         outputs: dict[str, tuple] = {}
-        for _ in range(args.repeats):  # interleaved, best of: the machine is shared
+        for _ in range(args.repeats):  # rounds: every method and the ceiling once each
             for name, method in methods.items():
                 started = time.perf_counter()
                 outputs[name] = method()
@@ -253,39 +255,51 @@ def main() -> int:
                 if name.startswith("gpuflow"):  # its workers' model loading taken off
                     elapsed = outputs[name][3]["seconds"]
                     loading[name] = max(loading.get(name, 0.0), outputs[name][3]["load_seconds"])
-                best[name] = min(best.get(name, math.inf), elapsed)
-        rows = [(name, best[name], outputs[name][1]) for name in methods]
-        single_nll = outputs["one text at a time"][0]
-        tokens, eval_tokens = rows[2][2], rows[1][2]
-        ceiling = matmul_gflops(args.token_budget, config.hidden_size, config.vocab_size)
+                seconds[name].append(elapsed)
+            ceilings.append(matmul_gflops(args.token_budget, config.hidden_size, config.vocab_size))
+        names = list(methods)
+        single_nll = outputs[names[0]][0]
+        tokens, eval_tokens = outputs[names[2]][1], outputs[names[1]][1]
 
-    print(f"\n{'method':38s} {'seconds':>8s} {'texts/s':>9s} {'tokens/s':>10s} {'GFLOP/s':>8s}")
-    speed = {}
-    for name, seconds, scored in rows:
-        speed[name] = len(texts) / seconds
-        gflops = per_token * scored / seconds / 1e9
+    def spread(values: list[float], digits: str = ".2f") -> str:
+        middle = statistics.median(values)
+        return f"{middle:{digits}} [{min(values):{digits}}-{max(values):{digits}}]"
+
+    print(
+        f"\n{'method':38s} {'seconds (median [range])':>26s} {'texts/s':>9s} {'tokens/s':>10s}"
+        f" {'GFLOP/s':>8s}"
+    )
+    for name in names:
+        middle, scored = statistics.median(seconds[name]), outputs[name][1]
         print(
-            f"{name:38s} {seconds:8.2f} {len(texts) / seconds:9.1f} "
-            f"{scored / seconds:10.0f} {gflops:8.2f}"
+            f"{name:38s} {spread(seconds[name]):>26s} {len(texts) / middle:9.1f} "
+            f"{scored / middle:10.0f} {per_token * scored / middle / 1e9:8.2f}"
         )
     print(
-        f"{'plain matmul ceiling':38s} {'':8s} {'':9s} {'':10s} {ceiling:8.2f}"
-        f"   ({args.token_budget} x {config.hidden_size}) @ "
+        f"{'plain matmul ceiling':38s} {'':>26s} {'':9s} {'':10s} "
+        f"{statistics.median(ceilings):8.2f}   GFLOP/s {spread(ceilings, '.0f')}, "
+        f"({args.token_budget} x {config.hidden_size}) @ "
         f"({config.hidden_size} x {config.vocab_size}) fp32"
     )
-    names = [name for name, _, _ in rows]
+
+    def ratios(name: str, other: str) -> list[float]:
+        """Per round: `name`'s speed over `other`'s (the same texts, so their time ratio)."""
+        return [b / a for a, b in zip(seconds[name], seconds[other], strict=True)]
+
     worst = 0.0
-    for name, seconds, scored in rows[2:]:
-        nll, _, n_tokens, stats = outputs[name]
-        achieved = per_token * scored / seconds / 1e9
+    for name in names[2:]:
+        nll, scored, n_tokens, stats = outputs[name]
+        shares = [
+            per_token * scored / t / 1e9 / c for t, c in zip(seconds[name], ceilings, strict=True)
+        ]
         ppl, single_ppl = np.exp(nll / n_tokens), np.exp(single_nll / n_tokens)
         rel = float(np.max(np.abs(ppl - single_ppl) / single_ppl))
         worst = max(worst, rel) if math.isfinite(rel) else math.inf
         print(
-            f"\n{name}:\n"
-            f"  / one at a time: {speed[name] / speed[names[0]]:.2f}x (target >= 3x)\n"
-            f"  / evaluate's way: {speed[name] / speed[names[1]]:.2f}x (target >= 2x)\n"
-            f"  / matmul ceiling: {achieved / ceiling:.1%} (target >= 50%)\n"
+            f"\n{name} (median [range] over {args.repeats} rounds):\n"
+            f"  / one at a time: {spread(ratios(name, names[0]))}x (target >= 3x)\n"
+            f"  / evaluate's way: {spread(ratios(name, names[1]))}x (target >= 2x)\n"
+            f"  / matmul ceiling: {spread([100 * x for x in shares], '.0f')} % (target >= 50%)\n"
             f"  model loading{' and compiling' if 'compile' in name else ''}: up to "
             f"{loading[name]:.1f} s (not counted above); {stats['segments']} segments, "
             f"{stats['oom_splits']} OOM splits\n"

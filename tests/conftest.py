@@ -115,10 +115,16 @@ def run_snakemake() -> Callable[..., subprocess.CompletedProcess[str]]:
     return snakemake
 
 
-def gpuflow(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    """Run `gpuflow <step> ...` as a separate process, as a rule would."""
+def gpuflow(
+    *args: str, check: bool = True, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run `gpuflow <step> ...` as a separate process, as a rule would (`env` added to the
+    environment)."""
     result = subprocess.run(
-        [str(BIN / "gpuflow"), *args], capture_output=True, text=True, env=workflow_env()
+        [str(BIN / "gpuflow"), *args],
+        capture_output=True,
+        text=True,
+        env={**workflow_env(), **(env or {})},
     )
     if check and result.returncode != 0:
         raise AssertionError(f"gpuflow {args[0]} failed:\n{result.stdout}\n{result.stderr}")

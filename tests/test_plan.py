@@ -13,10 +13,10 @@ import pytest
 import yaml
 from snakemake.jobs import Reason
 
+from gpuflow.cost.expected import size_of
 from gpuflow.errors import GpuflowError
 from gpuflow.job.paths import RECORD, job_file
 from gpuflow.ops import snakemake_adapter
-from gpuflow.cost.expected import size_of
 from gpuflow.ops.plan import Job, plan_jobs
 from gpuflow.ops.snakemake_adapter import (
     SUPPORTED,

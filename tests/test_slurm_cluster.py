@@ -76,12 +76,6 @@ def zip_records(folder: Path) -> list[tuple[Path, dict[str, Any]]]:
     return list(zip(paths, harness.read_records(paths), strict=True))
 
 
-def run_id(profile_run: dict[str, Any]) -> str:
-    """The run's SLURM job name (gpuflow_<uuid>), as the plugin logs it."""
-    [line] = [line for line in profile_run["log"].splitlines() if "SLURM run ID:" in line]
-    return line.split("SLURM run ID:")[1].strip()
-
-
 def sacct_rows(name: str) -> list[list[str]]:
     """sacct -X (one row a job) of the jobs named `name`: raw id, comment, state."""
     return harness.sacct_jobs(name, "JobIDRaw,Comment,State")
@@ -91,7 +85,7 @@ def accounted_run(profile_run: dict[str, Any]) -> str:
     """The run's SLURM job name, once sacct lists every job of it (each probe's, and the
     cancelled one) as ended. The run read its jobs' states from squeue: slurmdbd may store the
     last ends a moment later."""
-    name, expected = run_id(profile_run), len(profile_run["records"]) + 1
+    name, expected = harness.run_id(profile_run["log"]), len(profile_run["records"]) + 1
 
     def all_ended() -> bool:
         states = [state for _, _, state in sacct_rows(name)]
@@ -173,7 +167,7 @@ def test_every_job_of_the_run_is_in_the_accounting_database_with_its_rule(profil
 
 def test_the_run_ends_with_an_efficiency_report_of_its_jobs(profile_run):
     folder = profile_run["workdir"] / "results" / "slurm"
-    report = pd.read_csv(folder / f"efficiency_report_{run_id(profile_run)}.csv")
+    report = pd.read_csv(folder / f"efficiency_report_{harness.run_id(profile_run['log'])}.csv")
     rules = {comment.split("_wildcards_")[0] for comment in report["RuleName"]}
     assert rules == {"rule_probe_gpu", "rule_probe_cpu", "rule_probe_retried"}
     assert (report["CPU Efficiency (%)"] >= 0).all() and (report["RequestedMem_MB"] > 0).all()

@@ -177,9 +177,9 @@ def run(slurm_cluster, tmp_path_factory) -> dict[str, Any]:
         )
         undisturbed.result()
     assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-8000:]}"
-    [run_id] = re.findall(r"SLURM run ID: (\S+)", result.stderr)
     return {"local": local, "cluster": cluster, "result": result, "seen": seen,
-            "attempts": [a for a in attempts if a.strip()], "jobs": sacct_attempts(run_id),
+            "attempts": [a for a in attempts if a.strip()],
+            "jobs": sacct_attempts(harness.run_id(result.stderr)),
             "seconds": time.monotonic() - started}  # fmt: skip
 
 

@@ -326,6 +326,12 @@ def slurm_job(job_id: str) -> dict[str, str]:
     return fields
 
 
+def run_id(log: str) -> str:
+    """A run's SLURM job name (gpuflow_<uuid>), as the plugin logs it."""
+    [line] = [line for line in log.splitlines() if "SLURM run ID:" in line]
+    return line.split("SLURM run ID:")[1].strip()
+
+
 def sacct_jobs(name: str, fields: str) -> list[list[str]]:
     """sacct -X (one row a job) of the jobs named `name`: the comma-separated `fields` of each."""
     command = ["sacct", "-X", "--noheader", "--parsable2", f"--name={name}", f"--format={fields}"]

@@ -19,6 +19,7 @@ from gpuflow.data.modelref import check_model_reference
 from gpuflow.settings.blocks import schema_families, split_json
 from gpuflow.job.stopping import ignore_warning
 from gpuflow.cost.limits import AUTO, auto_runtime
+from gpuflow.cost.rates import records_folder
 from gpuflow.slurm.fit import grown, retry_limits
 from gpuflow.slurm.site import gpu_model, site_path
 
@@ -147,11 +148,11 @@ def rule_resources(family, rule_name):
 
 def time_limit(rule_name, gpu, runtime):
     """The runtime resource of a rule: `runtime` minutes, or `auto`: each job's limit from its
-    predicted time at the rates of benchmarks/records for the site's GPU model or this CPU
-    (gpuflow.cost.limits); either grows with each retry (`retried`)."""
+    predicted time at the rates of the workflow's benchmarks/records ($GPUFLOW_RECORDS) for the
+    site's GPU model or this CPU (gpuflow.cost.limits); either grows with each retry."""
     if runtime != AUTO:
         return retried("runtime", gpu, runtime)
-    records = os.path.join(workflow.basedir, "benchmarks", "records")
+    records = records_folder(workflow.basedir)
     site = site_path()
 
     def predicted(wildcards):

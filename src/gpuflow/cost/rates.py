@@ -24,6 +24,15 @@ from typing import Any
 from gpuflow.cost.work import STARTUP
 
 HOST_KINDS = (STARTUP, "state.write", "lm.load")
+RECORDS_ENV = "GPUFLOW_RECORDS"  # where the records are, where not benchmarks/records
+
+
+def records_folder(checkout: str | Path = ".") -> Path:
+    """The records that rates and timings come from: $GPUFLOW_RECORDS, else the checkout's
+    benchmarks/records (the workflow's folder for the Snakefile, the working one for steps)."""
+    return Path(os.environ.get(RECORDS_ENV) or Path(checkout) / "benchmarks" / "records")
+
+
 DATED = re.compile(r"^(\d{4}-\d{2}-\d{2})-(.+)\.json$")
 RATES_SUFFIX = "-rates"  # `gpuflow calibrate`'s records: <date>-<device>-rates.json
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from gpuflow.cost.rates import records_folder
 from gpuflow.registry import lazy
 
 
@@ -32,9 +33,10 @@ def add_timings_argument(parser: argparse.ArgumentParser) -> None:
     """`--timings` (the records of measured times and rates) and `--gpu` (whose rates)."""
     parser.add_argument(
         "--timings",
-        default="benchmarks/records",
+        default=str(records_folder()),
         help="the records of measured job times (gpuflow record-timings) and rates (gpu-check,"
-        " gpuflow calibrate) that expected times come from (default %(default)s)",
+        " gpuflow calibrate) that expected times come from (default: $GPUFLOW_RECORDS, else"
+        " benchmarks/records)",
     )
     parser.add_argument(
         "--gpu",

@@ -79,7 +79,7 @@ def warning_signal(site: dict[str, Any]) -> str | None:
     """sbatch's option for the site's stop warning: SIGUSR1 `stop_warning_minutes` before a
     job's time limit, to every process of its step; None where the site wants none."""
     minutes = site.get("stop_warning_minutes")
-    return f"--signal=USR1@{int(minutes) * 60}" if minutes else None
+    return f"--signal=USR1@{round(float(minutes) * 60)}" if minutes else None
 
 
 def check_partitions(config: dict[str, Any], site_file: str | Path) -> None:

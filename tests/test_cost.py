@@ -1,0 +1,173 @@
+"""What a job costs: its work from its inputs and settings, its time at measured rates, the
+limit `runtime: auto` asks for, and earlier times scaled by the work they measured."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from gpuflow.cost.limits import Policy, limit_minutes
+from gpuflow.cost.predict import Missing, Prediction, from_benchmarks, predict
+from gpuflow.cost.rates import Rate, RateBook, books, rate_row
+from gpuflow.cost.rules import planned_work
+from gpuflow.cost.work import STARTUP, Term, Work
+from gpuflow.settings.validate import load_config
+from gpuflow.ssvae.flops import forward_flops, m2_parameters, matmul_shapes
+from gpuflow.ssvae.flops import train_flops_per_example as m2_flops
+from gpuflow.ssvae.work import shape as ssvae_shape
+from tests.conftest import REPO
+
+EMBEDDED = REPO / "config" / "config.yaml"
+
+
+def rate(kind: str, shape: str, per_second: float, device: str = "cpu-test") -> Rate:
+    return Rate(kind, shape, per_second, per_second, per_second, "", "test", device)
+
+
+def ssvae_config(epochs: int, seeds: list[int], stack: str = "seeds") -> dict:
+    config = load_config(EMBEDDED)
+    config["ssvae"]["grid"]["seeds"] = seeds
+    config["ssvae"]["model"] = {"hidden": 16, "latent": 4}
+    config["ssvae"]["train"].update(epochs=epochs, eval_frequency=2, stack=stack)
+    return config
+
+
+POINT = {"frac": "0.025", "corrupt": "0.0", "alpha": "40"}
+
+
+def test_a_job_s_time_is_its_start_up_and_each_term_over_its_rate():
+    """The embedded digits: 4,000 to train on, 1,000 to test; 100 labels (2.5%), so 3,900
+    unlabelled digits make 39 steps of 100 unlabelled and 50 labelled digits per run."""
+    work = planned_work("ssvae_train", ssvae_config(epochs=4, seeds=[0, 1, 2]), POINT)
+    at = ssvae_shape("m2", 16, 4, 3, 100, 50)
+    book = RateBook(
+        "cpu-test",
+        [
+            rate(STARTUP, "gpuflow.ssvae.train", 0.5),  # 2 s
+            rate("ssvae.m2.flop", at, 1e9),
+            rate("state.write", "", 1e8),
+        ],
+    )
+    train = 4 * 39 * 3 * 150 * m2_flops(16, 4, 100, 50)  # epochs x steps x runs x examples
+    evaluate = 2 * 3 * 1000 * forward_flops(matmul_shapes(16, 4, 1, 1, 1))  # epochs 2 and 4
+    states = 4 * 3 * (3 * 4 * m2_parameters(16, 4))  # after every epoch: weights + 2 moments
+    expected = 2 + (train + evaluate) / 1e9 + states / 1e8
+    predicted = predict(work, book)
+    assert isinstance(predicted, Prediction) and predicted.source == "w"
+    assert predicted.seconds == pytest.approx(expected, rel=1e-9)
+    assert predicted.startup == pytest.approx(2)
+    assert (work.units, work.unit) == (4, "epochs")
+
+
+def test_twice_the_epochs_or_the_stacked_runs_is_twice_the_computation():
+    def computed(config: dict) -> float:
+        work = planned_work("ssvae_train", config, POINT)
+        return sum(t.amount for t in work.terms if t.kind == "ssvae.m2.flop")
+
+    base = computed(ssvae_config(epochs=4, seeds=[0, 1]))
+    assert computed(ssvae_config(epochs=8, seeds=[0, 1])) == pytest.approx(2 * base)
+    assert computed(ssvae_config(epochs=4, seeds=[0, 1, 2, 3])) == pytest.approx(2 * base)
+    assert computed(ssvae_config(epochs=4, seeds=[0, 1], stack="none")) == pytest.approx(base / 2)
+
+
+def test_a_wrong_rate_is_a_wrong_time_and_a_missing_one_is_named():
+    work = Work((Term(STARTUP, 1, "m"), Term("k.flop", 1e12, "s1"), Term("state.write", 1e9, "")))
+    right = RateBook(
+        "d", [rate(STARTUP, "m", 1.0), rate("k.flop", "s1", 1e11), rate("state.write", "", 1e9)]
+    )
+    slow = RateBook(
+        "d", [rate(STARTUP, "m", 1.0), rate("k.flop", "s1", 5e10), rate("state.write", "", 1e9)]
+    )
+    assert predict(work, right).seconds == pytest.approx(1 + 10 + 1)
+    assert predict(work, slow).seconds == pytest.approx(1 + 20 + 1)
+    missing = predict(work, RateBook("gpu-x", [rate(STARTUP, "m", 1.0)]))
+    assert isinstance(missing, Missing) and missing.kinds == ("k.flop at s1",)
+    host_unmeasured = predict(work, RateBook("gpu-x", [rate("k.flop", "s1", 1e11)]))
+    assert host_unmeasured.seconds == pytest.approx(10), "start-up and state writes left out"
+    assert "startup, state.write not measured on gpu-x: left out" in host_unmeasured.notes
+
+
+def test_work_shared_by_devices_and_a_rate_of_another_shape_are_said():
+    work = Work((Term("k.flop", 8e11, "b16", parallel=4),))
+    predicted = predict(work, RateBook("d", [rate("k.flop", "b32", 1e11)]))
+    assert predicted.seconds == pytest.approx(2.0), "8e11 FLOP over 4 devices at 1e11 each"
+    assert predicted.notes == ("k.flop measured at b32, not b16",)
+
+
+def test_scaling_runs_split_training_over_processes_and_all_reduce_their_gradients():
+    config = load_config(EMBEDDED)
+    one = planned_work("scaling_train", config, {"cfg": "short", "world": "1"})
+    two = planned_work("scaling_train", config, {"cfg": "short", "world": "2"})
+    assert {t.kind for t in one.terms} == {STARTUP, "scaling.train.flop", "state.write"}
+    assert "allreduce.bytes" in {t.kind for t in two.terms}
+    train_one, train_two = (
+        next(t for t in w.terms if t.kind == "scaling.train.flop") for w in (one, two)
+    )
+    assert train_two.parallel == 2 and train_one.parallel == 1
+    assert train_one.what.startswith("3 epochs x ")
+
+
+def test_the_auto_limit_never_exceeds_the_partition_and_never_drops_below_warning_and_a_unit():
+    policy = Policy(margin=1.5, startup_minutes=2, warning_minutes=10, cap_minutes=600)
+    work = Work((Term("k", 1.0),), units=10, unit="epochs")
+
+    def limit(seconds: float, startup: float = 0.0) -> int:
+        return limit_minutes(
+            Prediction(seconds, seconds, seconds, "w", startup=startup), work, policy
+        )
+
+    # 20 min of 10 epochs: 2 + 30 (x1.5) + 10 (warning) + 2 (an epoch), rounded up
+    assert limit(1200) == 44
+    assert limit(1) == math.ceil(2 + 1.5 / 60 + 10 + 0.1 / 60)
+    for seconds in (0.0, 1.0, 60.0, 3600.0, 36_000.0, 3.6e6):
+        assert limit(seconds) <= 600
+        assert limit(seconds) >= 10 + seconds / 10 / 60 or limit(seconds) == 600
+    assert limit(3.6e6) == 600, "a thousand hours asks for the partition's limit"
+    no_cap = Policy(margin=1.0, startup_minutes=0, warning_minutes=0, cap_minutes=None)
+    assert limit_minutes(None, None, no_cap) == no_cap.unknown_minutes, "no prediction"
+
+
+def test_benchmarks_of_the_same_params_on_other_inputs_are_scaled_by_the_work_they_measured():
+    """A job planned on half the digits of a benchmarked one: half its steps, so half the time
+    (the start-up aside); with the same work, the benchmark as it is."""
+    book = RateBook("cpu-test", [rate(STARTUP, "gpuflow.ssvae.train", 1.0)])
+    config = ssvae_config(epochs=4, seeds=[0, 1])
+    half = ssvae_config(epochs=4, seeds=[0, 1])
+    half["ssvae"]["data"]["test_fraction"] = 0.6  # 2,000 training digits, not 4,000
+    measured = planned_work("ssvae_train", config, POINT)
+    planned = planned_work("ssvae_train", half, POINT)
+    steps = [
+        next(t for t in w.terms if t.kind == "ssvae.m2.flop").what for w in (measured, planned)
+    ]
+    assert "x 39 steps x" in steps[0] and "x 19 steps x" in steps[1]
+    same = from_benchmarks([(30.0, measured)], measured, book, "b", "bench")
+    scaled = from_benchmarks([(30.0, measured)], planned, book, "b", "bench")
+    assert same.seconds == pytest.approx(30.0)
+    main = [
+        next(t.amount for t in w.terms if t.kind == "ssvae.m2.flop") for w in (measured, planned)
+    ]
+    assert scaled.seconds == pytest.approx(30.0 * main[1] / main[0])
+    assert scaled.seconds < 16, "not the 30 s of twice the digits"
+
+
+def test_rates_come_from_the_newest_record_row_that_measured_them(tmp_path):
+    def record(created: str, value: float) -> dict:
+        row = rate_row("k.flop", "s", "FLOP/s", [value, 2 * value, 3 * value], "a trial")
+        return {"created": created, "rows": [row, {"path": "no rate here"}]}
+
+    (tmp_path / "2026-01-01-nvidia-h100-80gb-hbm3.json").write_text(
+        json.dumps(record("2026-01-01T10:00:00", 1.0))
+    )
+    (tmp_path / "2026-01-01-nvidia-h100-80gb-hbm3-ssvae.json").write_text(
+        json.dumps(record("2026-01-01T12:00:00", 5.0))
+    )
+    (tmp_path / "2026-01-02-nvidia-a100-sxm4-40gb-rates.json").write_text(
+        json.dumps(record("2026-01-02T00:00:00", 9.0))
+    )
+    _, h100 = books(tmp_path, "h100")
+    found, note = h100.find("k.flop", "s")
+    assert (found.value, found.low, found.high, note) == (10.0, 5.0, 15.0, "")
+    assert found.source == "2026-01-01-nvidia-h100-80gb-hbm3-ssvae.json", "the later of a day"
+    assert books(tmp_path)[1].device == "nvidia-a100-sxm4-40gb", "the newest GPU by default"

@@ -1,0 +1,120 @@
+"""Calibrated plans and the ledger on real runs: `gpuflow calibrate` measures every rate a
+config's jobs need, so `gpuflow plan` predicts them (`w`); `gpuflow ledger` sets what a run
+spent, from its job records, beside what was planned."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from gpuflow.job.paths import RECORD, job_file
+from tests.conftest import BIN, REPO, snakemake, tiny_config, workflow_env
+from tests.test_plan import SNAKEFILE, write_probe_config
+
+pytestmark = pytest.mark.workflow
+
+
+def rows_of(run_gpuflow, step: str, *args: str) -> dict[str, dict]:
+    return {row["rule"]: row for row in json.loads(run_gpuflow(step, "--json", *args).stdout)}
+
+
+def test_a_calibration_measures_every_rate_the_config_s_jobs_need(run_gpuflow, tmp_path):
+    workdir, records = tmp_path / "run", tmp_path / "records"
+    config = workdir / "config.yaml"
+    workdir.mkdir()
+    config.write_text(json.dumps(tiny_config("sweep")))
+    options = ["--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir)]
+    before = rows_of(
+        run_gpuflow, "plan", *options, "--timings", str(records), "--configfile", str(config)
+    )
+    assert before["sweep_shard"]["source"] == "r", "nothing measured yet"
+    done = run_gpuflow("calibrate", *options, "--out", str(records), "--configfile", str(config))
+    [written] = records.glob("*-rates.json")
+    kinds = {
+        (row["rate"]["kind"], row["rate"]["shape"])
+        for row in json.loads(written.read_text())["rows"]
+    }
+    assert {kind for kind, _ in kinds} == {"startup", "sweep.gd.seed", "sweep.gnc.seed"}, (
+        done.stdout
+    )
+    assert all(len(row["rate"]["trials"]) == 3 for row in json.loads(written.read_text())["rows"])
+    after = rows_of(
+        run_gpuflow, "plan", *options, "--timings", str(records), "--configfile", str(config)
+    )
+    shard = after["sweep_shard"]
+    assert shard["source"] == "w" and shard["basis"] == [written.name]
+    low, high = shard["range_h_per_job"]
+    assert (
+        low <= shard["expected_h_per_job"] <= high
+        and high < before["sweep_shard"]["expected_h_per_job"]
+    )
+
+
+def test_the_ledger_s_gpu_hours_are_the_job_records_wall_times_gpus(run_gpuflow, tmp_path):
+    workdir = tmp_path / "run"
+    config = write_probe_config(workdir, n_gpu_jobs=3)
+    targets = [f"results/probe/gpu~{i}.json" for i in range(3)]
+    options = [
+        "--snakefile",
+        str(SNAKEFILE),
+        "--directory",
+        str(workdir),
+        "--configfile",
+        str(config),
+    ]
+    subprocess.run(
+        [str(BIN / "snakemake"), *targets, *options, "--cores", "2", "--quiet"],
+        env=workflow_env(), check=True, capture_output=True,
+    )  # fmt: skip
+    records = [json.loads(job_file(workdir / t, RECORD).read_text()) for t in targets]
+    wall = sum(record["wall_s"] for record in records)
+    options = [
+        "--snakefile",
+        str(SNAKEFILE),
+        "--directory",
+        str(workdir),
+        "--configfile",
+        str(config),
+    ]
+    row = rows_of(run_gpuflow, "ledger", *targets, *options)["probe_gpu"]
+    assert (row["jobs"], row["ended"]) == (3, 3)
+    assert row["spent_s"] == pytest.approx(wall)
+    assert row["spent_gpu_h"] == pytest.approx(1 * wall / 3600), "1 GPU each"
+    assert row["planned_gpu_h"] == pytest.approx(3 * 0.5), "planned at the 30-minute limit (r)"
+    assert row["sources"] == "r" and row["slurm_gpu_h"] == 0, "no SLURM here"
+    table = run_gpuflow("ledger", *targets, *options).stdout
+    assert table.splitlines()[2].split()[:2] == ["probe_gpu", "3/3"]
+
+
+def test_the_same_params_on_other_data_are_scaled_from_the_folder_s_benchmark(
+    run_gpuflow, tmp_path
+):
+    """An SSVAE job trained on 4,000 digits plans the same job on 2,000 (test_fraction 0.6:
+    its data job's params change, its own do not) at about half its benchmark, not all of it."""
+    config = tiny_config("ssvae")
+    config["ssvae"]["grid"].update(fractions=[0.05], seeds=[0])
+    workdir = tmp_path / "run"
+    snakemake(workdir, config)
+    [benchmark] = (workdir / "results/ssvae/benchmarks/train").rglob("*.tsv")
+    seconds = float(benchmark.read_text().splitlines()[1].split("\t")[0])
+    options = [
+        "--snakefile",
+        str(REPO / "Snakefile"),
+        "--directory",
+        str(workdir),
+        "--timings",
+        str(tmp_path / "none"),
+    ]
+    halved = workdir / "halved.yaml"
+    config["ssvae"]["data"] = {"test_fraction": 0.6}
+    halved.write_text(json.dumps(config))
+    train = rows_of(run_gpuflow, "plan", *options, "--configfile", str(halved))["ssvae_train"]
+    assert train["source"] == "b" and train["why"] == {"downstream": 1}
+    steps = [(n - round(0.05 * n)) // 400 for n in (4000, 2000)]  # unlabelled // batch: 9, 4
+    assert train["expected_h_per_job"] * 3600 == pytest.approx(seconds * steps[1] / steps[0])
+    again = rows_of(
+        run_gpuflow, "plan", *options, "--configfile", str(workdir / "test-config.yaml")
+    )
+    assert "ssvae_train" not in again, "the same data: nothing to run"

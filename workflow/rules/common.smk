@@ -19,7 +19,7 @@ from gpuflow.data.modelref import check_model_reference
 from gpuflow.settings.blocks import schema_families, split_json
 from gpuflow.job.stopping import ignore_warning
 from gpuflow.cost.limits import AUTO, auto_runtime
-from gpuflow.cost.rates import records_folder
+from gpuflow.cost.rates import rate_records
 from gpuflow.slurm.fit import grown, retry_limits
 from gpuflow.slurm.site import gpu_model, site_path
 
@@ -152,7 +152,7 @@ def time_limit(rule_name, gpu, runtime):
     site's GPU model or this CPU (gpuflow.cost.limits); either grows with each retry."""
     if runtime != AUTO:
         return retried("runtime", gpu, runtime)
-    records = records_folder(workflow.basedir)
+    records = rate_records(workflow.basedir)
     site = site_path()
 
     def predicted(wildcards):

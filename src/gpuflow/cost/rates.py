@@ -27,7 +27,7 @@ HOST_KINDS = (STARTUP, "state.write", "lm.load")
 RECORDS_ENV = "GPUFLOW_RECORDS"  # where the records are, where not benchmarks/records
 
 
-def records_folder(checkout: str | Path = ".") -> Path:
+def rate_records(checkout: str | Path = ".") -> Path:
     """The records that rates and timings come from: $GPUFLOW_RECORDS, else the checkout's
     benchmarks/records (the workflow's folder for the Snakefile, the working one for steps)."""
     return Path(os.environ.get(RECORDS_ENV) or Path(checkout) / "benchmarks" / "records")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from gpuflow.cost.rates import records_folder
+from gpuflow.cost.rates import rate_records
 from gpuflow.registry import lazy
 
 
@@ -33,7 +33,7 @@ def add_timings_argument(parser: argparse.ArgumentParser) -> None:
     """`--timings` (the records of measured times and rates) and `--gpu` (whose rates)."""
     parser.add_argument(
         "--timings",
-        default=str(records_folder()),
+        default=str(rate_records()),
         help="the records of measured job times (gpuflow record-timings) and rates (gpu-check,"
         " gpuflow calibrate) that expected times come from (default: $GPUFLOW_RECORDS, else"
         " benchmarks/records)",

@@ -70,14 +70,6 @@ def test_the_ledger_s_gpu_hours_are_the_job_records_wall_times_gpus(run_gpuflow,
     )  # fmt: skip
     records = [json.loads(job_file(workdir / t, RECORD).read_text()) for t in targets]
     wall = sum(record["wall_s"] for record in records)
-    options = [
-        "--snakefile",
-        str(SNAKEFILE),
-        "--directory",
-        str(workdir),
-        "--configfile",
-        str(config),
-    ]
     row = rows_of(run_gpuflow, "ledger", *targets, *options)["probe_gpu"]
     assert (row["jobs"], row["ended"]) == (3, 3)
     assert row["spent_s"] == pytest.approx(wall)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -191,24 +192,27 @@ def deal_into_shards(texts: pd.DataFrame, n_shards: int) -> list[pd.DataFrame]:
     return [texts.iloc[i::n_shards] for i in range(n_shards)]
 
 
-def main(args: argparse.Namespace) -> int:
-    """`gpuflow fluency-texts`: write the texts config['fluency']['texts'] names."""
-    texts = family_settings("fluency", args.settings)["texts"]
+def selected_texts(texts: dict[str, Any]) -> pd.DataFrame:
+    """The texts config['fluency']['texts'] names: the user's files, or the embedded reviews."""
     if texts["source"] == "files":
         if not texts["files"]:
             raise ConfigError("fluency.texts.files", "empty, but source is 'files'", "text files")
-        frame = file_texts(
+        return file_texts(
             texts["files"], texts["text_column"], texts["id_column"], texts["group_columns"]
         )
-    else:
-        frame = embedded_texts(
-            texts["n_texts"],
-            texts["corpus"],
-            texts["max_words"],
-            texts["seed"],
-            texts["shuffled_twins"],
-            texts["min_words"],
-        )
+    return embedded_texts(
+        texts["n_texts"],
+        texts["corpus"],
+        texts["max_words"],
+        texts["seed"],
+        texts["shuffled_twins"],
+        texts["min_words"],
+    )
+
+
+def main(args: argparse.Namespace) -> int:
+    """`gpuflow fluency-texts`: write the texts config['fluency']['texts'] names."""
+    frame = selected_texts(family_settings("fluency", args.settings)["texts"])
     write_csv(args.out, frame)
     print(f"wrote {len(frame)} texts to {args.out}")
     return 0

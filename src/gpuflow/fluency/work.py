@@ -142,22 +142,9 @@ def _embedded_lm(train_json: str, scored: tuple[str, ...]) -> LM:
 @cache
 def _texts(texts_json: str, shards: int) -> tuple[tuple[tuple[str, ...], ...], tuple[str, ...]]:
     """(each shard's texts, the original texts the embedded LM must not train on)."""
-    from gpuflow.fluency.texts import deal_into_shards, embedded_texts, file_texts
+    from gpuflow.fluency.texts import deal_into_shards, selected_texts
 
-    texts = json.loads(texts_json)
-    if texts["source"] == "files":
-        frame = file_texts(
-            texts["files"], texts["text_column"], texts["id_column"], texts["group_columns"]
-        )
-    else:
-        frame = embedded_texts(
-            texts["n_texts"],
-            texts["corpus"],
-            texts["max_words"],
-            texts["seed"],
-            texts["shuffled_twins"],
-            texts["min_words"],
-        )
+    frame = selected_texts(json.loads(texts_json))
     originals = frame.loc[frame["condition"] != "shuffled", "text"].tolist()
     dealt = tuple(tuple(shard["text"].tolist()) for shard in deal_into_shards(frame, shards))
     return dealt, tuple(originals)

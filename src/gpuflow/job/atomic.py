@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuflow.errors import WRITE_ERRNOS, cannot_write
+from gpuflow.job import attempt
 from gpuflow.job.outputlock import exclusive_output
 
 if TYPE_CHECKING:
@@ -91,6 +92,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
             yield tmp
             if tmp.is_file():
                 _fsync_file(tmp)
+            attempt.check()  # a newer attempt of this job writes from now on: leave it be
             if target.is_dir() and tmp.is_dir():
                 _replace_folder(tmp, target)
             else:

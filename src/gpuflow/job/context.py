@@ -1,7 +1,8 @@
 """The job context: everything that makes one step trustworthy, owned in one place.
 
 `gpuflow.cli.main` opens one `Job` around every step. While it is open the job holds the locks
-of its outputs (gpuflow.job.outputlock), the device locks it needs (gpuflow.job.gpulock), handles
+of its outputs (gpuflow.job.outputlock) and is the attempt that may write them
+(gpuflow.job.attempt), the device locks it needs (gpuflow.job.gpulock), handles
 SIGTERM/SIGUSR1 as a stop request (gpuflow.job.stopping) and samples what it uses; when the step
 ends it writes the job record (gpuflow.job.record). A step reaches its job with `current()`
 and asks it for its resume state (a `State` snapshot, or a `UnitLog` of units finished one by one),
@@ -18,7 +19,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from gpuflow.job import stopping
+from gpuflow.job import attempt, stopping
 from gpuflow.job.divergence import SkippedSteps, check_finite, check_skipped
 from gpuflow.job.finished_states import release
 from gpuflow.job.gpulock import gpus_for_this_process
@@ -68,6 +69,9 @@ class Job:
         stopping.install()
         with ExitStack() as stack:
             stack.enter_context(exclusive_outputs(self.outputs if self.writer else []))
+            if self.writer and self.outputs:
+                attempt.claim(self.first_output)
+                stack.callback(attempt.release)
             stack.enter_context(gpus_for_this_process())
             interval_s = float(self.settings["interval_s"])
             self.telemetry = stack.enter_context(job_record(self.step, self.outputs, interval_s))

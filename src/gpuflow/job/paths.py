@@ -14,7 +14,8 @@ from pathlib import Path
 JOBS = "jobs"
 RECORD, PROGRESS, STATE = "record.json", "progress.json", "state.pt"
 UNITS = "units.jsonl"
-KINDS = (RECORD, PROGRESS, STATE, UNITS)
+ATTEMPT = "attempt"  # the attempt that may write (gpuflow.job.attempt)
+KINDS = (RECORD, PROGRESS, STATE, UNITS, ATTEMPT)
 
 
 def family_root(output: str | Path) -> Path:

@@ -5,7 +5,9 @@ copies still run. The test does exactly that on one target: a first Snakemake ru
 shard, held inside its step (a `seed-hold-until` fault, tests/slurm/grid_faults.py) until the
 test lets it go; meanwhile `--unlock` and a second Snakemake on the same target. The second job
 must fail with one line naming the first writer, the first must finish, and its output must equal
-an undisturbed run's.
+an undisturbed run's. A training step holds its outputs' locks as well, from its start, not only
+for the length of a write: a second `gpuflow ssvae-train` on the same outputs is refused while the
+first trains.
 """
 
 from __future__ import annotations
@@ -21,8 +23,11 @@ import pytest
 from gpuflow.job.outputlock import OutputTakenError, exclusive_output, lock_path
 from gpuflow.job.state import make_fingerprint
 from gpuflow.job.unitlog import UnitLog
-from tests.conftest import BIN, REPO, snakemake, wait_for, workflow_env
+from tests.conftest import BIN, REPO, snakemake, wait_for, wait_for_file, workflow_env
 from tests.slurm import grid_faults
+from tests.test_ssvae_train import comparable, data_path, train_command
+
+__all__ = ["data_path"]  # the fixture, shared with the SSVAE training tests
 
 SHARD = "results/sweep/shards/method~gnc/rank~2/width~4/shard~0.csv"
 SHARD_LOG = "results/sweep/logs/method~gnc/rank~2/width~4/shard~0.log"
@@ -108,6 +113,68 @@ def test_a_second_run_of_a_running_target_is_refused_and_the_first_output_is_int
 
 def _read(path: Path) -> str:
     return path.read_text(errors="replace") if path.exists() else ""
+
+
+HELD_IN_ITS_FIRST_EPOCH = """
+import sys, time
+from pathlib import Path
+from gpuflow.cli import main
+from gpuflow.ssvae.train import StackTrainer
+
+started, release, train_epoch = Path(sys.argv[1]), Path(sys.argv[2]), StackTrainer.train_epoch
+
+def held(self):
+    started.touch()
+    while not release.exists():
+        time.sleep(0.05)
+    return train_epoch(self)
+
+StackTrainer.train_epoch = held
+sys.exit(main(sys.argv[3:]))
+"""
+
+
+def test_a_second_training_of_a_running_target_is_refused_and_the_first_output_is_intact(
+    data_path, tmp_path
+):
+    """The first training is held in its first epoch (HELD_IN_ITS_FIRST_EPOCH) until the second
+    has ended: the two overlap for sure, on a quiet machine as on a busy one."""
+    reference, shared = tmp_path / "reference", tmp_path / "shared"
+    reference.mkdir()
+    shared.mkdir()
+    subprocess.run(
+        train_command(data_path, reference, 3), check=True, env=workflow_env(), capture_output=True
+    )
+    command = train_command(data_path, shared, 3)
+    started, release = tmp_path / "first-trains", tmp_path / "second-refused"
+    first = subprocess.Popen(
+        [str(BIN / "python"), "-c", HELD_IN_ITS_FIRST_EPOCH, str(started), str(release),
+         *command[1:]],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**workflow_env(), "SLURM_JOB_ID": "4242"},
+    )  # fmt: skip
+    try:
+        wait_for_file(started, first, 120)
+        second = subprocess.run(command, capture_output=True, text=True, env=workflow_env())
+        assert first.poll() is None, "the first training was still running when the second ended"
+        written_meanwhile = [p.name for p in shared.glob("seed~*")]
+        release.touch()
+        _, first_err = first.communicate(timeout=120)
+    finally:
+        release.touch()
+        if first.poll() is None:
+            first.kill()
+    refusal = second.stderr.splitlines()
+    assert second.returncode == 2 and len(refusal) == 1, second.stdout + second.stderr
+    assert refusal[0].startswith(
+        f"gpuflow ssvae-train: error: {shared / 'seed~4.json'}: another job is writing this"
+        f" output (host {socket.gethostname()}, pid {first.pid}, SLURM job 4242, since "
+    ), refusal
+    assert written_meanwhile == [], "the refused training wrote nothing"
+    assert first.returncode == 0, first_err
+    for name in ("seed~4.json", "seed~9.json"):
+        assert comparable(shared / name) == comparable(reference / name)
+    assert sorted(p.name for p in shared.iterdir()) == ["jobs", "seed~4.json", "seed~9.json"]
 
 
 def test_an_output_lock_names_its_holder_and_frees_with_the_holder(tmp_path):

@@ -7,13 +7,15 @@
   until the run has accepted the outputs;
 - one progress file format, written by every long step of every family;
 - `gpuflow status` reads those progress files only: rewording every training log line changes
-  nothing it shows.
+  nothing it shows;
+- the divergence guard stops a run at a loss term that is NaN or infinite, either sign.
 """
 
 from __future__ import annotations
 
 import builtins
 import json
+import math
 import socket
 from collections.abc import Callable
 from pathlib import Path
@@ -26,6 +28,7 @@ import gpuflow
 from gpuflow.cli import main as gpuflow_main
 from gpuflow.job import Job, current
 from gpuflow.job import progress as progress_module
+from gpuflow.job.divergence import TrainingDivergedError
 from gpuflow.job.finished_states import RECORDS_ENV, clean
 from gpuflow.job.paths import PROGRESS, RECORD, STATE, job_file, job_of
 from gpuflow.job.progress import KEYS
@@ -145,6 +148,31 @@ def test_a_step_run_by_hand_drops_its_state_once_its_outputs_are_written(tmp_pat
     job.state().save({"x": 1})
     job.release()
     assert not job_file(out, STATE).exists()
+
+
+# --- the divergence guard ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf], ids=["nan", "+inf", "-inf"])
+def test_a_loss_term_that_is_nan_or_infinite_stops_the_run_naming_it_and_the_kept_state(
+    tmp_path, value
+):
+    out = tmp_path / "results" / "ssvae" / "metrics.json"
+    job = current([out])
+    job.state(settings={"lr": 0.1}).save({"epoch": 2})
+    terms = {"train_loss": 1.5, "kl": value, "test_loss": 2.0}
+    with pytest.raises(TrainingDivergedError) as stopped:
+        job.check_finite("seed=0", 3, terms)
+    assert str(stopped.value) == (
+        f"run seed=0: loss term 'kl' is {value} at epoch 3; training stopped, the last good"
+        f" state (after epoch 2) is kept in {job_file(out, STATE)}"
+        " (lower the learning rate or check the data)"
+    )
+
+
+def test_finite_loss_terms_however_large_let_the_run_go_on(tmp_path):
+    job = current([tmp_path / "metrics.json"])
+    job.check_finite("seed=0", 1, {"train_loss": 1e308, "kl": -1e308, "test_loss": 0.0})
 
 
 # --- one progress format, every family --------------------------------------------------------

@@ -1,6 +1,7 @@
 """Two kinds of setting, seen from Snakemake: after a finished run of every family, a change of
-any runtime-only key (read from the schema) plans no job, a change of a results key re-plans
-exactly the jobs that use it, and a forced sweep shard computes its seeds again.
+any runtime-only key (those the schema marks, and those held here that it must keep marking so)
+plans no job, a change of a results key re-plans exactly the jobs that use it, and a forced sweep
+shard computes its seeds again.
 
 One finished tiny run is shared by every check; each check is a dry run against it.
 """
@@ -28,6 +29,46 @@ pytestmark = pytest.mark.workflow
 
 FAMILIES = ["fluency", "ssvae", "scaling", "sweep"]
 TINY = tiny_config("all")
+
+
+# Keys that say where, with what and in what pieces a step runs, never what it computes: no
+# schema may re-mark one `x-affects: results` (`*`: any entry of a named block).
+MUST_STAY_RUNTIME = {
+    "fluency": [
+        "device", "cpu_workers", "perplexity.token_budget", "perplexity.fill_free_memory",
+        "perplexity.chunk_tokens", "perplexity.placement", "toxicity.batch_size",
+        "toxicity.chunk_texts",
+    ],
+    "ssvae": [
+        "train.device", "train.gpu_ids", "train.no_multi_gpu", "train.eval_batch_size",
+        "train.data_on_device", "train.num_workers", "train.pin_memory",
+        "train.persistent_workers",
+    ],
+    "scaling": [
+        "device", "cpu_threads_per_process", "max_restarts", "multinode.port",
+        "baseline.slurm_partition", "configurations.*.train.eval_batch_size",
+        "configurations.*.train.num_workers",
+    ],
+    "sweep": ["device", "cpu_workers"],
+    "telemetry": ["interval_s"],
+}  # fmt: skip
+RESOURCE_KEYS = ("gpu", "cpus_per_task", "mem_mb", "runtime")  # of every rule, every family
+
+
+def must_stay_runtime(family: str) -> list[tuple[str, ...]]:
+    """The part's keys in MUST_STAY_RUNTIME, and for a family every resource of each rule."""
+    held = [tuple(key.split(".")) for key in MUST_STAY_RUNTIME[family]]
+    if family not in FAMILIES:
+        return held
+    rules = family_schema(family)["properties"]["resources"]["properties"]
+    return held + [("resources", rule, key) for rule in rules for key in RESOURCE_KEYS]
+
+
+def runtime_keys(family: str) -> list[tuple[str, ...]]:
+    """The family's runtime-only keys: those its schema marks and those that must stay so."""
+    return sorted(
+        set(keys_of_kind(family_schema(family), "runtime")) | set(must_stay_runtime(family))
+    )
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +135,7 @@ def runtime_overrides(family: str, config: dict[str, Any]) -> tuple[dict[str, An
     """Every runtime-only key of the family set to another valid value, and the keys' names."""
     overrides: dict[str, Any] = {}
     names = []
-    for pattern in keys_of_kind(family_schema(family), "runtime"):
+    for pattern in runtime_keys(family):
         for path in expand_names(pattern, config[family]):
             current = config[family]
             for name in path:
@@ -131,6 +172,13 @@ def unread_overrides(
             overrides[name] = other_value(child, value)
             names.append(".".join((*path, name)))
     return overrides, names
+
+
+@pytest.mark.parametrize("family", [*FAMILIES, "telemetry"])
+def test_the_schema_marks_runtime_only_every_key_that_must_stay_so(family):
+    marked = set(keys_of_kind(family_schema(family), "runtime"))
+    re_marked = [".".join(key) for key in must_stay_runtime(family) if key not in marked]
+    assert re_marked == [], f"{family}: runtime-only keys the schema marks otherwise"
 
 
 def test_a_finished_run_of_every_family_has_nothing_left_to_do(finished):

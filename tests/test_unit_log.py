@@ -20,15 +20,18 @@ def test_a_unit_log_keeps_finished_units_and_cuts_a_torn_last_line(tmp_path: Pat
     first = UnitLog(out, ONE).open()
     first.add_ok(0, {"seed": 0, "x": 0.5})
     first.add_failed(1, "boom")
+    first.add_ok(2, {"seed": 2, "x": 0.25})  # the last whole line: kept with the others
     first.close()
     with open(path, "a", encoding="utf-8") as handle:
-        handle.write('{"kind": "unit", "unit": 2, "sta')  # killed mid-write
+        handle.write('{"kind": "unit", "unit": 3, "sta')  # killed mid-write
     again = UnitLog(out, ONE).open()
-    assert not again.started_over and again.done() == {0: {"seed": 0, "x": 0.5}}
-    again.add_ok(2, {"seed": 2})
+    assert not again.started_over
+    assert again.done() == {0: {"seed": 0, "x": 0.5}, 2: {"seed": 2, "x": 0.25}}
+    assert again.records[1]["error"] == "boom"
+    again.add_ok(3, {"seed": 3})
     again.close()
     lines = [json.loads(line) for line in path.read_text().splitlines()]
-    assert [line.get("unit") for line in lines] == [None, 0, 1, 2]
+    assert [line.get("unit") for line in lines] == [None, 0, 1, 2, 3]
 
 
 def test_a_reopened_unit_log_carries_the_seconds_its_earlier_attempts_spent(tmp_path: Path):

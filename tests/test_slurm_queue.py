@@ -258,3 +258,64 @@ def test_queued_and_running_jobs_of_an_earlier_run_block_their_targets_only(bin_
         "5 (rule_sweep_shard_wildcards_gd_8_8_1, RUNNING), 6 (rule_quick, PENDING). "
         "Wait for them (squeue --me) or end them with: scancel 5 6"
     )
+
+
+def unreachable_command(bin_dir: Path, name: str, seconds: float) -> Path:
+    """A stand-in for `name` with the controller down: it waits `seconds` in a child process
+    (whose pid it writes to <name>.child), then says it could not contact the controller, as
+    SLURM 22.05's squeue does after retrying. Returns the file its calls are logged to."""
+    log = bin_dir / f"{name}.calls"
+    script = bin_dir / name
+    script.write_text(
+        "#!/bin/sh\nPATH=/usr/bin:/bin\n"
+        f'echo "$*" >> "{log}"\n'
+        f'sleep {seconds} & echo $! > "{bin_dir}/{name}.child"; wait\n'
+        'echo "slurm_load_jobs error: Unable to contact slurm controller (connect failure)" >&2\n'
+        "exit 1\n"
+    )
+    script.chmod(0o755)
+    return log
+
+
+def running(pid: int) -> bool:
+    """Whether process `pid` exists and is no zombie."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
+
+
+def test_status_jobs_give_a_controller_that_does_not_answer_their_timeout_only(bin_dir):
+    """squeue is killed at the timeout with what it started, nothing is read from sacct (whose
+    records the controller no longer updates), and squeue's JSON is not taken to fail."""
+    squeue_calls = unreachable_command(bin_dir, "squeue", 60)
+    sacct_calls = unreachable_command(bin_dir, "sacct", 60)
+    started = time.monotonic()
+    assert queue.status_jobs(SACCT_RUN, timeout=0.5) == ({}, "squeue: no answer in 0.5 s")
+    assert time.monotonic() - started < 3
+    assert squeue_calls.read_text().splitlines() == ["--me --states=all --json"]
+    assert not sacct_calls.exists()
+    assert not running(int((bin_dir / "squeue.child").read_text()))
+    assert queue._json_fails == set()
+
+
+def test_a_command_that_cannot_contact_the_controller_names_it(bin_dir):
+    unreachable_command(bin_dir, "squeue", 0)
+    reason = "squeue: Unable to contact slurm controller (connect failure)"
+    assert queue.status_jobs(SACCT_RUN) == ({}, reason)
+    assert queue.squeue_jobs(SACCT_RUN) == [] and queue.run_jobs(SACCT_RUN) == {}
+    assert "squeue" not in queue._json_fails, "its JSON was never answered"
+
+
+def test_status_jobs_are_run_jobs_where_squeue_answers(bin_dir):
+    """Also where sacct alone gets no answer (its database is down): squeue's jobs stand, as a
+    failing squeue (jobs past MinJobAge) leaves sacct's."""
+    fake_command(bin_dir, "sacct", captured("sacct.json"), "")
+    line = f"9|gpuflow_capture|rule_broken|RUNNING|{SACCT_RUN}|2026-11-24T03:57:00|Unknown"
+    fake_command(bin_dir, "squeue", None, line)
+    jobs = queue.run_jobs(SACCT_RUN)
+    assert jobs["rule_broken"].job_id == "9" and jobs["rule_quick"].job_id == "6"
+    assert queue.status_jobs(SACCT_RUN) == (jobs, None)
+    unreachable_command(bin_dir, "sacct", 60)
+    [job] = queue.status_jobs(SACCT_RUN, timeout=0.5)[0].values()
+    assert job.job_id == "9"

@@ -29,7 +29,13 @@ from gpuflow.job.record import read_record
 from gpuflow.job.telemetry.tables import read_folder
 from gpuflow.ops.plan import Job, plan_jobs
 from gpuflow.ops.snakemake_adapter import Marker, failed_jobs, snakemake_started
-from gpuflow.ops.status.collect import KILLED, Seen, classify, telemetry_gpu_hours
+from gpuflow.ops.status.collect import (
+    KILLED,
+    Seen,
+    classify,
+    last_error_line,
+    telemetry_gpu_hours,
+)
 from gpuflow.ops.status.main import run_state
 from gpuflow.ops.status.progress import Progress, job_progress
 from gpuflow.ops.status.report import as_dict, render
@@ -208,6 +214,29 @@ def test_a_recorded_failure_stands_unless_a_run_started_after_it(tmp_path):
     assert state(run_active=True, run_started=1100.0) == "queued", "the active run retries it"
     record.write_text(json.dumps({**started, "host": "another-node"}))
     assert state(run_active=False) == "todo", "a step on another host is SLURM's to tell"
+
+
+def test_with_slurm_unreachable_a_job_the_run_submitted_is_running_once_its_step_started(
+    tmp_path,
+):
+    """Its marker names its SLURM job; without SLURM's answer its job record tells whether its
+    step started (running) or not yet (queued). Where SLURM answers and no longer knows the job,
+    the job is left incomplete."""
+    marker = Marker("results/out/slow.txt", 1000.0, external_jobid="11")
+    down = "squeue: Unable to contact slurm controller (connect failure)"
+
+    def state(slurm_unreachable: str | None) -> str:
+        markers = {marker.output: marker}
+        seen = Seen(tmp_path, markers, {}, [], True, 990.0, slurm_unreachable=slurm_unreachable)
+        return classify(SLOW, seen).state
+
+    assert (state(down), state(None)) == ("queued", "incomplete")
+    record = job_file(tmp_path / "results/out/slow.txt", RECORD)
+    record.parent.mkdir(parents=True)
+    record.write_text(json.dumps({"status": "running", "started": 1005.0, "host": "node1"}))
+    assert (state(down), state(None)) == ("running", "incomplete")
+    record.write_text(json.dumps({"status": "running", "started": 900.0, "host": "node1"}))
+    assert state(down) == "queued", "the record of an earlier attempt"
 
 
 def test_a_snakemake_process_counts_only_in_the_folder_it_works_in(tmp_path):
@@ -470,6 +499,31 @@ def test_failed_jobs_are_read_from_snakemakes_run_log(tmp_path):
     assert failed.output == ["results/a.json", "results/b.json"]
     assert failed.log == ["results/logs/a.log", "/x/.snakemake/slurm_logs/rule_ssvae_train/11.log"]
     assert failed.external_jobid == "11" and "TIMEOUT" in failed.message
+
+
+SCANCELLED_TRAINING_LOG = """\
+epoch 3/20 loss [0.41]
+gpuflow scaling-train: error: stopped by SIGTERM after epoch 3 (state saved in run.ckpt)
+W1123 07:30:01 torch/distributed/elastic/agent/server/api.py:704] Received 15 death signal
+Traceback (most recent call last):
+  File "/venv/bin/torchrun", line 8, in <module>
+    sys.exit(main())
+torch.distributed.elastic.multiprocessing.api.SignalException: Process 4242 got signal: 15
+"""
+
+
+def test_a_stopped_step_s_last_error_is_gpuflow_s_own_line_over_a_launcher_s_after_it(
+    tmp_path,
+):
+    log = tmp_path / "train.log"
+    log.write_text(SCANCELLED_TRAINING_LOG, encoding="utf-8")
+    assert last_error_line(["train.log"], tmp_path) == (
+        "train.log",
+        "gpuflow scaling-train: error: stopped by SIGTERM after epoch 3 (state saved in run.ckpt)",
+    )
+    without_own_line = SCANCELLED_TRAINING_LOG.replace("gpuflow scaling-train: error: ", "")
+    log.write_text(without_own_line, encoding="utf-8")
+    assert last_error_line(["train.log"], tmp_path)[1].endswith("got signal: 15")
 
 
 def test_watch_prints_the_tables_again_plainly_when_not_on_a_terminal(tmp_path):

@@ -24,6 +24,9 @@ import logging
 import os
 import re
 import shlex
+import shutil
+import sys
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -199,6 +202,7 @@ def build_dag(args: argparse.Namespace, every_job: bool = False) -> Dag:
     subprocesses must not inherit them).
     """
     check_version()
+    import_slurm_plugin_quickly()
     from snakemake.api import SnakemakeApi
     from snakemake.cli import parse_args, parse_config
     from snakemake.settings.enums import PersistenceBackend
@@ -262,6 +266,24 @@ def build_dag(args: argparse.Namespace, every_job: bool = False) -> Dag:
     partitions = getattr(executor_settings, "partition_config", None)
     dag.partition_config = str(partitions) if partitions else None
     return dag
+
+
+def import_slurm_plugin_quickly() -> None:
+    """Import the SLURM executor plugin with SLURM's commands out of its reach. At import it
+    asks `scontrol show config` for a help text (snakemake-executor-plugin-slurm 2.8.0,
+    `_get_status_command_help`), which waits 10 s where the controller does not answer, and
+    `gpuflow status` must answer within 5 s then. Snakemake imports every plugin to parse its
+    own options, so the plugin is imported here first, once, with a PATH that holds only
+    `which` (its probe for sacct and squeue): its help text and the default of its status
+    command (both set by the profile or unused by gpuflow's tools) do without them."""
+    if "snakemake_executor_plugin_slurm" in sys.modules:
+        return
+    which = shutil.which("which")
+    with environment_kept(), tempfile.TemporaryDirectory() as bare:
+        if which:
+            os.symlink(which, os.path.join(bare, "which"))
+        os.environ["PATH"] = bare
+        import snakemake_executor_plugin_slurm  # noqa: F401
 
 
 def changed_while_read(error: BaseException) -> bool:

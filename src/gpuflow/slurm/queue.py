@@ -12,16 +12,23 @@ A job is a run's when its name starts with `gpuflow_` (the profile's job name pr
 was submitted from the run's working directory; its comment (`job_comment`) names its rule and
 wildcard values. sacct keeps comments only where slurm.conf sets
 `AccountingStoreFlags=job_comment`. Parsing stays cheap (the Snakefile checks at start-up).
+
+A command that runs past its timeout is killed with whatever it started. The SLURM commands
+retry for a long time while the controller is down; `gpuflow status` gives them a few seconds
+(status_jobs) and says so rather than waiting.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterable
+from contextlib import suppress
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +39,11 @@ SQUEUE_JSON = ["squeue", "--me", "--states=all", "--json"]
 SACCT_TEXT = ["sacct", "--noheader", "--parsable2", "--starttime=now-7days"]
 SACCT_TEXT += ["--format=JobID,JobName,Comment,State,WorkDir,Start,End"]
 SACCT_JSON = ["sacct", "--starttime=now-7days", "--json"]
+TIMEOUT_S = 30.0
+# squeue's and sacct's each under `gpuflow status`, which answers within 5 s (1 to 2 s its own)
+STATUS_TIMEOUT_S = 2.0
+# what a SLURM command prints when it could not reach slurmctld (after retrying)
+CONTROLLER_DOWN = "Unable to contact slurm controller"
 NO_VALUE = {"", "(null)", "None", "NONE", "N/A", "Unknown"}
 RUNNING = {"RUNNING", "COMPLETING", "CONFIGURING", "SIGNALING", "STAGE_OUT"}
 QUEUED = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SUSPENDED"}
@@ -52,6 +64,11 @@ SACCT_ALLOCATIONS = ["sacct", "-X", "--noheader", "--parsable2", "--starttime=no
 SACCT_ALLOCATIONS += ["--format=JobID,JobName,Comment,WorkDir,Partition,ElapsedRaw,AllocTRES"]
 
 _json_fails: set[str] = set()
+
+
+class Unreachable(Exception):
+    """A SLURM command got no answer: it ran past its timeout or could not contact the
+    controller. The message says which command and why."""
 
 
 @dataclass(frozen=True)
@@ -188,33 +205,69 @@ def parse_allocations(out: str) -> list[tuple[str, str, Allocation]]:
 
 def allocations(workdir: str | Path) -> list[Allocation]:
     """Every allocation of the run in `workdir` that SLURM's accounting holds (each attempt of
-    each job; none where there is no accounting database)."""
+    each job; none where there is no accounting database or sacct got no answer)."""
     here = os.path.realpath(workdir)
+    try:
+        out = _run(SACCT_ALLOCATIONS) or ""
+    except Unreachable:
+        return []
     return [
         allocation
-        for name, folder, allocation in parse_allocations(_run(SACCT_ALLOCATIONS) or "")
+        for name, folder, allocation in parse_allocations(out)
         if name.startswith(JOB_NAME_PREFIX) and os.path.realpath(folder) == here
     ]
 
 
-def squeue_jobs(workdir: str | Path) -> list[SlurmJob]:
-    """This user's gpuflow jobs submitted from `workdir` that squeue still lists."""
-    uid = os.getuid()
-    jobs = _read(SQUEUE_JSON, lambda d: parse_squeue_json(d, uid), SQUEUE_TEXT, parse_text)
-    return _of_run(jobs, workdir)
+def squeue_jobs(workdir: str | Path, timeout: float = TIMEOUT_S) -> list[SlurmJob]:
+    """This user's gpuflow jobs submitted from `workdir` that squeue still lists (none where
+    squeue got no answer in `timeout` seconds)."""
+    try:
+        return _squeue(workdir, timeout)
+    except Unreachable:
+        return []
 
 
-def sacct_jobs(workdir: str | Path) -> list[SlurmJob]:
-    """Jobs SLURM's accounting database holds for `workdir` (none where there is no database)."""
-    return _of_run(_read(SACCT_JSON, parse_sacct_json, SACCT_TEXT, parse_sacct_text), workdir)
+def sacct_jobs(workdir: str | Path, timeout: float = TIMEOUT_S) -> list[SlurmJob]:
+    """Jobs SLURM's accounting database holds for `workdir` (none where there is no database
+    or sacct got no answer in `timeout` seconds)."""
+    try:
+        return _of_run(
+            _read(SACCT_JSON, parse_sacct_json, SACCT_TEXT, parse_sacct_text, timeout), workdir
+        )
+    except Unreachable:
+        return []
 
 
 def run_jobs(workdir: str | Path) -> dict[str, SlurmJob]:
     """The newest SLURM job of each comment (rule and wildcards): sacct, then squeue over it
     where squeue knows a newer job or still holds the same one (an ended job keeps sacct's
     record, which knows a step that ran out of memory)."""
+    return _newest([*sacct_jobs(workdir), *squeue_jobs(workdir)])
+
+
+def status_jobs(
+    workdir: str | Path, timeout: float = STATUS_TIMEOUT_S
+) -> tuple[dict[str, SlurmJob], str | None]:
+    """(run_jobs, None) for `gpuflow status`, each command given `timeout` seconds; ({}, why)
+    where squeue got no answer from the controller ("squeue: no answer in 2 s", "squeue: Unable
+    to contact slurm controller (connect failure)"). squeue is asked first; sacct is then not
+    asked: its records, which the controller no longer updates, would mislead."""
+    try:
+        queued = _squeue(workdir, timeout)
+    except Unreachable as error:
+        return {}, str(error)
+    return _newest([*sacct_jobs(workdir, timeout), *queued]), None
+
+
+def _squeue(workdir: str | Path, timeout: float) -> list[SlurmJob]:
+    parse_json = partial(parse_squeue_json, user_id=os.getuid())
+    return _of_run(_read(SQUEUE_JSON, parse_json, SQUEUE_TEXT, parse_text, timeout), workdir)
+
+
+def _newest(jobs: list[SlurmJob]) -> dict[str, SlurmJob]:
+    """The newest job of each comment, a later job of the same id replacing it while active."""
     found: dict[str, SlurmJob] = {}
-    for job in [*sacct_jobs(workdir), *squeue_jobs(workdir)]:
+    for job in jobs:
         known = found.get(job.comment)
         same = known is not None and _number(job.job_id) == _number(known.job_id)
         if known is None or _number(job.job_id) > _number(known.job_id) or (same and job.active):
@@ -227,15 +280,17 @@ def _read(
     parse_json: Callable[[dict[str, Any]], list[SlurmJob]],
     text_command: list[str],
     parse_lines: Callable[[str], list[SlurmJob]],
+    timeout: float,
 ) -> list[SlurmJob]:
-    """The jobs a command lists: its JSON while that works here, else its text."""
+    """The jobs a command lists: its JSON while that works here, else its text (Unreachable
+    where it got no answer, which says nothing of its JSON)."""
     program = json_command[0]
     if program not in _json_fails:
-        jobs = _json_jobs(_run(json_command), parse_json)
+        jobs = _json_jobs(_run(json_command, timeout), parse_json)
         if jobs is not None:
             return jobs
         _json_fails.add(program)
-    return parse_lines(_run(text_command) or "")
+    return parse_lines(_run(text_command, timeout) or "")
 
 
 def _json_jobs(
@@ -249,12 +304,35 @@ def _json_jobs(
         return None
 
 
-def _run(command: list[str]) -> str | None:
+def _run(command: list[str], timeout: float = TIMEOUT_S) -> str | None:
+    """A command's output; None where it failed or is not installed. Unreachable where it ran
+    past `timeout` (it is killed with its process group: a wrapper script's children would keep
+    its pipes open) or said it could not contact the controller."""
     try:
-        result = subprocess.run(command, capture_output=True, text=True, timeout=30, check=False)
-    except (OSError, subprocess.TimeoutExpired):
+        child = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+    except OSError:
         return None
-    return result.stdout if result.returncode == 0 else None
+    with child:
+        try:
+            out, err = child.communicate(timeout=timeout)
+        except BaseException as error:
+            with suppress(ProcessLookupError):
+                os.killpg(child.pid, signal.SIGKILL)
+            if isinstance(error, subprocess.TimeoutExpired):
+                raise Unreachable(f"{command[0]}: no answer in {timeout:g} s") from None
+            raise
+    if child.returncode == 0:
+        return out
+    down = [line for line in err.splitlines() if CONTROLLER_DOWN.lower() in line.lower()]
+    if down:
+        raise Unreachable(f"{command[0]}: {down[-1].split('error: ', 1)[-1].strip()}")
+    return None
 
 
 def _of_run(jobs: list[SlurmJob], workdir: str | Path) -> list[SlurmJob]:

@@ -14,6 +14,9 @@ A job is
   active run), whether or not its outputs exist (a killed job may have written part): a run
   redoes it;
 - queued / todo: not started, while a run is active / while none is.
+
+Where the SLURM controller did not answer, a job the active run submitted (its marker names a
+SLURM job) is running once its job record says its step started, else queued.
 """
 
 from __future__ import annotations
@@ -44,7 +47,8 @@ class Seen:
 
     `markers`: Snakemake's incomplete markers by output; `times`: the start and end it recorded
     for the first output of each finished job; `stale_lock`: the `snakemake --unlock` command a
-    lock left by a run no longer alive needs (None when there is none).
+    lock left by a run no longer alive needs (None when there is none); `slurm_unreachable`:
+    why SLURM's states could not be read (`slurm` is then empty), else None.
     """
 
     directory: Path
@@ -56,6 +60,7 @@ class Seen:
     times: dict[str, tuple[float, float]] = field(default_factory=dict)
     stale_lock: str | None = None
     backend: str = "file"
+    slurm_unreachable: str | None = None
     now: float = field(default_factory=time.time)
 
 
@@ -140,6 +145,18 @@ def recorded_failure(outputs: list[Path], seen: Seen) -> str | None:
     return f"{status}: {error}" if isinstance(error, str) and error else status
 
 
+def step_started(outputs: list[Path], marker: Marker) -> bool:
+    """Whether the job record of `outputs` says their step started since Snakemake marked them
+    (submitted the job) and has not ended."""
+    record = record_of(outputs)
+    since = record.get("started")
+    return (
+        record.get("status") == STARTED
+        and isinstance(since, int | float)
+        and since >= marker.started - 1
+    )
+
+
 # What status says of a job whose record was written when it started and never again.
 KILLED = "failed (killed: its job record was never ended)"
 
@@ -177,8 +194,14 @@ def classify(job: Job, seen: Seen) -> JobStatus:
     elif marker is not None:
         # A marker older than the active run was left by a killed one (the run redoes it later).
         this_run = seen.run_started is not None and marker.started >= seen.run_started - 1
-        local_job = marker.external_jobid is None
-        status.state = "running" if this_run and local_job else "incomplete"
+        if not this_run:
+            status.state = "incomplete"
+        elif marker.external_jobid is None:
+            status.state = "running"
+        elif seen.slurm_unreachable:
+            status.state = "running" if step_started(paths, marker) else "queued"
+        else:
+            status.state = "incomplete"  # SLURM no longer knows the job the run submitted
     elif seen.run_active:
         status.state = "queued"
     if status.state == "running":
@@ -189,10 +212,14 @@ def classify(job: Job, seen: Seen) -> JobStatus:
 
 
 ERROR_WORDS = re.compile(r"error|exception|traceback|killed|cancelled|failed", re.IGNORECASE)
+# the line a gpuflow step ends on when it fails or is stopped (gpuflow.cli)
+GPUFLOW_ERROR = re.compile(r"\bgpuflow [\w-]+: error: ")
 
 
 def last_error_line(paths: list[str], directory: str | Path) -> tuple[str | None, str]:
-    """(log path, its last line naming an error, else its last line) of the first readable log."""
+    """(log path, its last line of gpuflow's own `gpuflow <step>: error: ...`, else its last
+    line naming an error, else its last line) of the first readable log: a launcher's traceback
+    after the step's own line (torchrun's SignalException on a scancel) does not hide it."""
     for name in paths:
         path = Path(name) if os.path.isabs(name) else Path(directory) / name
         try:
@@ -203,8 +230,9 @@ def last_error_line(paths: list[str], directory: str | Path) -> tuple[str | None
             ]
         except OSError:
             continue
+        own = [line for line in lines if GPUFLOW_ERROR.search(line)]
         errors = [line for line in lines if ERROR_WORDS.search(line)]
-        return name, (errors or lines or [""])[-1]
+        return name, (own or errors or lines or [""])[-1]
     return (paths[0] if paths else None), ""
 
 

@@ -22,7 +22,7 @@ from gpuflow.ops.snakemake_adapter import (
 )
 from gpuflow.ops.status.collect import Seen, collect
 from gpuflow.ops.status.report import as_dict, render
-from gpuflow.slurm.queue import SlurmJob, run_jobs
+from gpuflow.slurm.queue import SlurmJob, status_jobs
 
 CLEAR = "\x1b[H\x1b[2J"
 
@@ -47,11 +47,12 @@ def run_state(locked: bool, snakemake_since: float | None, slurm: dict[str, Slur
 
 
 def read_status(args: argparse.Namespace) -> dict[str, Any]:
-    """Every job of the targets with its state, from the DAG, Snakemake's records and SLURM."""
+    """Every job of the targets with its state, from the DAG, Snakemake's records and SLURM
+    (where its controller answers within seconds)."""
     planned = plan_jobs(args, every_job=True)
     directory = Path(args.directory)
     records = planned.records
-    slurm = run_jobs(directory)
+    slurm, unreachable = status_jobs(directory)
     run = run_state(records.locked, snakemake_started(directory), slurm)
     seen = Seen(
         directory=directory,
@@ -63,6 +64,7 @@ def read_status(args: argparse.Namespace) -> dict[str, Any]:
         times=records.times,
         stale_lock=unlock_command(args, records.backend) if run.stale_lock else None,
         backend=records.backend,
+        slurm_unreachable=unreachable,
     )
     gpu = args.gpu or site_gpu_model(planned)
     expected = Expected(planned, str(directory), args.timings, gpu)

@@ -64,6 +64,7 @@ def as_dict(statuses: list[JobStatus], rule_order: list[str], seen: Seen) -> dic
         "run_active": seen.run_active,
         "persistence_backend": seen.backend,
         "stale_lock": seen.stale_lock,
+        "slurm_unreachable": seen.slurm_unreachable,
         "totals": totals,
         "rules": rows,
         **{
@@ -126,6 +127,11 @@ def render(status: dict[str, Any], seconds: float) -> str:
         lines.append(
             "stale lock: a killed run left Snakemake's lock here and the next run stops on it;"
             f" remove it with: {status['stale_lock']}"
+        )
+    if status["slurm_unreachable"]:
+        lines.append(
+            f"SLURM controller unreachable ({status['slurm_unreachable']}): SLURM jobs' states"
+            " not read; states from job records and Snakemake's records"
         )
     state = "a run is active" if status["run_active"] else "no run active"
     stamp = time.strftime("%H:%M:%S", time.localtime(status["time"]))

@@ -48,16 +48,13 @@ def probe_config(n_gpu_jobs: int, kill_hold: int) -> dict[str, Any]:
 def profile_run(slurm_cluster, tmp_path_factory):
     """The probe workflow through `snakemake --profile profiles/slurm`, one job cancelled.
 
-    Job status from squeue here: for a job ended with scancel, sacct says "CANCELLED by <uid>",
-    a state the SLURM plugin (2.8.0) does not know, so with sacct it waits on that job forever
-    (seen on this cluster: the run hung for 10 minutes after the cancel)."""
+    Job status from sacct, as in production: the cancelled job is "CANCELLED by <uid>" there,
+    a state plugin 2.8.0 alone does not know (the run hung for 10 minutes after the cancel)."""
     workdir = tmp_path_factory.mktemp("slurm-profile")
     result, cancelled = harness.run_profile(
         workdir,
         SNAKEFILE,
         probe_config(5, kill_hold=300),
-        "--slurm-status-command",
-        "squeue",
         cancel_rule="probe_retried",
         cancel_after="results/probe/logs/retried.log",
     )
@@ -146,6 +143,17 @@ def test_a_job_cancelled_mid_run_is_retried_with_more_memory_and_time(profile_ru
     assert second["JobState"] == "COMPLETED"
     assert (first["MinMemoryNode"], second["MinMemoryNode"]) == ("700M", "1400M")
     assert (first["TimeLimit"], second["TimeLimit"]) == ("00:05:00", "00:10:00")
+
+
+def test_a_job_cancelled_by_hand_is_seen_as_ended_within_two_status_checks(profile_run):
+    """sacct says "CANCELLED by 0"; the run reports the job failed as CANCELLED at a status
+    check soon after it ended (the test profile checks 4 s after a submission, then every
+    14, 24, ... s while no job ends), instead of waiting on it."""
+    [cancelled] = profile_run["cancelled"]
+    reported = harness.error_reported_at(profile_run["log"], "probe_retried")
+    assert f"SLURM-job '{cancelled}' failed, SLURM status is: 'CANCELLED'" in profile_run["log"]
+    ended = harness.ended_at(cancelled)
+    assert 0 <= reported - ended <= 60, (ended, reported)
 
 
 def test_no_process_of_the_cancelled_job_outlives_it(profile_run):

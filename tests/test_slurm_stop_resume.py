@@ -107,10 +107,6 @@ def runs(slurm_cluster, tmp_path_factory) -> dict[str, Any]:
             # a loaded test machine can need more than one retry to finish the epochs
             "--retries",
             "4",
-            # shard 3's job is scancelled: sacct says "CANCELLED by <uid>", which the plugin
-            # (2.8.0) does not know, and it would wait on the job forever
-            "--slurm-status-command",
-            "squeue",
             cancel_rule="ssvae_train",
             cancel_after=STATE,
             cancel_command=("scontrol", "requeue"),

@@ -20,12 +20,17 @@ report read them. The database listens on 127.0.0.1 only and asks no password
 
 Jobs are held to their memory as on a production cluster: task/cgroup with ConstrainRAMSpace
 (cgroup v1, which this machine mounts; we are root). A step over its memory is OOM-killed and
-ends OUT_OF_MEMORY. Processes are tracked with proctrack/linuxproc: proctrack/cgroup starts
-here, but on `scontrol requeue` the processes of a step never saw their SIGTERM (a Python
-handler never ran; an SSVAE training went on until SIGKILL 33 s later), so no step could save
-its state on preemption. A process that leaves its job's process tree can outlive the job: the
-harness ends a cancelled job's processes by pid, and `down` ends every process of this
-cluster's jobs (SLURM_CLUSTER_NAME in its environment).
+ends OUT_OF_MEMORY. Processes are tracked with proctrack/cgroup, as on production clusters
+(GPUFLOW_TEST_SLURM_PROCTRACK=linuxproc selects proctrack/linuxproc). By design (SLURM 22.05
+proctrack_cgroup.c, proctrack_p_signal) cgroup tracking sends any signal but SIGKILL (requeue,
+scancel, time limit, the --signal warning) only to a step's tasks, the direct children of
+slurmstepd, and once they have ended slurmstepd SIGKILLs what is left of the step (mgr.c).
+A gpuflow step runs as srun -> Snakemake -> bash -> gpuflow: without gpuflow.job.forward as the
+task, the training never saw SIGTERM or the warning and ran on until SIGKILL after KillWait
+(measured: 29.7 s; a requeued SSVAE training trained epochs 1-26 and saved no stop). linuxproc
+signals each step's whole process tree. A process that leaves its job's process tree can
+outlive the job under linuxproc: the harness ends a cancelled job's processes by pid, and
+`down` ends every process of this cluster's jobs (SLURM_CLUSTER_NAME in its environment).
 
 Two more nodes, each a slurmd in a network namespace of its own (tests/slurm/nodes.py), make
 partition 'multi' for jobs that span nodes.
@@ -62,6 +67,11 @@ MIN_JOB_AGE = 3600  # longer than any test run: checks after a run read every jo
 CLUSTER = "gpuflowtest"
 NODE_CPUS, NODE_MEMORY_MB = 4, 8000  # each of the two namespaced nodes (tests/slurm/nodes.py)
 DB_PORT = 16306
+# A node whose slurmd is silent this long is DOWN and its jobs NODE_FAIL (tests/test_slurm_faults.py
+# waits it out); long enough that a slurmd busy on a loaded 2-core machine still answers in time.
+SLURMD_TIMEOUT = 45
+# proctrack plugin: cgroup (default) or linuxproc (GPUFLOW_TEST_SLURM_PROCTRACK); see above.
+PROCTRACKS = ("cgroup", "linuxproc")
 DB_SIZES = ("--innodb-buffer-pool-size=32M", "--innodb-log-file-size=8M")
 DAEMONS = ("slurmd", "slurmctld", "slurmdbd", "mariadbd", "munged")  # the order `down` stops
 
@@ -104,13 +114,14 @@ SlurmctldPidFile={STATE}/slurmctld.pid
 SlurmdPidFile={STATE}/slurmd-%n.pid
 SlurmctldLogFile={STATE}/slurmctld.log
 SlurmdLogFile={STATE}/slurmd-%n.log
-ProctrackType=proctrack/linuxproc
+ProctrackType=proctrack/{proctrack()}
 TaskPlugin=task/cgroup
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 SlurmdParameters=config_overrides
 DefMemPerCPU=500
 MinJobAge={MIN_JOB_AGE}
+SlurmdTimeout={SLURMD_TIMEOUT}
 ReturnToService=2
 SchedulerType=sched/backfill
 SchedulerParameters=sched_interval=2,bf_interval=2
@@ -127,6 +138,14 @@ NodeName={host} NodeAddr=127.0.0.1 CPUs={CPUS} RealMemory={MEMORY_MB} \
 PartitionName=gpu Nodes={host} MaxTime=INFINITE State=UP
 PartitionName=cpu Nodes={host} Default=YES MaxTime=INFINITE State=UP
 {nodes.conf_lines(NODE_CPUS, NODE_MEMORY_MB, f"gpu:{GPU_TYPE}:{N_GPUS}")}"""
+
+
+def proctrack() -> str:
+    """The test cluster's proctrack plugin: GPUFLOW_TEST_SLURM_PROCTRACK, else cgroup."""
+    name = os.environ.get("GPUFLOW_TEST_SLURM_PROCTRACK") or "cgroup"
+    if name not in PROCTRACKS:
+        raise ClusterError(f"GPUFLOW_TEST_SLURM_PROCTRACK={name!r}: one of {', '.join(PROCTRACKS)}")
+    return name
 
 
 def cgroup_conf() -> str:
@@ -323,6 +342,42 @@ def up() -> dict[str, int]:
     logs = ("slurmctld", *(f"slurmd-{name}" for name in (host, *nodes.NAMES)))
     _wait_for(_nodes_idle, "the nodes did not become idle", 30, logs)
     return pids
+
+
+def _pids() -> dict[str, int]:
+    return json.loads((STATE / "pids.json").read_text())
+
+
+def stop_daemon(name: str) -> None:
+    """Stop the cluster's `slurmctld` (it saves its state: its jobs stay) or the main node's
+    `slurmd` (its job steps go on without it, as on a node the controller lost)."""
+    pid = _pids()[name]
+    if name == "slurmd":
+        os.kill(pid, signal.SIGTERM)
+        process = _STARTED.pop(pid, None)
+        if process is not None:
+            process.wait(timeout=30)
+        _wait_for(lambda: not _is_ours(pid, name), f"{name} did not stop", 30, ())
+    else:
+        _stop(pid, name)
+
+
+def start_daemon(name: str) -> None:
+    """Start a daemon `stop_daemon` stopped: slurmctld from its saved state (no -c), the main
+    node's slurmd; wait until it answers."""
+    host = socket.gethostname().split(".")[0]
+    if name == "slurmctld":
+        pid = _start(["slurmctld", "-D", "-i"], "slurmctld")
+        check = lambda: _run(["scontrol", "ping"]).stdout.count("UP") > 0  # noqa: E731
+    else:
+        pid = _start(["slurmd", "-D", "-N", host], f"slurmd-{host}")
+        check = _node_idle_or_busy
+    pids = _pids()
+    pids[name] = pid
+    (STATE / "pids.json").write_text(json.dumps(pids))
+    _wait_for(
+        check, f"{name} did not answer", 60, (name if name == "slurmctld" else f"slurmd-{host}",)
+    )
 
 
 def down() -> None:

@@ -176,10 +176,9 @@ def processes_with(entry: str) -> list[int]:
 
 def end_leftovers(job_id: str, grace_s: float = 5.0) -> list[int]:
     """After `grace_s`, SIGKILL every process still carrying SLURM_JOB_ID=`job_id`, as a real
-    cluster's cgroups end every process of a cancelled job. The test cluster tracks processes
-    with proctrack/linuxproc (proctrack/cgroup here kills a step's processes without their
-    SIGTERM: see tests/slurm/cluster.py), which can lose the processes under the in-job
-    Snakemake: a cancelled probe ran on for its whole 300 s hold."""
+    cluster's cgroups end every process of a cancelled job. Under proctrack/linuxproc (see
+    tests/slurm/cluster.py) the processes under the in-job Snakemake can be lost: a cancelled
+    probe ran on for its whole 300 s hold."""
     time.sleep(grace_s)
     killed = []
     for pid in job_processes(job_id):
@@ -326,6 +325,19 @@ def slurm_job(job_id: str) -> dict[str, str]:
     return fields
 
 
+def ended_at(job_id: str) -> float:
+    """When SLURM ended a job (scontrol's EndTime), in seconds since the epoch."""
+    return datetime.fromisoformat(slurm_job(job_id)["EndTime"]).timestamp()
+
+
+def error_reported_at(log: str, rule: str) -> float:
+    """When Snakemake reported the first failed job of `rule` (the time stamp it prints above
+    `Error in rule <rule>:`), in seconds since the epoch."""
+    stamp = re.search(rf"^\[(.+)\]\nError in rule {rule}:", log, re.M)
+    assert stamp, f"no error of {rule} in the log"
+    return datetime.strptime(stamp.group(1), "%a %b %d %H:%M:%S %Y").timestamp()
+
+
 def run_id(log: str) -> str:
     """A run's SLURM job name (gpuflow_<uuid>), as the plugin logs it."""
     [line] = [line for line in log.splitlines() if "SLURM run ID:" in line]
@@ -337,6 +349,20 @@ def sacct_jobs(name: str, fields: str) -> list[list[str]]:
     command = ["sacct", "-X", "--noheader", "--parsable2", f"--name={name}", f"--format={fields}"]
     listed = subprocess.run(command, capture_output=True, text=True, check=True).stdout
     return [line.split("|") for line in listed.splitlines()]
+
+
+def sacct_jobs_of(job_id: str, fields: str) -> list[list[str]]:
+    """sacct -X -D of one job: the comma-separated `fields` of each of its records (a
+    requeued job keeps one per start)."""
+    command = ["sacct", "-X", "-D", "--noheader", "--parsable2", "-j", job_id, f"--format={fields}"]
+    listed = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    return [line.split("|") for line in listed.splitlines()]
+
+
+def controller_answers() -> bool:
+    """Whether slurmctld answers a ping."""
+    ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, check=False)
+    return "UP" in ping.stdout
 
 
 def gpu_allocations(name: str) -> list[dict[str, Any]]:

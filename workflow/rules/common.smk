@@ -65,9 +65,14 @@ def clean_finished_states():
 
 
 # Inside a SLURM job, Snakemake ignores SLURM's stop warning (SIGUSR1, the profile's --signal),
-# which would end it: the gpuflow step it runs inherits that and installs its own handler.
+# which would end it: the gpuflow step it runs inherits that and installs its own handler. Each
+# job step's Snakemake runs under gpuflow.job.forward, which hands SLURM's signals on to the
+# step (under proctrack/cgroup they reach only the job step's first process).
 if "SLURM_JOB_ID" in os.environ:
+    from snakemake_executor_plugin_gpuflow_slurm import forward_step_signals
+
     ignore_warning()
+    forward_step_signals()
 
 
 def run_startup_checks():
@@ -87,18 +92,17 @@ def check_slurm_run():
     one of its partitions, and no job of this run is still running or queued from an earlier
     run (a killed submitter's orphans).
     """
+    from gpuflow.ops.snakemake_adapter import jobs_to_run, partition_config
     from gpuflow.slurm.earlier_jobs import check_no_earlier_jobs
-    from gpuflow.slurm.fit import check_jobs_fit, planned
+    from gpuflow.slurm.fit import check_jobs_fit
     from gpuflow.slurm.site import check_partitions
 
-    site_file = getattr(workflow.executor_settings, "partition_config", None)
+    site_file = partition_config(workflow)
+    jobs = jobs_to_run(workflow)
     if site_file:
         check_partitions(config, site_file)
-        submitted = (job for job in workflow.dag.needrun_jobs() if not job.is_local)
-        check_jobs_fit(map(planned, submitted), site_file)
-    to_run = (
-        (job.rule.name, list(job.wildcards)) for job in workflow.dag.needrun_jobs()
-    )
+        check_jobs_fit((job for job, local in jobs if not local), site_file)
+    to_run = ((job.name, list(job.wildcards.values())) for job, _ in jobs)
     check_no_earlier_jobs(to_run, os.getcwd())
 
 

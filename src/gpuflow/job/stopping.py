@@ -2,7 +2,9 @@
 
 SLURM sends SIGTERM at a job's time limit and when it preempts the job, then SIGKILL after
 KillWait (30 s by default). The SLURM profile also asks for SIGUSR1 some minutes before the
-limit (`--signal=USR1@<seconds>`), which reaches every process of the job's step. gpuflow treats
+limit (`--signal=USR1@<seconds>`). Each reaches every process of the job's step (proctrack/linuxproc
+sends it to all; under proctrack/cgroup the step's first process, gpuflow.job.forward, hands it
+on). gpuflow treats
 both signals as one request: stop. A second signal is the same request again: it does not
 interrupt a step that is already stopping (writing its record, releasing its locks).
 

@@ -9,7 +9,9 @@
   jobs, and whether a run's lock is held;
 - `snakemake_started`: the live Snakemake process working in a folder on this host;
 - `failed_jobs`: the jobs the latest run log reports failed;
-- `unlock_command`: the `snakemake --unlock` a stale lock needs.
+- `unlock_command`: the `snakemake --unlock` a stale lock needs;
+- `partition_config`, `jobs_to_run`: what the Snakefile's start-up check reads of the running
+  workflow (its SLURM site file, the jobs it will run).
 
 Snakemake's objects read here change between releases: the adapter names the versions it was
 written and tested against (SUPPORTED) and stops with one line on any other.
@@ -32,9 +34,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuflow.errors import GpuflowError
+
+if TYPE_CHECKING:
+    from gpuflow.slurm.fit import PlannedJob
 
 SUPPORTED = ("9.27",)  # major.minor releases whose internals this module reads
 DB_FILE = Path(".snakemake") / "metadata.db"  # where the db backend keeps its default database
@@ -351,6 +356,31 @@ def read_dag(workflow: Any, backend: str) -> Dag:
         array_limit=1000,
         records=records,
     )
+
+
+def partition_config(workflow: Any) -> str | None:
+    """The site file the running workflow's SLURM executor reads partitions from (None under
+    an executor that has none)."""
+    return getattr(workflow.executor_settings, "partition_config", None)
+
+
+def jobs_to_run(workflow: Any) -> list[tuple[PlannedJob, bool]]:
+    """Each job the running workflow will run, as the SLURM plugin sees it (rule, resources of
+    its first attempt, threads, wildcards), and whether it runs on the submitting host."""
+    from gpuflow.slurm.fit import PlannedJob
+
+    return [
+        (
+            PlannedJob(
+                job.rule.name,
+                dict(job.resources.items()),
+                job.threads,
+                {name: str(value) for name, value in job.wildcards_dict.items()},
+            ),
+            job.is_local,
+        )
+        for job in workflow.dag.needrun_jobs()
+    ]
 
 
 def snakemake_started(directory: str | Path) -> float | None:

@@ -42,15 +42,9 @@ class PlannedJob:
 
 def read_partitions(site_file: str | Path) -> list[Any]:
     """The site file's partitions as the plugin reads them."""
-    from snakemake_executor_plugin_slurm.partitions import read_partition_file
+    from snakemake_executor_plugin_gpuflow_slurm import read_partitions
 
-    return read_partition_file(Path(site_file))
-
-
-def planned(job: Any) -> PlannedJob:
-    """A job of Snakemake's DAG as the plugin will see it (resources of its first attempt)."""
-    wildcards = {name: str(value) for name, value in job.wildcards_dict.items()}
-    return PlannedJob(job.rule.name, dict(job.resources.items()), job.threads, wildcards)
+    return read_partitions(Path(site_file))
 
 
 def fits(job: PlannedJob, partitions: list[Any]) -> bool:
@@ -132,9 +126,9 @@ def unfit_message(jobs: list[PlannedJob], partitions: list[Any], site_file: str 
 
 def _gpus(job: PlannedJob) -> int:
     """GPUs per node, as the plugin counts them (`gpu`, else the count in `gres`)."""
-    from snakemake_executor_plugin_slurm.partitions import parse_gpu_requirements
+    from snakemake_executor_plugin_gpuflow_slurm import gpus_per_node
 
-    return parse_gpu_requirements(job)[0]
+    return gpus_per_node(job)
 
 
 # A retry's resources grow up to the partition limit of the same name.

@@ -2,7 +2,7 @@
 kill tests of perplexity and toxicity shards).
 
 `python -m tests.chunk_faults SECONDS -- <gpuflow step arguments>` runs the real step with
-gpuflow.fluency.chunked.ChunkedScores.save waiting out the rest of SECONDS after each save. A
+gpuflow.job.chunks.ChunkedScores.save waiting out the rest of SECONDS after each save. A
 tiny model scores a test's whole shard in tens of milliseconds, so a signal sent once the first
 chunk is saved could arrive after the last; with the floor the rest of the shard takes at least
 SECONDS per chunk, however busy the machine. The scores do not change.
@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 
 from gpuflow import cli
-from gpuflow.fluency.chunked import ChunkedScores
+from gpuflow.job.chunks import ChunkedScores
 from tests.floors import floor_method
 
 

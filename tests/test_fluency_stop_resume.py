@@ -19,7 +19,7 @@ import torch
 
 from gpuflow.cli import main as gpuflow_main
 from gpuflow.data.embedded import load_movie_reviews
-from gpuflow.fluency.chunked import state_path
+from gpuflow.job.paths import STATE, job_file
 from gpuflow.job.progress import progress_path, read_progress
 from tests.conftest import BIN, REPO, wait_for_file, workflow_env
 from tests.test_perplexity import reviews, tiny_lm
@@ -45,6 +45,11 @@ def texts(tmp_path_factory: pytest.TempPathFactory) -> Path:
         path, index=False
     )
     return path
+
+
+def state_path(out: Path) -> Path:
+    """The resume state of the job writing `out`."""
+    return job_file(out, STATE)
 
 
 def perplexity_argv(texts: Path, model: Path, out: Path, workers: int) -> list[str]:

@@ -348,8 +348,22 @@ def test_a_job_outside_gpuflow_names_the_same_files_and_locks_nothing(tmp_path):
     ],
 )  # fmt: skip
 def test_a_step_locks_every_output_it_writes_for_the_whole_job(argv, summary):
-    """Outputs are the `--out*` arguments: the job holds their locks from start to end."""
+    """Outputs are the arguments the step's registration declares: the job holds their locks
+    from start to end."""
     from gpuflow.cli import build_parser
     from gpuflow.job.outputlock import step_outputs
 
     assert Path(summary) in step_outputs(build_parser().parse_args(argv))
+
+
+def test_every_step_declares_outputs_among_its_own_arguments():
+    """A renamed flag the registration still names fails here, not by moving a job's files."""
+    import argparse
+
+    from gpuflow.cli import build_parser
+
+    [steps] = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    for name, parser in steps.choices.items():
+        declared = parser.get_default("run").outputs
+        assert set(declared) <= {action.dest for action in parser._actions}, name
+        assert len(set(declared)) == len(declared), name

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import shutil
 import socket
 import subprocess
@@ -220,7 +221,7 @@ def test_a_killed_run_resumes_after_its_last_finished_epoch_and_finishes_like_an
         env=workflow_env(), timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-5000:]
-    assert f"resuming after epoch {finished}" in result.stdout
+    assert re.search(rf"resumed from \S+ after epoch {finished}\n", result.stdout)
     resumed = json.loads((out / "run.json").read_text())
     assert [e["epoch"] for e in resumed["epochs"]] == [1, 2, 3, 4]
     assert resumed["resumed_at_epochs"] == [finished]
@@ -262,7 +263,8 @@ def test_a_state_resumes_under_other_runtime_settings_but_not_on_other_data_or_r
             env=workflow_env(), timeout=300,
         )  # fmt: skip
         assert result.returncode == 0, result.stderr[-5000:]
-        assert (f"resuming after epoch {finished}" in result.stdout) is resumes, out.name
+        resumed = re.search(rf"resumed from \S+ after epoch {finished}\n", result.stdout)
+        assert bool(resumed) is resumes, out.name
         record = json.loads((out / "run.json").read_text())
         assert record["resumed_at_epochs"] == ([finished] if resumes else []), out.name
 
@@ -299,7 +301,7 @@ def test_a_crashed_rank_is_restarted_by_torchrun_and_resumes_from_the_last_epoch
 
     output = launcher.communicate(timeout=300)[0].decode()
     assert launcher.returncode == 0, output[-5000:]
-    assert f"resuming after epoch {finished}" in output
+    assert re.search(rf"resumed from \S+ after epoch {finished}\n", output)
     run = json.loads((out / "run.json").read_text())
     assert [e["epoch"] for e in run["epochs"]] == [1, 2, 3]
     assert run["resumed_at_epochs"] == [finished] and not state.exists()

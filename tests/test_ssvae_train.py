@@ -319,16 +319,14 @@ class Interrupted(Exception):
 
 def interrupt_after_first_checkpoint(monkeypatch, runs, data_path, settings, out) -> None:
     """Train until the first state is on disk, then stop, as a killed job would."""
-    from gpuflow.ssvae import train as train_module
-
-    write_state = train_module.save_state
+    write_state = State.save
 
     def save_then_stop(state, saved):
         write_state(state, saved)
         raise Interrupted
 
     with monkeypatch.context() as patched:
-        patched.setattr(train_module, "save_state", save_then_stop)
+        patched.setattr(State, "save", save_then_stop)
         with pytest.raises(Interrupted):
             train(runs, data_path, settings, [out])
     assert job_file(out, STATE).exists()

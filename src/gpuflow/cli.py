@@ -48,16 +48,15 @@ def main(argv: list[str] | None = None) -> int:
     """Run one step; a GpuflowError or a stop request becomes one clear line on stderr and exit
     status 2, Ctrl-C one line and 130.
 
-    The step runs inside one job context (gpuflow.job.Job, reachable as `gpuflow.job.current()`
-    and `args.job`): it holds the step's output locks and device locks (taken here, before the
-    step imports torch), takes the job's own settings (the `telemetry` part of `--settings` and
-    `--runtime`), stops cleanly on SIGTERM and SIGUSR1, gives the step its resume state
-    and progress file, and writes the job record when the step ends.
+    The step runs inside one job context (gpuflow.job.Job, reachable as `gpuflow.job.current()`)
+    for the outputs its registration declares: it holds their locks and the device locks (taken
+    here, before the step imports torch), takes the job's own settings (the `telemetry` part of
+    `--settings` and `--runtime`), stops cleanly on SIGTERM and SIGUSR1, gives the step its
+    resumable loop, and writes the job record when the step ends.
     """
     args = build_parser().parse_args(argv)
     try:
         with Job(args.step, step_outputs(args), take_job_settings(args)) as job:
-            args.job = job
             return job.finish(int(args.run(args) or 0))
     except (GpuflowError, Stopped) as error:
         print(f"gpuflow {args.step}: error: {error}", file=sys.stderr)

@@ -18,9 +18,11 @@ StepMain = Callable[[argparse.Namespace], int | None]
 
 @dataclass(frozen=True)
 class LazyStep:
-    """A step entry point 'module:function', imported only when the step runs."""
+    """A step entry point 'module:function', imported only when the step runs, and the names
+    of its arguments that hold its outputs (the first names the job's files)."""
 
     target: str
+    outputs: tuple[str, ...] = ()
 
     def load(self) -> StepMain:
         """The step's function. Its module (and torch, for a step that uses it) is imported with
@@ -34,9 +36,11 @@ class LazyStep:
         return self.load()(args)
 
 
-def lazy(target: str) -> LazyStep:
-    """The entry point of a step, 'module:function', imported when the step runs."""
-    return LazyStep(target)
+def lazy(target: str, outputs: tuple[str, ...] = ()) -> LazyStep:
+    """The entry point of a step, 'module:function', imported when the step runs; `outputs`:
+    the names of its arguments that hold the files it writes (a list argument holds several),
+    in order: the first output names the job's files (gpuflow.job.paths)."""
+    return LazyStep(target, outputs)
 
 
 def add_settings_arguments(parser: argparse.ArgumentParser, family: str) -> None:

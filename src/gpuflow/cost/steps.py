@@ -22,7 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     calibrate.add_argument(
         "--trials", type=int, default=3, help="interleaved trials per rate (default %(default)s)"
     )
-    calibrate.set_defaults(run=lazy("gpuflow.cost.calibrate:main"))
+    calibrate.set_defaults(run=lazy("gpuflow.cost.calibrate:main", outputs=("out",)))
 
     ledger = subparsers.add_parser(
         "ledger",

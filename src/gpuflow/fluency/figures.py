@@ -23,7 +23,7 @@ from matplotlib.figure import Figure
 from gpuflow.errors import DataError
 from gpuflow.fluency.report import is_proxy
 from gpuflow.fluency.stats import BINNED_COLUMNS, load_scores, point_estimates
-from gpuflow.job.atomic import save_figure
+from gpuflow.job import save_figure
 
 X_LABEL = "log perplexity (nats/token)"
 # Above this many texts the scatter becomes a hexbin of counts.

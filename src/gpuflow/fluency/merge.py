@@ -17,7 +17,7 @@ import pandas as pd
 from gpuflow.data.numbers import finite_column
 from gpuflow.errors import DataError
 from gpuflow.fluency.texts import read_texts
-from gpuflow.job.atomic import write_csv, write_json
+from gpuflow.job import write_csv, write_json
 
 # The columns of each scorer's shards, and which of them hold numbers.
 PERPLEXITY_COLUMNS = ("text_id", "nll_sum", "n_tokens", "ppl")

@@ -26,12 +26,7 @@ import torch
 from tqdm import tqdm
 
 from gpuflow.errors import ConfigError, DataError
-from gpuflow.fluency.chunked import (
-    ChunkedScores,
-    finish,
-    model_identity,
-    texts_digest,
-)
+from gpuflow.fluency.identity import model_identity, texts_digest
 from gpuflow.fluency.merge import PERPLEXITY_COLUMNS, corpus_perplexity
 from gpuflow.fluency.placement import choose_placement
 from gpuflow.fluency.ppl_budget import sized_token_budget
@@ -46,9 +41,15 @@ from gpuflow.fluency.ppl_scoring import Forward, SegmentScores
 from gpuflow.fluency.ppl_segments import make_segments, plan_batches, sort_longest_first
 from gpuflow.fluency.ppl_workers import WorkerJob, score_batches, worker_threads
 from gpuflow.fluency.texts import read_texts
-from gpuflow.job.atomic import write_csv, write_json
-from gpuflow.job.devices import run_record, worker_devices
-from gpuflow.job.state import make_fingerprint
+from gpuflow.job import (
+    ChunkedScores,
+    current,
+    make_fingerprint,
+    run_record,
+    worker_devices,
+    write_csv,
+    write_json,
+)
 from gpuflow.settings.blocks import family_settings
 
 
@@ -185,7 +186,6 @@ def score_token_ids(
         loading[worker] = loading.get(worker, 0.0) + result.load_seconds
         bar.update(int(result.n_tokens.sum()))
 
-    scores.job.defer_stops()
     with bar:
         deaths = score_batches(
             job,
@@ -193,7 +193,7 @@ def score_token_ids(
             [ordered[b.start : b.stop] for b in batches],
             todo,
             on_scored,
-            scores.job.stop_requested,
+            scores.stop_pending,
             lambda line: tqdm.write(line, file=sys.stderr),
             wrap_forward,
         )
@@ -321,6 +321,6 @@ def main(args: argparse.Namespace) -> int:
         **stats,
     }
     write_json(Path(args.out).with_suffix(".run.json"), record)
-    finish(args.out)
+    current([args.out]).release(outputs=[args.out, Path(args.out).with_suffix(".run.json")])
     print(json.dumps(record), file=sys.stderr)
     return 0

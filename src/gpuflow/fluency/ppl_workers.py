@@ -23,8 +23,7 @@ from gpuflow.fluency.ppl_compile import compiled_forward
 from gpuflow.fluency.ppl_model import load_causal_lm, prepare_for_scoring
 from gpuflow.fluency.ppl_scoring import Forward, SegmentScores, model_forward, score_segments
 from gpuflow.fluency.ppl_segments import Segment
-from gpuflow.job.cores import threads_per_worker
-from gpuflow.job.workers import Done, WorkerPool
+from gpuflow.job import Done, WorkerPool, threads_per_worker
 
 Scored = Callable[[int, SegmentScores, int], None]  # batch, its scores, the worker's id
 

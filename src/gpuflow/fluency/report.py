@@ -16,8 +16,7 @@ import pandas as pd
 
 from gpuflow.errors import DataError
 from gpuflow.fluency.stats import BINNED_COLUMNS, CORRELATION_COLUMNS, OVERALL
-from gpuflow.job.atomic import write_text
-from gpuflow.job.telemetry.report import section as telemetry_section
+from gpuflow.job import telemetry_section, write_text
 
 SUMMARY_KEYS = (
     "model",

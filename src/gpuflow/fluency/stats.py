@@ -36,7 +36,7 @@ from scipy import stats
 from gpuflow.data.numbers import finite_column
 from gpuflow.errors import DataError
 from gpuflow.fluency.texts import check_unique_ids
-from gpuflow.job.atomic import write_csv, write_json
+from gpuflow.job import write_csv, write_json
 from gpuflow.settings.blocks import block_settings
 
 REQUIRED_COLUMNS = ("text_id", "ppl", "n_tokens", "toxicity", "toxicity_scorer")

@@ -17,7 +17,7 @@ import pandas as pd
 from gpuflow.data.embedded import load_movie_reviews
 from gpuflow.data.textfiles import read_text_file
 from gpuflow.errors import ConfigError, DataError
-from gpuflow.job.atomic import write_csv
+from gpuflow.job import write_csv
 from gpuflow.settings.blocks import family_settings
 
 _HTML_BREAK = re.compile(r"<br\s*/?>", re.IGNORECASE)

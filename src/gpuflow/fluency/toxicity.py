@@ -8,7 +8,7 @@
 Batches are scored by one worker in this process, through the job's worker pool
 (gpuflow.job.workers), which stops handing them out once a stop is requested.
 
-Scores are saved after each chunk of batches (gpuflow.fluency.chunked), so a shard stopped by
+Scores are saved after each chunk of batches (gpuflow.job.chunks), so a shard stopped by
 SLURM resumes where it stopped.
 """
 
@@ -25,17 +25,18 @@ import pandas as pd
 import torch
 
 from gpuflow.errors import ConfigError, GpuflowError
-from gpuflow.fluency.chunked import (
-    ChunkedScores,
-    finish,
-    model_identity,
-    texts_digest,
-)
+from gpuflow.fluency.identity import model_identity, texts_digest
 from gpuflow.fluency.texts import read_texts
-from gpuflow.job.atomic import write_csv, write_json
-from gpuflow.job.devices import run_record, worker_devices
-from gpuflow.job.state import make_fingerprint
-from gpuflow.job.workers import Done, WorkerPool
+from gpuflow.job import (
+    ChunkedScores,
+    Done,
+    WorkerPool,
+    make_fingerprint,
+    run_record,
+    worker_devices,
+    write_csv,
+    write_json,
+)
 from gpuflow.settings.blocks import family_settings
 
 PROXY_NAME = "alt-profanity-check {version} (offensive-language proxy)"
@@ -149,11 +150,10 @@ def main(args: argparse.Namespace) -> int:
         scores.record(int(done.key), {"toxicity": done.result})
 
     pool = WorkerPool(lambda _: score, [str(device)], name="toxicity", item="batch", isolate=False)
-    scores.job.defer_stops()
     pool.run(
         {batch: [items[i] for i in batches[batch]] for batch in todo},
         scored,
-        scores.job.stop_requested,
+        scores.stop_pending,
     )
     scores.stop_if_requested()
     write_csv(
@@ -175,6 +175,6 @@ def main(args: argparse.Namespace) -> int:
             **scores.record_fields("texts"),
         },
     )
-    finish(args.out)
+    scores.job.release(outputs=[args.out, Path(args.out).with_suffix(".run.json")])
     print(f"scored {len(items)} texts with {name}")
     return 0

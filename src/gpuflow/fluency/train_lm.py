@@ -20,7 +20,7 @@ from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 from gpuflow.fluency.lm_shape import check_heads
 from gpuflow.fluency.lm_tokens import END_OF_TEXT, train_bpe, training_texts
 from gpuflow.fluency.texts import read_texts
-from gpuflow.job.atomic import atomic_path
+from gpuflow.job import atomic_path
 from gpuflow.settings.blocks import block_settings
 
 VALIDATION_SHARE = 0.05

@@ -1,11 +1,53 @@
-"""gpuflow.job: the lifecycle every step runs inside (see `context`).
+"""gpuflow.job: the lifecycle every step runs inside (see `context`), and the one API the
+families use: they import from here, never from a submodule.
 
-Modules: `context` (the Job a step asks for everything), `paths` (where job files live),
-`state` (resume states), `unitlog` (resume logs of units finished one by one), `progress`
-(progress files), `record` (the job record),
+- `Job`, `current`: the step's job (its resumable `loop`, `tally`, `state`, `release`, guards);
+- `ChunkedScores`: scores saved chunk by chunk (gpuflow.job.chunks);
+- atomic writes: `write_csv`, `write_json`, `write_text`, `save_figure`, `save_torch`,
+  `atomic_path` (gpuflow.job.atomic);
+- devices and workers: `worker_devices`, `describe_device`, `run_record`, `threads_per_worker`,
+  `WorkerPool`, `Done`;
+- resume states: `State`, `make_fingerprint`, `load_optimizer_state`; the fp16 guard's
+  `SkippedSteps`; `telemetry_section` for a family's report.
+
+Modules: `context` (the Job), `loop` (the resumable loop), `chunks`, `paths` (where job files
+live), `state`, `unitlog` (units finished one by one), `progress`, `record` (the job record),
 `finished_states` (states kept until the run accepts the outputs), `divergence` (NaN guard).
+Names beyond `Job` and `current` are imported on first use: `gpuflow status` and `plan` import
+this package without torch.
 """
+
+from importlib import import_module
+from typing import Any
 
 from gpuflow.job.context import Job, current
 
-__all__ = ["Job", "current"]
+_WHERE = {
+    "ChunkedScores": "chunks",
+    "write_csv": "atomic",
+    "write_json": "atomic",
+    "write_text": "atomic",
+    "save_figure": "atomic",
+    "save_torch": "atomic",
+    "atomic_path": "atomic",
+    "worker_devices": "devices",
+    "describe_device": "devices",
+    "run_record": "devices",
+    "threads_per_worker": "cores",
+    "WorkerPool": "workers",
+    "Done": "workers",
+    "State": "state",
+    "make_fingerprint": "state",
+    "load_optimizer_state": "state",
+    "SkippedSteps": "divergence",
+    "telemetry_section": "telemetry.report",
+}
+
+__all__ = ["Job", "current", *_WHERE]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module 'gpuflow.job' has no attribute {name!r}")
+    module = import_module(f"gpuflow.job.{_WHERE[name]}")
+    return getattr(module, "section" if name == "telemetry_section" else name)

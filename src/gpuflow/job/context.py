@@ -6,14 +6,15 @@ of its outputs (gpuflow.job.outputlock) and is the attempt that may write them
 SIGTERM/SIGUSR1 as a stop request (gpuflow.job.stopping) and samples what it uses; when the step
 ends it writes the job record (gpuflow.job.record). A step reaches its job with `current()`
 and asks it for its resume state (a `State` snapshot, or a `UnitLog` of units finished one by one),
-its progress file, the NaN guard and stop requests; it writes no state, progress or lock file of
-its own. All job files are named by the first
+its resumable `loop` over its units (or a `tally` of units it saves itself: gpuflow.job.loop),
+which saves, reports progress and honours stop requests in the one safe order, and the NaN
+guard; it writes no state, progress or lock file of its own. All job files are named by the first
 output (gpuflow.job.paths).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from pathlib import Path
 from types import TracebackType
@@ -23,6 +24,7 @@ from gpuflow.job import attempt, stopping
 from gpuflow.job.divergence import SkippedSteps, check_finite, check_skipped
 from gpuflow.job.finished_states import release
 from gpuflow.job.gpulock import gpus_for_this_process
+from gpuflow.job.loop import Ranks, Tally, run_loop
 from gpuflow.job.outputlock import exclusive_outputs, locks_this_process
 from gpuflow.job.paths import PROGRESS, STATE, UNITS, job_file
 from gpuflow.job.progress import ProgressWriter, progress_path
@@ -127,6 +129,25 @@ class Job:
         path = progress_path(self.first_output) if self.writer else None
         return ProgressWriter(path, total, unit, resumed_at)
 
+    def loop(
+        self,
+        state: State,
+        total: int,
+        unit: str,
+        load: Callable[[dict[str, Any]], int],
+        save: Callable[[], dict[str, Any]],
+        map_location: Any = "cpu",
+        ranks: Ranks | None = None,
+    ) -> Iterator[int]:
+        """The step's resumable loop over its units: resume from `state`, then after each unit
+        save, report progress and honour a stop, in that order (gpuflow.job.loop)."""
+        return run_loop(self, state, total, unit, load, save, map_location, ranks)
+
+    def tally(self, total: float, unit: str, done: float = 0, ranks: Ranks | None = None) -> Tally:
+        """The count of units a step finishes and saves itself, in any order: progress, then
+        a pending stop, after each save (gpuflow.job.loop.Tally)."""
+        return Tally(self, total, unit, done, ranks)
+
     def release(self, outputs: Iterable[str | Path] | None = None) -> None:
         """The outputs are written: drop the state, unit log and progress files, or under the
         workflow keep them until the run has accepted `outputs` (default: the job's outputs)."""
@@ -144,19 +165,6 @@ class Job:
         """Stop (TrainingDivergedError) when `run` skipped too many overflowing fp16 steps in a
         row with the loss scale at its floor (gpuflow.job.divergence)."""
         check_skipped(run, epoch, skipped, self._state.path if self._state else None)
-
-    def defer_stops(self) -> None:
-        """From now on a stop request waits for the loop's next `stop_if_requested`."""
-        stopping.defer()
-
-    def stop_requested(self) -> bool:
-        """Whether SIGTERM or SIGUSR1 asked this process to stop."""
-        return stopping.requested() is not None
-
-    def stop_if_requested(self, where: str, anyone: bool | None = None) -> None:
-        """End the step (Stopped, one line saying `where`) when a stop was requested; call it
-        right after saving the state. `anyone`: the request all-reduced over DDP ranks."""
-        stopping.stop_if_requested(where, anyone)
 
     # --- record ---------------------------------------------------------------------------
     def note(self, **timings: float) -> None:

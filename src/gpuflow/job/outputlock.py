@@ -151,11 +151,11 @@ def exclusive_outputs(outputs: Iterable[str | Path]) -> Iterator[None]:
 
 
 def step_outputs(args: argparse.Namespace) -> list[Path]:
-    """The outputs a step writes: its arguments named `out`, `out_*` or `*_out` (lists too)."""
+    """The outputs a step writes: the values of the arguments its registration names
+    (gpuflow.registry.lazy's `outputs`), in that order (lists too)."""
     found = []
-    for name, value in sorted(vars(args).items()):
-        if not (name == "out" or name.startswith("out_") or name.endswith("_out")):
-            continue
+    for name in getattr(args.run, "outputs", ()):
+        value = getattr(args, name)
         for item in value if isinstance(value, list) else [value]:
             if item:
                 found.append(Path(item))

@@ -48,9 +48,9 @@ def read_record(path: str | Path) -> dict[str, Any] | None:
 def record_of(outputs: Iterable[str | Path]) -> dict[str, Any]:
     """The record of the job that writes `outputs` (a rule's outputs); {} where it has none.
 
-    A step names its job files after its first output by argument name (step_outputs), which
-    need not be the rule's first (fluency_stats lists its correlations first; its step's first
-    is --out-binned), so each output is tried.
+    A step names its job files after the first output its registration declares
+    (gpuflow.registry.lazy), which need not be the rule's first (fluency_stats lists its
+    correlations first; its step's first is --out-binned), so each output is tried.
     """
     for output in outputs:
         record = read_record(record_path(output))

@@ -93,7 +93,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     probe.add_argument("--hold", type=float, default=0.0, help="seconds to stay running")
     probe.add_argument("--label", default="", help="free text stored in the record")
     probe.add_argument("--seed", type=int, default=0, help="seed of the recorded computation")
-    probe.set_defaults(run=lazy("gpuflow.ops.probe:main"))
+    probe.set_defaults(run=lazy("gpuflow.ops.probe:main", outputs=("out",)))
 
     timings = subparsers.add_parser(
         "record-timings",
@@ -110,7 +110,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="what the jobs ran on, e.g. 'NVIDIA H100 80GB HBM3' (default: this machine's"
         " devices; name them where you record away from the GPUs, e.g. on a login node)",
     )
-    timings.set_defaults(run=lazy("gpuflow.ops.timings:main"))
+    timings.set_defaults(run=lazy("gpuflow.ops.timings:main", outputs=("out",)))
 
     tables = subparsers.add_parser(
         "report-tables", help="a family's summary CSV tables as one HTML page for the report"
@@ -118,4 +118,4 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     tables.add_argument("--csv", nargs="+", required=True, help="CSV tables, in page order")
     tables.add_argument("--title", required=True, help="heading of the page")
     tables.add_argument("--out", required=True, help="HTML file to write")
-    tables.set_defaults(run=lazy("gpuflow.ops.report_tables:main"))
+    tables.set_defaults(run=lazy("gpuflow.ops.report_tables:main", outputs=("out",)))

@@ -17,8 +17,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import Pipeline, make_pipeline
 from threadpoolctl import threadpool_limits
 
-from gpuflow.job.atomic import write_json
-from gpuflow.job.devices import run_record
+from gpuflow.job import run_record, write_json
 from gpuflow.scaling.tokens import read_split
 from gpuflow.settings.blocks import family_settings
 

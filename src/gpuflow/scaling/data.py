@@ -16,7 +16,7 @@ import pandas as pd
 from gpuflow.data.delimited import decode_utf8, records
 from gpuflow.data.embedded import load_movie_reviews
 from gpuflow.errors import ConfigError, DataError
-from gpuflow.job.atomic import write_csv, write_json
+from gpuflow.job import write_csv, write_json
 from gpuflow.settings.blocks import configuration, family_settings
 
 IMDB_TEXT_COLUMNS = ("text", "review")

@@ -15,7 +15,7 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from gpuflow.errors import ConfigError
-from gpuflow.job.devices import worker_devices
+from gpuflow.job import worker_devices
 
 COMPRESSION_HOOKS: dict[str, Callable[..., Any]] = {
     "fp16": default_hooks.fp16_compress_hook,
@@ -106,6 +106,22 @@ def all_reduce(values: list[float], ctx: Context, op: str = "sum") -> list[float
     tensor = torch.tensor(values, dtype=torch.float64, device=ctx.device)
     dist.all_reduce(tensor, op=dist.ReduceOp.SUM if op == "sum" else dist.ReduceOp.MAX)
     return tensor.tolist()
+
+
+class Ranks:
+    """The run's processes as gpuflow.job's resumable loop needs them (gpuflow.job.loop.Ranks):
+    rank 0 saves while the others wait, and a stop asked of one stops all."""
+
+    def __init__(self, ctx: Context):
+        self.ctx = ctx
+
+    def barrier(self) -> None:
+        """Every rank reaches this point."""
+        barrier(self.ctx)
+
+    def any(self, flag: bool) -> bool:
+        """Whether `flag` holds on any rank."""
+        return all_reduce([float(flag)], self.ctx, op="max")[0] > 0
 
 
 def register_hook(ddp: torch.nn.parallel.DistributedDataParallel, compression: str) -> None:

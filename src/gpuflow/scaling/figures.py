@@ -21,7 +21,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from gpuflow.job.atomic import save_figure
+from gpuflow.job import save_figure
 
 DDP = "transformer-ddp"
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuflow.errors import ConfigError
-from gpuflow.job.cores import threads_per_worker
+from gpuflow.job import threads_per_worker
 
 
 @dataclass(frozen=True)

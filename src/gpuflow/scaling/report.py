@@ -13,8 +13,7 @@ import argparse
 
 import pandas as pd
 
-from gpuflow.job.atomic import write_text
-from gpuflow.job.telemetry.report import section as telemetry_section
+from gpuflow.job import telemetry_section, write_text
 from gpuflow.settings.blocks import family_settings
 
 DDP = "transformer-ddp"

@@ -15,7 +15,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     data.add_argument("--out-train", required=True, help="CSV: text, label")
     data.add_argument("--out-val", required=True, help="CSV: text, label")
     data.add_argument("--out-info", required=True, help="JSON: counts and label names")
-    data.set_defaults(run=lazy("gpuflow.scaling.data:main"))
+    data.set_defaults(
+        run=lazy("gpuflow.scaling.data:main", outputs=("out_info", "out_train", "out_val"))
+    )
 
     tok = subparsers.add_parser("scaling-tokenize", help="learn a BPE tokenizer, encode splits")
     tok.add_argument("--train", required=True)
@@ -26,7 +28,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     tok.add_argument("--out-train", required=True, help="encoded training split (.npz)")
     tok.add_argument("--out-val", required=True, help="encoded validation split (.npz)")
     tok.add_argument("--out-stats", required=True, help="JSON: vocabulary and token counts")
-    tok.set_defaults(run=lazy("gpuflow.scaling.tokens:main"))
+    tok.set_defaults(
+        run=lazy(
+            "gpuflow.scaling.tokens:main",
+            outputs=("out_stats", "out_tokenizer", "out_train", "out_val"),
+        )
+    )
 
     train = subparsers.add_parser(
         "scaling-train", help="DDP training run (start with torchrun for more than one process)"
@@ -42,7 +49,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     train.add_argument("--out-json", required=True, help="run record with every epoch")
     train.add_argument("--out-model", required=True, help="final weights (state dict)")
-    train.set_defaults(run=lazy("gpuflow.scaling.train:main"))
+    train.set_defaults(run=lazy("gpuflow.scaling.train:main", outputs=("out_json", "out_model")))
 
     base = subparsers.add_parser("scaling-baseline", help="TF-IDF + scikit-learn classifier")
     base.add_argument("--name", required=True, help="configuration name")
@@ -51,7 +58,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_settings_arguments(base, "scaling")
     base.add_argument("--threads", type=int, default=1)
     base.add_argument("--out", required=True, help="JSON: accuracy and times")
-    base.set_defaults(run=lazy("gpuflow.scaling.baseline:main"))
+    base.set_defaults(run=lazy("gpuflow.scaling.baseline:main", outputs=("out",)))
 
     summary = subparsers.add_parser("scaling-summary", help="tables from all runs")
     summary.add_argument("--runs", nargs="+", required=True, help="run JSONs")
@@ -60,7 +67,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     summary.add_argument("--out-epochs", required=True, help="one row per run and epoch")
     summary.add_argument("--out-cost", required=True, help="GPU-hours and speedup per GPU-hour")
     summary.add_argument("--out-tex", required=True, help="booktabs LaTeX table")
-    summary.set_defaults(run=lazy("gpuflow.scaling.summary:main"))
+    summary.set_defaults(
+        run=lazy(
+            "gpuflow.scaling.summary:main",
+            outputs=("out_cost", "out_epochs", "out_summary", "out_tex"),
+        )
+    )
 
     figures = subparsers.add_parser("scaling-figures", help="the scaling figures")
     figures.add_argument("--summary", required=True)
@@ -70,11 +82,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     figures.add_argument("--out-throughput", required=True)
     figures.add_argument("--out-accuracy", required=True)
     figures.add_argument("--out-comm", required=True)
-    figures.set_defaults(run=lazy("gpuflow.scaling.figures:main"))
+    figures.set_defaults(
+        run=lazy(
+            "gpuflow.scaling.figures:main",
+            outputs=("out_accuracy", "out_comm", "out_epoch_time", "out_speedup", "out_throughput"),
+        )
+    )
 
     report = subparsers.add_parser("scaling-report", help="diagnosis and recommendations")
     report.add_argument("--summary", required=True)
     report.add_argument("--cost", required=True)
     add_settings_arguments(report, "scaling")
     report.add_argument("--out", required=True, help="performance_report.txt")
-    report.set_defaults(run=lazy("gpuflow.scaling.report:main"))
+    report.set_defaults(run=lazy("gpuflow.scaling.report:main", outputs=("out",)))

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from gpuflow.errors import DataError
-from gpuflow.job.atomic import write_csv, write_text
+from gpuflow.job import write_csv, write_text
 
 EPOCH_COLUMNS = [
     "epoch", "measured", "after_resume", "train_seconds", "val_seconds", "samples",

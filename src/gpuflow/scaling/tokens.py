@@ -16,7 +16,7 @@ import pandas as pd
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
 
 from gpuflow.errors import DataError
-from gpuflow.job.atomic import atomic_path, write_json
+from gpuflow.job import atomic_path, write_json
 from gpuflow.settings.blocks import configuration, family_settings
 
 PAD, UNK = "[PAD]", "[UNK]"

@@ -26,11 +26,15 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
 
 from gpuflow.errors import ConfigError
-from gpuflow.job import current
-from gpuflow.job.atomic import save_torch, write_json
-from gpuflow.job.devices import describe_device, run_record
-from gpuflow.job.divergence import SkippedSteps
-from gpuflow.job.state import load_optimizer_state
+from gpuflow.job import (
+    SkippedSteps,
+    current,
+    describe_device,
+    load_optimizer_state,
+    run_record,
+    save_torch,
+    write_json,
+)
 from gpuflow.scaling import comm, distributed
 from gpuflow.scaling.distributed import Context
 from gpuflow.scaling.kernels import (
@@ -255,11 +259,8 @@ class Trainer:
         dtype = torch.bfloat16 if self.precision == "bf16" else torch.float16
         return torch.autocast(self.ctx.device.type, dtype=dtype, enabled=self.precision != "fp32")
 
-    def resume(self) -> int:
-        """Load the resume state when there is one; return the first epoch still to run."""
-        state = self.state.load(self.ctx.device)
-        if state is None:
-            return 0
+    def load_state(self, state: dict[str, Any]) -> int:
+        """Continue from a saved `saved_state()`; returns the epochs it holds."""
         self.model.load_state_dict(state["model"])
         load_optimizer_state(self.optimizer, state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
@@ -268,26 +269,20 @@ class Trainer:
         self.skipped.total = sum(e.get("skipped_steps", 0) for e in self.history)
         self.skipped.at_floor = state.get("skipped_at_floor", 0)
         self.resumed_at = [*state["resumed_at"], state["epoch"]]
-        if self.ctx.rank == 0:
-            print(f"resuming after epoch {state['epoch']} from {self.state.path}")
         return state["epoch"]
 
-    def save_state(self, epoch: int) -> None:
-        """Rank 0 writes the resume state after `epoch` finished epochs; all wait for it."""
-        if self.ctx.rank == 0:
-            self.state.save(
-                {
-                    "epoch": epoch,
-                    "model": self.model.state_dict(),
-                    "optimizer": self.optimizer.state_dict(),
-                    "scheduler": self.scheduler.state_dict(),
-                    "scaler": self.scaler.state_dict(),
-                    "history": self.history,
-                    "resumed_at": self.resumed_at,
-                    "skipped_at_floor": self.skipped.at_floor,
-                },
-            )
-        distributed.barrier(self.ctx)
+    def saved_state(self) -> dict[str, Any]:
+        """What a resumed run needs to continue exactly where this one is (rank 0's)."""
+        return {
+            "epoch": len(self.history),
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "history": self.history,
+            "resumed_at": self.resumed_at,
+            "skipped_at_floor": self.skipped.at_floor,
+        }
 
     def forward_backward(self, batch: dict[str, Any], divisor: int = 1) -> torch.Tensor:
         """Loss of one micro-batch and its backward pass (through DDP when wrapped)."""
@@ -400,26 +395,25 @@ class Trainer:
 
     def fit(self) -> list[dict[str, Any]]:
         """Run the remaining epochs, saving the resume state after each; return all epochs."""
-        start_epoch = self.resume()
         epochs = self.settings["train"]["epochs"]
-        progress = self.job.progress(total=epochs, unit="epochs", resumed_at=start_epoch)
-        progress.update(start_epoch, force=True)
         first_step = True
-        self.job.defer_stops()
-        for epoch in range(start_epoch, epochs):
-            record = self.train_epoch(epoch, first_step)
-            first_step = False
+        for epoch in self.job.loop(
+            self.state, epochs, "epochs", load=self.load_state, save=self.saved_state,
+            map_location=self.ctx.device, ranks=distributed.Ranks(self.ctx),
+        ):  # fmt: skip
+            record = self.train_epoch(epoch - 1, first_step)
             begin = time.perf_counter()
             val_loss, accuracy = evaluate(self.model, self.val_loader, self.ctx, self.autocast)
             record.update(
                 val_seconds=time.perf_counter() - begin,
                 val_loss=val_loss,
                 val_accuracy=accuracy,
-                after_resume=bool(self.resumed_at) and epoch == start_epoch,
+                after_resume=bool(self.resumed_at) and first_step,
             )
+            first_step = False
             losses = {"train_loss": record["train_loss"], "val_loss": val_loss}
             self.job.check_finite(
-                self.run_name, epoch + 1, {k: v for k, v in losses.items() if v is not None}
+                self.run_name, epoch, {k: v for k, v in losses.items() if v is not None}
             )
             self.history.append(record)
             if self.ctx.rank == 0:
@@ -429,12 +423,6 @@ class Trainer:
                     ),
                     flush=True,
                 )
-            self.save_state(epoch + 1)
-            stop = distributed.all_reduce([float(self.job.stop_requested())], self.ctx, op="max")
-            progress.update(epoch + 1, force=epoch + 1 == epochs or stop[0] > 0)
-            self.job.stop_if_requested(
-                f"after epoch {epoch + 1}, state in {self.state.path}", anyone=stop[0] > 0
-            )
         return self.history
 
     def note_timings(self) -> None:

@@ -14,4 +14,4 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="write config/README.md from the schema, the config files and the README template",
     )
     config_doc.add_argument("--out", default=None, help="file to write (default: config/README.md)")
-    config_doc.set_defaults(run=lazy("gpuflow.settings.config_doc:main"))
+    config_doc.set_defaults(run=lazy("gpuflow.settings.config_doc:main", outputs=("out",)))

@@ -16,7 +16,7 @@ import pandas as pd
 from scipy import stats
 
 from gpuflow.errors import DataError
-from gpuflow.job.atomic import write_csv
+from gpuflow.job import write_csv
 
 GRID = ["model", "frac", "n_labelled", "corrupt", "alpha"]
 PAIR = ["frac", "corrupt", "seed"]

@@ -18,7 +18,7 @@ import numpy as np
 
 from gpuflow.data.embedded import load_mnist5k
 from gpuflow.errors import DataError
-from gpuflow.job.atomic import atomic_path
+from gpuflow.job import atomic_path
 from gpuflow.settings.blocks import family_settings
 from gpuflow.ssvae import mnist_wheel
 from gpuflow.ssvae.mnist_cache import CACHED

@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from gpuflow.job.atomic import save_figure
+from gpuflow.job import save_figure
 from gpuflow.ssvae.aggregate import summarise
 
 

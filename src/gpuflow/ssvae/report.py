@@ -6,8 +6,7 @@ import argparse
 
 import pandas as pd
 
-from gpuflow.job.atomic import write_text
-from gpuflow.job.telemetry.report import section as telemetry_section
+from gpuflow.job import telemetry_section, write_text
 
 # Kingma, Rezende, Mohamed, Welling (2014), Table 1: M2 test error (%) on MNIST, trained on the
 # 50,000 digits of the standard train / validation / test split (their code's mnist.pkl.gz).

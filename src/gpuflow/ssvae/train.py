@@ -20,10 +20,15 @@ import torch
 from torch import nn
 
 from gpuflow.errors import ConfigError
-from gpuflow.job import Job, current
-from gpuflow.job.atomic import write_json
-from gpuflow.job.devices import run_record, worker_devices
-from gpuflow.job.state import State, load_optimizer_state
+from gpuflow.job import (
+    Job,
+    State,
+    current,
+    load_optimizer_state,
+    run_record,
+    worker_devices,
+    write_json,
+)
 from gpuflow.settings.blocks import family_schema, family_settings, keys_of_kind
 from gpuflow.ssvae.batches import Batches, Plan, RunIndex, epoch_indices, make_plan
 from gpuflow.ssvae.data import load_prepared
@@ -182,6 +187,7 @@ class StackTrainer:
         self.epoch = 0
         self.curve: list[list[dict[str, Any]]] = [[] for _ in runs]
         self.train_time_s = 0.0
+        self.resumed_from: int | None = None  # the epoch a resume state held
         self.data_wait_s = 0.0  # this process only (host time waiting for the next batch)
 
     def bound_weights(self) -> torch.Tensor:
@@ -205,7 +211,8 @@ class StackTrainer:
             "train_time_s": self.train_time_s,
         }
 
-    def load_state(self, state: dict[str, Any]) -> None:
+    def load_state(self, state: dict[str, Any]) -> int:
+        """Continue from a saved `state()`; returns the epochs it holds."""
         self.model.load_state_dict(state["model"])
         load_optimizer_state(self.optimizer, state["optimizer"])
         for g, s in zip(self.order_rng, state["order_rng"], strict=True):
@@ -215,6 +222,8 @@ class StackTrainer:
         self.epoch, self.curve = state["epoch"], state["curve"]
         self.train_time_s = state["train_time_s"]
         self.graphed.reset()  # the optimizer's state tensors are new ones
+        self.resumed_from = self.epoch
+        return self.epoch
 
     # --- training ------------------------------------------------------------------------
     def _noise(self, *shape: int) -> torch.Tensor:
@@ -337,11 +346,6 @@ def resume_state(
     )
 
 
-def save_state(state: State, data: dict[str, Any]) -> None:
-    """Save the trainer's state after an epoch (atomically)."""
-    state.save(data)
-
-
 def check_runs_finite(job: Job, runs: list[Run], epoch: int, row: dict[str, np.ndarray]) -> None:
     """Stop (TrainingDivergedError) when a run's loss term of this epoch is NaN or infinite.
 
@@ -374,18 +378,9 @@ def train(
     devices = choose_devices(settings["device"], settings["gpu_ids"], settings["no_multi_gpu"])
     trainer = StackTrainer(runs, data, settings, devices)
     state = resume_state(job, runs, settings, data_path, trainer.device.type)
-    saved = state.load("cpu")
-    resumed_from = None
-    if saved is not None:
-        trainer.load_state(saved)
-        resumed_from = trainer.epoch
-        print(f"resumed from {state.path} after epoch {trainer.epoch}", flush=True)
     epochs, every = settings["epochs"], settings["eval_frequency"]
-    progress = job.progress(total=epochs, unit="epochs", resumed_at=trainer.epoch)
-    progress.update(trainer.epoch, force=True)
     last_eval: dict[str, np.ndarray] = {}
-    job.defer_stops()
-    while trainer.epoch < epochs:
+    for _ in job.loop(state, epochs, "epochs", load=trainer.load_state, save=trainer.state):
         t0 = time.perf_counter()
         row = trainer.train_epoch()
         if trainer.device.type == "cuda":
@@ -398,23 +393,18 @@ def train(
             row.update(trainer.validate())
         for r, curve in enumerate(trainer.curve):
             curve.append({"epoch": trainer.epoch, **{k: float(v[r]) for k, v in row.items()}})
-        save_state(state, trainer.state())
-        progress.update(trainer.epoch, force=trainer.epoch == epochs or job.stop_requested())
         accuracy = f" test accuracy {np.round(row['test_accuracy'], 4)}" if evaluated else ""
         print(
             f"epoch {trainer.epoch}/{epochs} loss {np.round(row['train_loss'], 3)}{accuracy}",
             flush=True,
         )
-        job.stop_if_requested(f"after epoch {trainer.epoch} of {epochs}, state in {state.path}")
     if not last_eval:  # resumed after the last epoch's checkpoint: the curve holds it
         last_eval = {
             k: np.array([c[-1][k] for c in trainer.curve])
             for k in trainer.curve[0][-1]
             if k.startswith("test_")
         }
-    metrics = write_metrics(
-        job, trainer, runs, settings, outs, last_eval, resumed_from, started, devices
-    )
+    metrics = write_metrics(job, trainer, runs, settings, outs, last_eval, started, devices)
     job.release(outputs=outs)
     return metrics
 
@@ -426,7 +416,6 @@ def write_metrics(
     settings: dict[str, Any],
     outs: list[str | Path],
     final: dict[str, np.ndarray],
-    resumed_from: int | None,
     started: float,
     devices: list[torch.device],
 ) -> list[dict[str, Any]]:
@@ -468,7 +457,7 @@ def write_metrics(
                 "samples_per_s": per_run_rate,
                 "stack_size": len(runs),
                 "stack_samples_per_s": per_run_rate * len(runs) if per_run_rate else None,
-                "resumed_from_epoch": resumed_from,
+                "resumed_from_epoch": trainer.resumed_from,
             },
             "run_record": record,
         }

@@ -7,7 +7,7 @@ import argparse
 import pandas as pd
 
 from gpuflow.errors import DataError
-from gpuflow.job.atomic import write_csv
+from gpuflow.job import write_csv
 from gpuflow.sweep.columns import COLUMNS
 
 KEYS = ["method", "teacher_rank", "student_width"]

@@ -12,7 +12,7 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.ticker import NullFormatter
 
-from gpuflow.job.atomic import save_figure
+from gpuflow.job import save_figure
 
 LABELS = {"gd": "gradient descent", "gnc": "guess & check"}
 

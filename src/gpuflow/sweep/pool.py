@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from gpuflow.job.workers import Done, WorkerPool
+from gpuflow.job import Done, WorkerPool
 
 
 @dataclass

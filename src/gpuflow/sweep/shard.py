@@ -20,8 +20,7 @@ from typing import Any
 from tqdm import tqdm
 
 from gpuflow.errors import ConfigError, GpuflowError
-from gpuflow.job import current
-from gpuflow.job.atomic import write_json, write_text
+from gpuflow.job import current, write_json, write_text
 from gpuflow.settings.blocks import family_settings
 from gpuflow.sweep.columns import COLUMNS
 from gpuflow.sweep.experiment import METHODS
@@ -75,7 +74,7 @@ def log(message: str) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run the shard's missing seeds, then write its table and run record."""
-    from gpuflow.job.devices import run_record, worker_devices
+    from gpuflow.job import run_record, worker_devices
 
     if args.method not in METHODS:
         raise ConfigError("--method", f"unknown method {args.method!r}", f"one of {METHODS}")
@@ -99,8 +98,7 @@ def main(args: argparse.Namespace) -> int:
         )
         failed: dict[int, str] = {}
         bar = tqdm(total=len(seeds), initial=len(rows), desc=name, file=sys.stderr, mininterval=1)
-        progress = job.progress(total=len(seeds), unit="seeds", resumed_at=len(rows))
-        progress.update(len(rows), force=True)
+        tally = job.tally(len(seeds), "seeds", done=len(rows))
 
         def report(outcome: Outcome) -> None:
             if outcome.row is not None:
@@ -110,11 +108,10 @@ def main(args: argparse.Namespace) -> int:
                 seed_log.add_failed(outcome.seed, failed[outcome.seed])
                 log(f"seed {outcome.seed} failed:\n{outcome.error}")
             bar.update(1)
-            progress.update(len(rows) + len(failed), force=job.stop_requested())
-            job.stop_if_requested(f"after {len(rows)} of {len(seeds)} seeds (in {seed_log.path})")
+            where = f"after {len(rows)} of {len(seeds)} seeds (in {seed_log.path})"
+            tally.advance(len(rows) + len(failed), where)
 
         pool = SeedPool(TARGET, settings, [str(d) for d in devices], log=log)
-        job.defer_stops()
         pool.run(todo, report)
         bar.close()
     finally:

@@ -19,7 +19,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_settings_arguments(shard, "sweep")
     shard.add_argument("--out", required=True, help="CSV, one row per seed")
     shard.add_argument("--run-out", required=True, help="JSON: devices, resumed/computed seeds")
-    shard.set_defaults(run=lazy("gpuflow.sweep.shard:main"))
+    shard.set_defaults(run=lazy("gpuflow.sweep.shard:main", outputs=("out", "run_out")))
 
     aggregate = subparsers.add_parser("sweep-aggregate", help="all shards as one tidy table")
     aggregate.add_argument("--shards", nargs="+", required=True, help="shard CSVs")
@@ -27,10 +27,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--out", required=True, help="CSV, one row per (method, rank, width, seed)"
     )
     aggregate.add_argument("--out-summary", required=True, help="CSV of means per configuration")
-    aggregate.set_defaults(run=lazy("gpuflow.sweep.aggregate:main"))
+    aggregate.set_defaults(run=lazy("gpuflow.sweep.aggregate:main", outputs=("out", "out_summary")))
 
     figures = subparsers.add_parser("sweep-figures", help="test error and guesses figures")
     figures.add_argument("--table", required=True)
     figures.add_argument("--out-test-error", required=True)
     figures.add_argument("--out-guesses", required=True)
-    figures.set_defaults(run=lazy("gpuflow.sweep.figures:main"))
+    figures.set_defaults(
+        run=lazy("gpuflow.sweep.figures:main", outputs=("out_guesses", "out_test_error"))
+    )

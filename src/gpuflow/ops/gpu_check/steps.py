@@ -45,4 +45,4 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="also write the run's record there (<date>-<device>.json) and print the change "
         "against the latest record of the same device (make gpu-check: benchmarks/records)",
     )
-    check.set_defaults(run=lazy("gpuflow.ops.gpu_check.main:main"))
+    check.set_defaults(run=lazy("gpuflow.ops.gpu_check.main:main", outputs=("out",)))

@@ -2,20 +2,17 @@
 
 A scoring step (perplexity segments, toxicity texts) cuts its items into batches fixed by the
 input and its settings, and groups consecutive batches into chunks of at least `chunk_weight`
-(tokens or texts). After each chunk, the per-item scores so far go atomically into the job's
-resume state (gpuflow.job.state; no Snakemake output: Snakemake deletes the outputs of a failed
-job). When SLURM (or a user) asks the step to stop (gpuflow.job.stopping), it finishes the
-batches in hand, saves, and ends with one line; the next run skips every batch already scored,
-so it scores each remaining batch exactly as an uninterrupted run would. A state from other
-texts, model, results settings or gpuflow version (its fingerprint differs) is ignored with one
-line. The job's progress file (gpuflow.job.progress) tells how far the step is. Both go once
-the output is written (kept until the workflow has accepted it).
+(tokens or texts). Batches finish in any order, on several workers. After each chunk, the
+per-item scores so far go atomically into the job's resume state (no Snakemake output:
+Snakemake deletes the outputs of a failed job), then the step's progress, then a pending stop,
+in gpuflow.job.loop's order. Asked to stop, the step finishes the batches in hand, saves, and
+ends with one line; the next run skips every batch already scored, so it scores each remaining
+batch exactly as an uninterrupted run would. A state of another fingerprint is ignored with
+one line.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -23,35 +20,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from gpuflow.job import current
-from gpuflow.job.paths import STATE, job_file
-from gpuflow.job.progress import ProgressWriter
-
-
-def state_path(out: str | Path) -> Path:
-    """The resume state of the job writing output `out` (gpuflow.job.paths)."""
-    return job_file(out, STATE)
-
-
-def finish(out: str | Path) -> None:
-    """Output `out` and its run record are written: release its resume state and progress file."""
-    run_record = Path(out).with_suffix(".run.json")
-    current([out]).release(outputs=[out, run_record])
-
-
-def texts_digest(text_ids: Sequence[Any], texts: Sequence[str]) -> str:
-    """A hash of the texts and their ids, in order."""
-    text = json.dumps([[str(i) for i in text_ids], list(texts)], ensure_ascii=False)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def model_identity(reference: str) -> list[Any]:
-    """A model folder's files (name, size, modification time), or the model id as given."""
-    folder = Path(reference)
-    if not folder.is_dir():
-        return [reference]
-    files = sorted(p for p in folder.iterdir() if p.is_file())
-    return [reference, *[[p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in files]]
+from gpuflow.job import stopping
+from gpuflow.job.context import current
+from gpuflow.job.loop import Tally
 
 
 def plan_chunks(batch_weights: Sequence[int], chunk_weight: int) -> list[range]:
@@ -99,7 +70,7 @@ class ChunkedScores:
         self.batch_done = np.zeros(len(self.batches), dtype=bool)
         self.resumed_chunks, self.resumed_weight = 0, 0
         self.unsaved = False
-        self.progress: ProgressWriter | None = None
+        self.tally: Tally | None = None
 
     def _load(self) -> tuple[np.ndarray, dict[str, np.ndarray]] | None:
         """The done flags and score columns saved for this output, or None (and why)."""
@@ -132,14 +103,13 @@ class ChunkedScores:
         self.resumed_weight = int(self.weights[self.batch_done].sum())
         if self.state is not None:
             total = int(self.weights.sum())
-            self.progress = self.job.progress(total, self.unit, resumed_at=self.resumed_weight)
+            self.tally = self.job.tally(total, self.unit, done=self.resumed_weight)
         if saved is not None:
             print(
                 f"resumed from {self.state_file} with {self.resumed_chunks} of"
                 f" {len(self.chunks)} chunks scored",
                 flush=True,
             )
-        self._show_progress(force=True)
         return [int(b) for b in np.flatnonzero(~self.batch_done)]
 
     def chunks_done(self) -> int:
@@ -161,11 +131,8 @@ class ChunkedScores:
         chunk = self.chunks[self.chunk_of[batch]]
         if self.batch_done[chunk.start : chunk.stop].all():
             self.save()
-        self._show_progress()
-
-    def _show_progress(self, force: bool = False) -> None:
-        if self.progress is not None:
-            self.progress.update(self.weight_done(), force)
+        if self.tally is not None:
+            self.tally.progress.update(self.weight_done())
 
     def save(self) -> None:
         """Write the scores so far atomically (a kill mid-write keeps the previous state)."""
@@ -179,20 +146,27 @@ class ChunkedScores:
             }
         )
 
+    @staticmethod
+    def stop_pending() -> bool:
+        """Whether SIGTERM or SIGUSR1 asked the step to stop (the workers then take no more
+        batches)."""
+        return stopping.requested() is not None
+
     def stop_if_requested(self) -> None:
         """Save what is unsaved and end the step (Stopped) when a stop was requested.
 
         A request after the last batch changes nothing: the step writes its output.
         """
-        if not self.job.stop_requested() or self.batch_done.all():
+        if not self.stop_pending() or self.batch_done.all():
             return
         if self.unsaved:
             self.save()
-        self._show_progress(force=True)
         where = "" if self.state_file is None else f" in {self.state_file}"
-        self.job.stop_if_requested(
-            f"after {self.chunks_done()} of {len(self.chunks)} chunks (state saved{where})"
-        )
+        where = f"after {self.chunks_done()} of {len(self.chunks)} chunks (state saved{where})"
+        if self.tally is None:
+            stopping.stop_if_requested(where)
+        else:
+            self.tally.advance(self.weight_done(), where)
 
     def record_fields(self, unit: str) -> dict[str, Any]:
         """For the run record: chunks and `unit` resumed from a state vs scored in this run."""

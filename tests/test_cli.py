@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 
+from gpuflow.settings.blocks import schema_families
 from tests.conftest import REPO
 
 
@@ -58,9 +59,9 @@ def test_steps_that_only_read_tables_do_not_import_torch():
 
 
 def test_the_step_modules_do_not_import_the_cli():
+    modules = ["ops", "job", "settings", *schema_families()]
     probe = (
-        "import sys, gpuflow.ops.steps, gpuflow.job.steps, gpuflow.settings.steps, "
-        "gpuflow.fluency.steps, gpuflow.ssvae.steps, gpuflow.scaling.steps, gpuflow.sweep.steps;"
+        f"import sys, {', '.join(f'gpuflow.{name}.steps' for name in modules)};"
         " print('gpuflow.cli' in sys.modules)"
     )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)

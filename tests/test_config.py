@@ -87,9 +87,9 @@ def test_step_settings_name_the_key_of_bad_json_or_an_unknown_setting():
 
 
 def test_every_schema_key_is_marked_results_or_runtime():
-    from gpuflow.settings.blocks import family_schema, keys_of_kind
+    from gpuflow.settings.blocks import family_schema, keys_of_kind, schema_families
 
-    for family in ("fluency", "ssvae", "scaling", "sweep"):
+    for family in schema_families():
         schema = family_schema(family)
         assert schema["x-affects"] == "results", family
         marks = [
@@ -112,11 +112,11 @@ def walk(node):
 
 
 def test_every_applies_when_names_a_sibling_choice_and_values_it_can_take():
-    from gpuflow.settings.blocks import family_schema
+    from gpuflow.settings.blocks import family_schema, schema_families
     from gpuflow.settings.validate import DefaultingValidator
 
     conditions = 0
-    for family in ("fluency", "ssvae", "scaling", "sweep"):
+    for family in schema_families():
         for node in walk(family_schema(family)):
             if not isinstance(node, dict) or not isinstance(node.get("properties"), dict):
                 continue

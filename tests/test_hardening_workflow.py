@@ -33,6 +33,7 @@ import pytest
 import torch
 
 from gpuflow.job.paths import RECORD, job_file
+from gpuflow.settings.blocks import schema_families
 from tests.conftest import BIN, REPO, snakemake, tiny_config, workflow_env
 from tests.slurm import grid_faults
 
@@ -279,8 +280,7 @@ def faults() -> list[Fault]:
         Fault(
             "whole tree killed while a figure is being written",
             lambda w: any(
-                tmp_file_under(f"results/{family}/figures")(w)
-                for family in ("ssvae", "scaling", "sweep", "fluency")
+                tmp_file_under(f"results/{family}/figures")(w) for family in schema_families()
             ),
             None,
         ),

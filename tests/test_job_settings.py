@@ -23,7 +23,7 @@ from gpuflow.job import Job, current
 from gpuflow.job.record import record_path
 from gpuflow.job.telemetry.report import section
 from gpuflow.job.telemetry.settings import take_job_settings
-from gpuflow.settings.blocks import family_settings, split_json
+from gpuflow.settings.blocks import family_settings, schema_families, split_json
 from gpuflow.settings.validate import merge_config
 from tests.conftest import REPO, snakemake
 
@@ -89,7 +89,7 @@ def test_a_report_flags_jobs_below_the_threshold_of_its_own_settings(tmp_path):
 def test_every_gpuflow_step_of_the_workflow_gets_the_jobs_settings(tmp_path):
     paper = yaml.safe_load((REPO / "config" / "paper.yaml").read_text(encoding="utf-8"))
     config = merge_config(paper, {"telemetry": {"interval_s": 2, "low_utilisation_percent": 30}})
-    config["families"] = ["fluency", "ssvae", "scaling", "sweep"]
+    config["families"] = schema_families()
     result = snakemake(tmp_path, config, "-n", "-p")
     commands = [line for line in result.stdout.splitlines() if "gpuflow " in line]
     steps = {

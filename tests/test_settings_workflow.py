@@ -21,13 +21,13 @@ import yaml
 
 from gpuflow.job.paths import RECORD, UNITS, job_file, job_of
 from gpuflow.ops.plan import plan_jobs
-from gpuflow.settings.blocks import applies, family_schema, keys_of_kind
+from gpuflow.settings.blocks import applies, family_schema, keys_of_kind, schema_families
 from gpuflow.settings.validate import merge_config, validate_config
 from tests.conftest import REPO, job_counts, snakemake, tiny_config
 
 pytestmark = pytest.mark.workflow
 
-FAMILIES = ["fluency", "ssvae", "scaling", "sweep"]
+FAMILIES = schema_families()
 TINY = tiny_config("all")
 
 
@@ -350,7 +350,7 @@ def test_every_job_records_cpu_use_and_peak_memory_and_the_reports_show_them(fin
         for record in run_records(json.loads(path.read_text()))
     }
     writers = {name.split("/")[0] for name in records}
-    assert writers == {"fluency", "ssvae", "scaling", "sweep"}, sorted(records)
+    assert writers == set(FAMILIES), sorted(records)
     assert len(records) >= 8, sorted(records)  # train/baseline per family, ppl, toxicity...
     for name, record in records.items():
         cpu = record["telemetry"]["cpu"]

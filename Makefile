@@ -57,11 +57,11 @@ run: $(STAMP)
 	snakemake --cores $(CORES)
 	snakemake --cores $(CORES) --report results/report.html
 
-# One pytest worker per core and one more (tests/conftest.py groups them: the live-SLURM tests
-# share one worker and one cluster, each other module stays on one worker with its fixtures).
-# The live-SLURM worker mostly waits on SLURM (time limits, requeues, polls); the extra worker
-# uses that time (2 cores, each pair on one commit: 672 s against 754 s, 774 s against 799 s).
-TEST_WORKERS ?= $(shell echo $$(( $(CORES) + 1 )))
+# One pytest worker per core and two more (tests/conftest.py groups them: the live-SLURM tests
+# run in two groups on two workers, sharing one cluster; each other module stays on one worker
+# with its fixtures). The live-SLURM workers mostly wait on SLURM (time limits, requeues,
+# polls); the extra workers use that time.
+TEST_WORKERS ?= $(shell echo $$(( $(CORES) + 2 )))
 test: $(STAMP)
 	pytest -n $(TEST_WORKERS)
 

@@ -153,15 +153,16 @@ def finished_all(tmp_path_factory) -> Path:
 def xdist_group_of(nodeid: str) -> str:
     """The group a test runs in under `make test` (pytest -n N): one worker runs a group whole.
 
-    The live-SLURM tests share one group (one cluster per session, one job at a time on it),
-    the suites over the shared finished run share one (the run is made once), the suites that
+    The live-SLURM tests fall in two groups, run on two workers at once against one cluster
+    (each module beside the other worker's, or alone on it: tests/slurm/fixtures.py); the
+    suites over the shared finished run share one (the run is made once), the suites that
     torch.compile the same model share one (compiled once: the graphs are cached in-process),
     and every other module is a group of its own (its module fixtures run once).
     """
     path = nodeid.split("::")[0]
     name = Path(path).name
     if name.startswith("test_slurm_"):
-        return "slurm"
+        return "slurm-2" if name in SECOND_SLURM_MODULES else "slurm"
     if name in FINISHED_ALL_MODULES:
         return "finished_all"
     if name in TORCH_COMPILE_MODULES:
@@ -169,6 +170,15 @@ def xdist_group_of(nodeid: str) -> str:
     return path
 
 
+# The live-SLURM modules of the second SLURM group: about half of the time of the modules that
+# share the cluster (the first group also holds the ones that use it alone, which run first).
+SECOND_SLURM_MODULES = (
+    "test_slurm_stop_resume.py",
+    "test_slurm_memory.py",
+    "test_slurm_two_nodes.py",
+    "test_slurm_status.py",
+    "test_slurm_site.py",
+)
 # Every suite that reads `finished_all`: the run is made once, on the worker that runs them.
 FINISHED_ALL_MODULES = (
     "test_fluency_workflow.py",
@@ -180,22 +190,25 @@ FINISHED_ALL_MODULES = (
 )
 # gpu-check's smoke test first (file order), then the perplexity compile tests on its model's shape.
 TORCH_COMPILE_MODULES = ("test_gpu_check.py", "test_perplexity_compile.py")
-# The two longest groups, started first, one on each worker; the others follow, most tests first.
-FIRST_GROUPS = ("slurm", "finished_all")
+# The longest groups, started first, one on each worker; the others follow, most tests first.
+FIRST_GROUPS = ("slurm", "slurm-2", "finished_all")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The live-SLURM group first (the longest, mostly waiting on SLURM, so it overlaps the rest
-    of the suite on the other worker), the shared finished run second, then the other groups by
-    their number of tests, most first (the order pytest-xdist would choose)."""
+    """The live-SLURM groups first (the longest, mostly waiting on SLURM, so they overlap the
+    rest of the suite on the other workers), within them the modules that use the cluster alone
+    first, the shared finished run next, then the other groups by their number of tests, most
+    first (the order pytest-xdist would choose)."""
     groups = [xdist_group_of(item.nodeid) for item in items]
     sizes = {group: groups.count(group) for group in set(groups)}
 
-    def rank(group: str) -> tuple[int, int]:
+    def rank(index: int) -> tuple[int, int, bool]:
+        group = groups[index]
         first = FIRST_GROUPS.index(group) if group in FIRST_GROUPS else len(FIRST_GROUPS)
-        return first, -sizes[group]
+        alone = getattr(getattr(items[index], "module", None), "CLUSTER_ALONE", False)
+        return first, -sizes[group], not alone
 
-    order = sorted(range(len(items)), key=lambda i: rank(groups[i]))
+    order = sorted(range(len(items)), key=rank)
     items[:] = [items[i] for i in order]
 
 

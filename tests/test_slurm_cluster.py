@@ -23,6 +23,8 @@ from tests.slurm import cluster, harness
 
 pytestmark = [pytest.mark.slurm, pytest.mark.workflow]
 pytest_plugins = ["tests.slurm.fixtures"]
+# it counts how SLURM packs its jobs onto the node's four GPUs: alone on the cluster
+CLUSTER_ALONE = True
 
 SNAKEFILE = harness.REPO / "tests" / "slurm" / "Snakefile"
 HOLD = 15

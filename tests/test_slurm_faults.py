@@ -32,6 +32,8 @@ from tests.slurm import cluster, grid_faults, harness
 
 pytestmark = [pytest.mark.slurm, pytest.mark.workflow]
 pytest_plugins = ["tests.slurm.fixtures"]
+# it stops the cluster's daemons: no other module may use the cluster meanwhile
+CLUSTER_ALONE = True
 
 SSVAE = "results/ssvae/frac~0.2/corrupt~0.0/alpha~10/seed~0/metrics.json"
 LOG = "results/ssvae/logs/train/frac~0.2/corrupt~0.0/alpha~10.log"

@@ -1,7 +1,11 @@
-"""The live test cluster as one session fixture, shared by every SLURM test module.
+"""The live test cluster, shared by every SLURM test module and by the pytest workers that run
+them (`make test` runs the SLURM modules in two groups, on two workers, at once).
 
-Test modules load it with `pytest_plugins = ["tests.slurm.fixtures"]`: the cluster starts once
-per test session (about 10 s) and its daemons are stopped by pid at the end.
+Test modules load it with `pytest_plugins = ["tests.slurm.fixtures"]` and ask for
+`slurm_cluster`. The first worker that needs the cluster starts it (about 10 s), the others use
+it, and the last to finish stops its daemons (by pid). A module uses the cluster beside the
+other worker's modules, or, where it sets `CLUSTER_ALONE = True` (it stops daemons, or counts
+how SLURM packs its jobs onto the node's GPUs), alone: no other module runs on it meanwhile.
 
 With GPUFLOW_TEST_SLURM_RUNNING=1 the session uses a cluster already started by hand
 (`python tests/slurm/cluster.py up`) and leaves it running, so several test sessions (say, in
@@ -10,22 +14,79 @@ two checkouts) can share one cluster; it must answer, or the tests fail.
 
 from __future__ import annotations
 
+import fcntl
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.slurm import cluster
 
+USERS = Path(f"{cluster.STATE}.users")  # one file per pytest process using the cluster
+LIFECYCLE_LOCK = Path(f"{cluster.STATE}.lifecycle.lock")  # who starts and stops it
+USE_LOCK = Path(f"{cluster.STATE}.use.lock")  # shared by modules, exclusive for CLUSTER_ALONE
+
+
+@contextmanager
+def locked(path: Path, mode: int) -> Iterator[None]:
+    """Hold `path`'s flock in `mode` (LOCK_SH or LOCK_EX) for the block."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+        fcntl.flock(handle, mode)
+        yield
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def users() -> list[Path]:
+    """The live users' files (those of dead processes removed)."""
+    USERS.mkdir(parents=True, exist_ok=True)
+    found = []
+    for user in USERS.iterdir():
+        if user.name.isdigit() and alive(int(user.name)):
+            found.append(user)
+        else:
+            user.unlink(missing_ok=True)
+    return found
+
 
 @pytest.fixture(scope="session")
-def slurm_cluster():
-    """A running test cluster; its daemons are stopped after the session, by pid."""
+def cluster_session() -> Iterator[dict[str, Any]]:
+    """A running test cluster for this pytest process: started by the first user, stopped by
+    the last."""
     if os.environ.get("GPUFLOW_TEST_SLURM_RUNNING") == "1":
         if not cluster.answers():
             raise cluster.ClusterError("GPUFLOW_TEST_SLURM_RUNNING=1 but no cluster answers")
         yield {}
         return
+    me = USERS / str(os.getpid())
+    with locked(LIFECYCLE_LOCK, fcntl.LOCK_EX):
+        pids = {} if users() else cluster.up()
+        me.touch()
     try:
-        yield cluster.up()
+        yield pids
     finally:
-        cluster.down()
+        with locked(LIFECYCLE_LOCK, fcntl.LOCK_EX):
+            me.unlink(missing_ok=True)
+            if not users():
+                cluster.down()
+
+
+@pytest.fixture(scope="module")
+def slurm_cluster(cluster_session, request) -> Iterator[dict[str, Any]]:
+    """The running cluster for one test module: beside other modules, or alone where the module
+    sets CLUSTER_ALONE."""
+    alone = getattr(request.module, "CLUSTER_ALONE", False)
+    with locked(USE_LOCK, fcntl.LOCK_EX if alone else fcntl.LOCK_SH):
+        yield cluster_session

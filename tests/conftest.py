@@ -171,13 +171,11 @@ def xdist_group_of(nodeid: str) -> str:
 
 
 # The live-SLURM modules of the second SLURM group: about half of the time of the modules that
-# share the cluster (the first group also holds the ones that use it alone, which run first).
+# share the cluster (the first group also holds the ones that use it alone, which run last).
 SECOND_SLURM_MODULES = (
     "test_slurm_stop_resume.py",
     "test_slurm_memory.py",
     "test_slurm_two_nodes.py",
-    "test_slurm_status.py",
-    "test_slurm_site.py",
 )
 # Every suite that reads `finished_all`: the run is made once, on the worker that runs them.
 FINISHED_ALL_MODULES = (
@@ -197,8 +195,8 @@ FIRST_GROUPS = ("slurm", "slurm-2", "finished_all")
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The live-SLURM groups first (the longest, mostly waiting on SLURM, so they overlap the
     rest of the suite on the other workers), within them the modules that use the cluster alone
-    first, the shared finished run next, then the other groups by their number of tests, most
-    first (the order pytest-xdist would choose)."""
+    last (the modules that share it run on both workers first); the shared finished run next,
+    then the other groups by their number of tests, most first (pytest-xdist's order)."""
     groups = [xdist_group_of(item.nodeid) for item in items]
     sizes = {group: groups.count(group) for group in set(groups)}
 
@@ -206,7 +204,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         group = groups[index]
         first = FIRST_GROUPS.index(group) if group in FIRST_GROUPS else len(FIRST_GROUPS)
         alone = getattr(getattr(items[index], "module", None), "CLUSTER_ALONE", False)
-        return first, -sizes[group], not alone
+        return first, -sizes[group], alone
 
     order = sorted(range(len(items)), key=rank)
     items[:] = [items[i] for i in order]

@@ -40,9 +40,9 @@ LOG = "results/ssvae/logs/train/frac~0.2/corrupt~0.0/alpha~10.log"
 SHARD = "results/sweep/shards/method~gd/rank~2/width~4/shard~0.csv"
 CONTROLLER_DOWN_S = 60  # as the run starts
 STATUS_OUTAGE_S = 20  # while the training runs
-EPOCHS = 70  # of at least 1.2 s each: the training outlasts the second outage and the node's
-# failure (about 60 s in all: the first attempt reached epoch 45 of 100), so that the requeued
-# attempt has epochs left to resume
+# of at least 1.2 s each: the first attempt trains on through the second outage and until the
+# node fails (SlurmdTimeout 30 s: it reached epoch 32-36), so that the requeued one has epochs left
+EPOCHS = 55
 
 
 def faults_config() -> dict[str, Any]:

@@ -69,7 +69,7 @@ NODE_CPUS, NODE_MEMORY_MB = 4, 8000  # each of the two namespaced nodes (tests/s
 DB_PORT = 16306
 # A node whose slurmd is silent this long is DOWN and its jobs NODE_FAIL (tests/test_slurm_faults.py
 # waits it out); long enough that a slurmd busy on a loaded 2-core machine still answers in time.
-SLURMD_TIMEOUT = 45
+SLURMD_TIMEOUT = 30
 # proctrack plugin: cgroup (default) or linuxproc (GPUFLOW_TEST_SLURM_PROCTRACK); see above.
 PROCTRACKS = ("cgroup", "linuxproc")
 DB_SIZES = ("--innodb-buffer-pool-size=32M", "--innodb-log-file-size=8M")

@@ -6,6 +6,7 @@ Test modules load it with `pytest_plugins = ["tests.slurm.fixtures"]` and ask fo
 it, and the last to finish stops its daemons (by pid). A module uses the cluster beside the
 other worker's modules, or, where it sets `CLUSTER_ALONE = True` (it stops daemons, or counts
 how SLURM packs its jobs onto the node's GPUs), alone: no other module runs on it meanwhile.
+Those run last in their group (tests/conftest.py), once the modules that share it are done.
 
 With GPUFLOW_TEST_SLURM_RUNNING=1 the session uses a cluster already started by hand
 (`python tests/slurm/cluster.py up`) and leaves it running, so several test sessions (say, in
@@ -28,6 +29,9 @@ from tests.slurm import cluster
 USERS = Path(f"{cluster.STATE}.users")  # one file per pytest process using the cluster
 LIFECYCLE_LOCK = Path(f"{cluster.STATE}.lifecycle.lock")  # who starts and stops it
 USE_LOCK = Path(f"{cluster.STATE}.use.lock")  # shared by modules, exclusive for CLUSTER_ALONE
+# passed by every module on its way to USE_LOCK: a module waiting to be alone holds it, so no
+# other starts meanwhile (flock alone would let shared holders take turns for ever)
+TURNSTILE = Path(f"{cluster.STATE}.turnstile.lock")
 
 
 @contextmanager
@@ -36,6 +40,18 @@ def locked(path: Path, mode: int) -> Iterator[None]:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as handle:
         fcntl.flock(handle, mode)
+        yield
+
+
+@contextmanager
+def cluster_use(alone: bool) -> Iterator[None]:
+    """Use the cluster beside other modules, or alone: a module that waits to be alone goes
+    next, before any module that asks after it."""
+    path = USE_LOCK
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as use:
+        with locked(TURNSTILE, fcntl.LOCK_EX):
+            fcntl.flock(use, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
         yield
 
 
@@ -87,6 +103,5 @@ def cluster_session() -> Iterator[dict[str, Any]]:
 def slurm_cluster(cluster_session, request) -> Iterator[dict[str, Any]]:
     """The running cluster for one test module: beside other modules, or alone where the module
     sets CLUSTER_ALONE."""
-    alone = getattr(request.module, "CLUSTER_ALONE", False)
-    with locked(USE_LOCK, fcntl.LOCK_EX if alone else fcntl.LOCK_SH):
+    with cluster_use(getattr(request.module, "CLUSTER_ALONE", False)):
         yield cluster_session

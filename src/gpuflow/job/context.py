@@ -14,7 +14,7 @@ output (gpuflow.job.paths).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import ExitStack
 from pathlib import Path
 from types import TracebackType
@@ -129,19 +129,9 @@ class Job:
         path = progress_path(self.first_output) if self.writer else None
         return ProgressWriter(path, total, unit, resumed_at)
 
-    def loop(
-        self,
-        state: State,
-        total: int,
-        unit: str,
-        load: Callable[[dict[str, Any]], int],
-        save: Callable[[], dict[str, Any]],
-        map_location: Any = "cpu",
-        ranks: Ranks | None = None,
-    ) -> Iterator[int]:
-        """The step's resumable loop over its units: resume from `state`, then after each unit
-        save, report progress and honour a stop, in that order (gpuflow.job.loop)."""
-        return run_loop(self, state, total, unit, load, save, map_location, ranks)
+    # The step's resumable loop over its units: resume from `state`, then after each unit save,
+    # report progress and honour a stop, in that order (gpuflow.job.loop.run_loop).
+    loop = run_loop
 
     def tally(self, total: float, unit: str, done: float = 0, ranks: Ranks | None = None) -> Tally:
         """The count of units a step finishes and saves itself, in any order: progress, then

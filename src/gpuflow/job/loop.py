@@ -76,7 +76,9 @@ def run_loop(
     map_location: Any = "cpu",
     ranks: Ranks | None = None,
 ) -> Iterator[int]:
-    """The numbers (1-based) of the units still to run; see the module docstring."""
+    """The job's resumable loop (`job.loop(...)`): the numbers (1-based) of the units still to
+    run, saving `save()` into `state`, reporting progress and honouring a stop after each (see
+    the module docstring)."""
     noun = unit.removesuffix("s")
     saved = state.load(map_location)
     done = 0 if saved is None else load(saved)

@@ -1,6 +1,6 @@
 """`gpuflow gpu-check` on a machine without a GPU: every row runs at tiny sizes and is ok.
 
-The same command on a GPU runs the same rows at paper sizes (see README, GPU acceptance check).
+The same command on a GPU runs the same rows at paper sizes (see docs/gpu-check.md).
 Each row is held against a reference that shares no code with the path it checks: the
 perplexity rows against Hugging Face's own loss computed here, the SSVAE rows against M2's
 loss written out plainly, and a broken path must turn its rows not ok.

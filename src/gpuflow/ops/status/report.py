@@ -1,4 +1,4 @@
-"""The status as a dict (the `--json` schema, documented in the README) and as tables."""
+"""The status as a dict (the `--json` schema, documented in docs/status.md) and as tables."""
 
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def job_entry(status: JobStatus, now: float) -> dict[str, Any]:
 
 
 def as_dict(statuses: list[JobStatus], rule_order: list[str], seen: Seen) -> dict[str, Any]:
-    """The whole status (see the README's `gpuflow status --json` section)."""
+    """The whole status (see docs/status.md, section `--json`)."""
     rows = rule_rows(statuses, rule_order)
     totals = {key: sum(r[key] for r in rows) for key in ("jobs", *STATES)}
     for key in ("hours_left", "gpu_h_spent", "gpu_h_left"):

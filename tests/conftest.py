@@ -94,6 +94,21 @@ def snakemake(
     return result
 
 
+@pytest.fixture
+def one_thread_per_job(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One torch/OpenMP thread, in the test and in the steps it starts, as Snakemake gives a
+    1-thread job: quick and equal everywhere on a busy 2-core machine."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+
+
+@pytest.fixture(scope="module")
+def scaling_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The scaling family's tiny prepared splits, made once per module (read-only)."""
+    from tests.test_scaling_ddp import prepare
+
+    return prepare(tmp_path_factory.mktemp("tiny-data"))
+
+
 def job_counts(dry_run_output: str) -> dict[str, int]:
     """Jobs per rule from the 'Job stats' table that `snakemake --dry-run` prints."""
     counts = {}

@@ -24,15 +24,11 @@ from gpuflow.job.progress import progress_path, read_progress
 from tests.conftest import BIN, REPO, wait_for_file, workflow_env
 from tests.test_perplexity import reviews, tiny_lm
 
+pytestmark = pytest.mark.usefixtures("one_thread_per_job")
+
 __all__ = ["reviews", "tiny_lm"]  # fixtures, shared with the perplexity tests
 
 SAVE_FLOOR_S = 0.25
-
-
-@pytest.fixture(autouse=True)
-def one_thread_per_job(monkeypatch: pytest.MonkeyPatch) -> None:
-    """One thread, in this process and in the steps it starts: quick and equal everywhere."""
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
 
 
 @pytest.fixture(scope="module")

@@ -32,15 +32,11 @@ from gpuflow.fluency.ppl_segments import Segment, windows
 from gpuflow.fluency.train_lm import save_untrained_lm
 from tests.conftest import files_left
 
+pytestmark = pytest.mark.usefixtures("one_thread_per_job")
+
 CONTEXT = 32
 STRIDE = 12
 ON_CPU = ["--runtime", json.dumps({"device": "cpu"})]
-
-
-@pytest.fixture(autouse=True)
-def one_thread_per_job(monkeypatch: pytest.MonkeyPatch) -> None:
-    """As Snakemake does for a 1-thread job: keeps the tests quick on a busy 2-core machine."""
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
 
 
 @pytest.fixture(scope="module")

@@ -23,10 +23,7 @@ from gpuflow.fluency.placement import batch_bytes, choose_placement, model_bytes
 from gpuflow.fluency.ppl_model import load_config
 from gpuflow.fluency.train_lm import save_untrained_lm
 
-
-@pytest.fixture(autouse=True)
-def one_thread_per_job(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+pytestmark = pytest.mark.usefixtures("one_thread_per_job")
 
 
 @pytest.fixture(scope="module")

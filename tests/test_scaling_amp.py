@@ -18,7 +18,7 @@ import pytest
 from gpuflow.job.divergence import SkippedSteps
 from gpuflow.job.paths import STATE, job_file
 from tests.conftest import REPO, workflow_env
-from tests.test_scaling_ddp import prepare, settings, train_command
+from tests.test_scaling_ddp import settings, train_command
 
 ADVICE = " (lower the learning rate or check the data)"
 
@@ -50,23 +50,18 @@ def faulted_run(
     )
 
 
-@pytest.fixture(scope="module")
-def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return prepare(tmp_path_factory.mktemp("tiny-data"))
-
-
 @pytest.mark.parametrize(
     ("world", "accumulation", "rank", "fused"),
     [(1, 1, -1, "never"), (2, 2, 1, "never"), (1, 1, -1, "always")],
     ids=["one-process", "ddp-rank-1", "fused-adamw"],
 )
 def test_one_overflowing_fp16_step_is_skipped_counted_kept_out_of_the_loss_and_the_run_goes_on(
-    tiny_data: Path, tmp_path: Path, world: int, accumulation: int, rank: int, fused: str
+    scaling_data: Path, tmp_path: Path, world: int, accumulation: int, rank: int, fused: str
 ):
     # 96 texts in global batches of 16: 6 optimizer steps an epoch; step 3 overflows. Fused
     # AdamW takes the scaler's inf check into its kernel (no host check): the same outcome.
     config = {**settings(epochs=2, accumulation_steps=accumulation), "fused_adamw": fused}
-    result = faulted_run(tiny_data, tmp_path, config, world, ["overflow", "3", "1", str(rank)])
+    result = faulted_run(scaling_data, tmp_path, config, world, ["overflow", "3", "1", str(rank)])
     assert result.returncode == 0, result.stderr[-3000:]
 
     run = json.loads((tmp_path / "run.json").read_text())
@@ -83,9 +78,9 @@ def test_one_overflowing_fp16_step_is_skipped_counted_kept_out_of_the_loss_and_t
 
 
 def test_an_fp16_run_whose_every_step_overflows_stops_at_the_scale_floor_with_one_line(
-    tiny_data: Path, tmp_path: Path
+    scaling_data: Path, tmp_path: Path
 ):
-    data = tiny_data  # 96 training texts
+    data = scaling_data  # 96 training texts
     config = {**settings(epochs=3, global_batch_size=8), "amp_overflow_limit": 2}
     out = tmp_path / "run"
     # 12 steps an epoch; from step 3 on every step overflows: steps 3..18 halve the scale from

@@ -156,21 +156,16 @@ def assert_same_weights(a: Path, b: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return prepare(tmp_path_factory.mktemp("tiny-data"))
-
-
-@pytest.fixture(scope="module")
 def resume_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """1,536 training texts: epochs long enough to kill a run inside one (read-only)."""
     return prepare(tmp_path_factory.mktemp("resume-data"), RESUME_DATA)
 
 
 def test_two_gloo_processes_with_accumulation_match_one_process_on_the_same_global_batches(
-    tiny_data: Path, tmp_path: Path
+    scaling_data: Path, tmp_path: Path
 ):
-    one = train(tiny_data, tmp_path / "one", settings(accumulation_steps=1), world=1)
-    two = train(tiny_data, tmp_path / "two", settings(accumulation_steps=2), world=2)
+    one = train(scaling_data, tmp_path / "one", settings(accumulation_steps=1), world=1)
+    two = train(scaling_data, tmp_path / "two", settings(accumulation_steps=2), world=2)
 
     assert (one["world_size"], one["per_gpu_batch_size"], one["accumulation_steps"]) == (1, 16, 1)
     assert (two["world_size"], two["per_gpu_batch_size"], two["accumulation_steps"]) == (2, 4, 2)
@@ -187,11 +182,13 @@ def test_two_gloo_processes_with_accumulation_match_one_process_on_the_same_glob
         assert a["val_accuracy"] == pytest.approx(b["val_accuracy"], abs=1 / 32 + 1e-9)
 
 
-def test_fp16_gradient_compression_trains_close_to_fp32_all_reduce(tiny_data: Path, tmp_path: Path):
-    exact = train(tiny_data, tmp_path / "fp32", settings(epochs=2), world=2)
+def test_fp16_gradient_compression_trains_close_to_fp32_all_reduce(
+    scaling_data: Path, tmp_path: Path
+):
+    exact = train(scaling_data, tmp_path / "fp32", settings(epochs=2), world=2)
     config = settings(epochs=2)
     config["ddp"]["compression"] = "fp16"
-    compressed = train(tiny_data, tmp_path / "fp16", config, world=2)
+    compressed = train(scaling_data, tmp_path / "fp16", config, world=2)
     assert exact["allreduce_mb_per_step"] == pytest.approx(exact["parameters"] * 4 / 2**20)
     assert compressed["allreduce_mb_per_step"] == pytest.approx(exact["allreduce_mb_per_step"] / 2)
     for a, b in zip(exact["epochs"], compressed["epochs"], strict=True):
@@ -333,13 +330,13 @@ def test_a_one_process_run_started_by_hand_connects_to_no_store_on_a_port_nor_se
 
 
 def test_two_torchrun_agents_meeting_by_c10d_rendezvous_train_as_one_two_node_world(
-    tiny_data: Path, tmp_path: Path
+    scaling_data: Path, tmp_path: Path
 ):
     """The multi-node launch (one agent per node, c10d on the first host), on this machine."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    step = train_command(tiny_data, tmp_path, settings(), world=1)[1:]
+    step = train_command(scaling_data, tmp_path, settings(), world=1)[1:]
     logs = [open(tmp_path / f"agent{i}.log", "w") for i in range(2)]  # noqa: SIM115
     agents = [
         subprocess.Popen(

@@ -13,7 +13,7 @@ import torch
 from gpuflow.job.state import load_optimizer_state
 from gpuflow.scaling.kernels import adamw, padded_length_multiple, set_tf32, use_fused_adamw
 from gpuflow.scaling.train import collate
-from tests.test_scaling_ddp import prepare, settings, train, weights
+from tests.test_scaling_ddp import settings, train, weights
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda", 0)
 
@@ -69,17 +69,12 @@ def test_tf32_is_switched_on_for_a_gpu_run_only_when_asked():
         torch.backends.cuda.matmul.fp32_precision = before
 
 
-@pytest.fixture(scope="module")
-def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return prepare(tmp_path_factory.mktemp("tiny-data"))
-
-
 def test_a_run_with_fused_adamw_records_it_and_trains_to_the_numbers_of_the_default(
-    tiny_data: Path, tmp_path: Path
+    scaling_data: Path, tmp_path: Path
 ):
-    default = train(tiny_data, tmp_path / "default", settings(), world=1)
+    default = train(scaling_data, tmp_path / "default", settings(), world=1)
     config = {**settings(), "fused_adamw": "always", "tf32": True}
-    fused = train(tiny_data, tmp_path / "fused", config, world=1)
+    fused = train(scaling_data, tmp_path / "fused", config, world=1)
     assert (default["fused_adamw"], fused["fused_adamw"]) == (False, True)
     assert (default["tf32"], fused["tf32"]) == (False, False)  # a CPU run
     assert default["padded_length_multiple"] == 1

@@ -8,7 +8,7 @@ import json
 import pandas as pd
 import pytest
 
-from tests.conftest import tiny_config
+from tests.conftest import job_counts, tiny_config
 from tests.figures import assert_drawn_figure
 
 TINY = tiny_config("ssvae")
@@ -18,17 +18,6 @@ def with_train(**changes):
     config = tiny_config("ssvae")
     config["ssvae"]["train"].update(changes)
     return config
-
-
-def job_counts(stdout: str) -> dict[str, int]:
-    lines = stdout[stdout.index("Job stats:") :].splitlines()[3:]
-    counts = {}
-    for line in lines:
-        parts = line.split()
-        if len(parts) != 2 or not parts[1].isdigit():
-            break
-        counts[parts[0]] = int(parts[1])
-    return counts
 
 
 @pytest.mark.workflow

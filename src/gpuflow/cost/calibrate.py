@@ -65,6 +65,18 @@ class Trial:
     threads: int | None = None  # torch threads of its trials (default: its job's)
 
 
+def texts_trial(need: Need, texts: list[str], what: str, process: Callable[[], Any]) -> Trial:
+    """A bytes-per-second trial: each run times `process()` over `texts` (their UTF-8 bytes)."""
+    size = sum(len(text.encode("utf-8")) for text in texts)
+
+    def run() -> dict[str, float]:
+        began = time.perf_counter()
+        process()
+        return {need.term.shape: size / (time.perf_counter() - began)}
+
+    return Trial(need.term.kind, "bytes/s", what, run)
+
+
 def measurers() -> dict[str, Callable[[Need], Trial | None]]:
     """kind -> a function setting up its trial (after one warm-up; None where this machine
     cannot measure it), from each family's `calibration` module and the host kinds here."""

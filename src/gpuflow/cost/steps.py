@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from gpuflow.ops.steps import add_run_arguments, add_timings_argument
+from gpuflow.ops.steps import add_records_out_argument, add_run_arguments, add_timings_argument
 from gpuflow.registry import lazy
 
 
@@ -16,9 +16,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         " laptop), for gpuflow plan",
     )
     add_run_arguments(calibrate)
-    calibrate.add_argument(
-        "--out", default="benchmarks/records", help="folder of the records (default %(default)s)"
-    )
+    add_records_out_argument(calibrate)
     calibrate.add_argument(
         "--trials", type=int, default=3, help="interleaved trials per rate (default %(default)s)"
     )

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from gpuflow.cost.calibrate import Need, Trial
+from gpuflow.cost.calibrate import Need, Trial, texts_trial
 from gpuflow.fluency.work import DTYPE_BYTES, LM, embedded_lm, folder_lm, shard_texts
 
 TRIAL_S = 0.4  # aim of one scoring trial
@@ -176,16 +176,9 @@ def toxicity_trial(need: Need) -> Trial | None:
     if found is None:
         raise FileNotFoundError("the texts files of fluency.texts are not here")
     texts = found[0][:200]
-    size = sum(len(t.encode("utf-8")) for t in texts)
     score, _ = profanity_scorer()
     score(texts[:8])
-
-    def run() -> dict[str, float]:
-        began = time.perf_counter()
-        score(texts)
-        return {need.term.shape: size / (time.perf_counter() - began)}
-
-    return Trial(need.term.kind, "bytes/s", f"scoring {len(texts)} texts", run)
+    return texts_trial(need, texts, f"scoring {len(texts)} texts", lambda: score(texts))
 
 
 MEASURE = {

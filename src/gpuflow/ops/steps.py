@@ -29,6 +29,13 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_records_out_argument(parser: argparse.ArgumentParser) -> None:
+    """`--out`: the folder a step writes its record into."""
+    parser.add_argument(
+        "--out", default="benchmarks/records", help="folder of the records (default %(default)s)"
+    )
+
+
 def add_timings_argument(parser: argparse.ArgumentParser) -> None:
     """`--timings` (the records of measured times and rates) and `--gpu` (whose rates)."""
     parser.add_argument(
@@ -101,9 +108,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         " (the run's own profile, config files and targets)",
     )
     add_run_arguments(timings)
-    timings.add_argument(
-        "--out", default="benchmarks/records", help="folder of the records (default %(default)s)"
-    )
+    add_records_out_argument(timings)
     timings.add_argument(
         "--device",
         default=None,

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from gpuflow.cost.calibrate import Need, Trial
+from gpuflow.cost.calibrate import Need, Trial, texts_trial
 from gpuflow.scaling.layout import batch_plan
 from gpuflow.scaling.work import _tokens, flops_per_token, parameters, train_threads
 
@@ -174,14 +174,12 @@ def baseline_trial(need: Need) -> Trial:
     train, _, _ = build_splits(chosen["data"])
     part = train.iloc[: max(64, len(train) // 4)]
     texts, labels = part["text"].tolist(), part["label"].to_numpy()
-    size = sum(len(text.encode("utf-8")) for text in texts)
-
-    def run() -> dict[str, float]:
-        began = time.perf_counter()
-        build_pipeline(scaling["baseline"]).fit(texts, labels)
-        return {need.term.shape: size / (time.perf_counter() - began)}
-
-    return Trial(need.term.kind, "bytes/s", f"fitting on {len(texts)} texts", run)
+    return texts_trial(
+        need,
+        texts,
+        f"fitting on {len(texts)} texts",
+        lambda: build_pipeline(scaling["baseline"]).fit(texts, labels),
+    )
 
 
 MEASURE = {

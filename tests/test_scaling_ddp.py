@@ -234,10 +234,10 @@ def test_a_killed_run_resumes_after_its_last_finished_epoch_and_finishes_like_an
 
 def test_a_state_resumes_under_other_runtime_settings_but_not_on_other_data_or_results(
     resume_data: Path,
+    scaling_data: Path,
     tmp_path: Path,
 ):
-    data = resume_data
-    reshuffled = prepare(tmp_path / "other", {**RESUME_DATA, "seed": 1})
+    data, other_data = resume_data, scaling_data
     config = settings(epochs=4)
     killed = tmp_path / "killed"
     state = job_file(killed / "run.json", STATE)
@@ -248,7 +248,7 @@ def test_a_state_resumes_under_other_runtime_settings_but_not_on_other_data_or_r
     tf32 = {**settings(epochs=4), "tf32": True}  # a results setting (fp32 matmuls on a GPU)
     for out, split, run_config, resumes in (
         (tmp_path / "runtime", data, runtime, True),
-        (tmp_path / "data_seed", reshuffled, config, False),
+        (tmp_path / "other_data", other_data, config, False),
         (tmp_path / "tf32", data, tf32, False),
     ):
         out.mkdir()

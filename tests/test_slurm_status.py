@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import wait_for
 from tests.slurm import harness
-from tests.test_status import SNAKEFILE, by_rule, status_json
+from tests.test_status import SNAKEFILE, by_rule, slow_and_broken_seen, status_json
 
 pytestmark = [pytest.mark.slurm, pytest.mark.workflow]
 pytest_plugins = ["tests.slurm.fixtures"]
@@ -54,16 +55,16 @@ def test_status_lists_running_jobs_with_progress_and_slurm_ids_then_all_done(
     runner = threading.Thread(target=run, daemon=True)
     runner.start()
     try:
-        deadline = time.monotonic() + 180
+        seen = lambda: slow_and_broken_seen(tmp_path) or not runner.is_alive()  # noqa: E731
+        wait_for(seen, "slow's progress and broken's failure", timeout=180)
+        deadline = time.monotonic() + 60
         while True:
-            time.sleep(2)
-            if not (tmp_path / "test-config.yaml").exists():
-                continue
             during = status_json(tmp_path, *args, env=harness.cluster_env())
             running = [job for job in during["running"] if job["rule"] == "slow"]
             if running and running[0]["progress"] and during["failed"]:
                 break
             assert runner.is_alive() and time.monotonic() < deadline, (during, outcome)
+            time.sleep(2)
         [slow] = running
         queue = {job["id"]: job for job in harness.squeue("rule_slow")}
         assert slow["slurm_id"] in queue and slow["slurm_state"] == "RUNNING"

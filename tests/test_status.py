@@ -44,6 +44,15 @@ from tests.conftest import BIN, REPO, wait_for, workflow_env
 
 SNAKEFILE = REPO / "tests" / "slurm" / "status" / "Snakefile"
 BACKENDS = pytest.mark.parametrize("backend", ["file", "db"])
+BROKEN = "results/logs/broken.log"
+
+
+def slow_and_broken_seen(workdir: Path) -> bool:
+    """Whether the files say `slow` has reported progress and `broken` has failed: only then is
+    a `gpuflow status` (a whole DAG each) worth asking."""
+    log = workdir / BROKEN
+    ended = log.exists() and "on purpose" in log.read_text(encoding="utf-8")
+    return ended and progress_path(workdir / "results/out/slow.txt").exists()
 
 
 def status_json(workdir: Path, *args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
@@ -82,7 +91,9 @@ def test_status_during_and_after_a_local_run(tmp_path, backend):
     )
     run = subprocess.Popen(command, env=workflow_env(), stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 120
+        seen = lambda: slow_and_broken_seen(tmp_path) or run.poll() is not None  # noqa: E731
+        wait_for(seen, "slow's progress and broken's failure", timeout=120)
+        deadline = time.monotonic() + 60
         while True:
             during = status_json(tmp_path, *args)
             running = [job for job in during["running"] if job["rule"] == "slow"]
@@ -99,7 +110,7 @@ def test_status_during_and_after_a_local_run(tmp_path, backend):
         assert 0 < progress["eta_s"] <= 600 * 3
         assert running[0]["slurm_id"] is None
         [failed] = during["failed"]
-        assert failed["rule"] == "broken" and failed["log"] == "results/logs/broken.log"
+        assert failed["rule"] == "broken" and failed["log"] == BROKEN
         assert failed["last_line"] == "ValueError: made to fail on purpose"
     finally:
         (tmp_path / "results" / "release").touch()

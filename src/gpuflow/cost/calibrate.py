@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import importlib
-import importlib.util
 import json
 import os
 import subprocess
@@ -29,10 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from gpuflow.cost.rates import RATES_SUFFIX, rate_row, this_cpu
-from gpuflow.cost.rules import planned_work
+from gpuflow.cost.rules import family_modules, planned_work
 from gpuflow.cost.work import STARTUP, Term
 from gpuflow.job.cores import threads_per_worker
-from gpuflow.settings.blocks import schema_families
 
 TRIALS = 3
 STATE_BYTES = 64 << 20  # a resume state of a mid-sized run
@@ -81,10 +78,8 @@ def measurers() -> dict[str, Callable[[Need], Trial | None]]:
     """kind -> a function setting up its trial (after one warm-up; None where this machine
     cannot measure it), from each family's `calibration` module and the host kinds here."""
     found: dict[str, Callable[[Need], Trial | None]] = {"state.write": state_write}
-    for family in schema_families():
-        name = f"gpuflow.{family}.calibration"
-        if importlib.util.find_spec(name) is not None:
-            found.update(importlib.import_module(name).MEASURE)
+    for module in family_modules("calibration"):
+        found.update(module.MEASURE)
     return found
 
 

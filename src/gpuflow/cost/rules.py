@@ -8,6 +8,7 @@ import importlib
 import importlib.util
 from collections.abc import Callable
 from functools import cache
+from types import ModuleType
 from typing import Any
 
 from gpuflow.cost.work import Work
@@ -17,17 +18,25 @@ Planned = Callable[[dict[str, Any], dict[str, str]], "Work | None"]
 Done = Callable[[list[str], list[str]], "Work | None"]
 
 
+def family_modules(name: str) -> list[ModuleType]:
+    """Each family's `gpuflow.<family>.<name>` module, where it has one (a family of the
+    schema whose package is not written yet has none)."""
+    found = []
+    for family in schema_families():
+        package = f"gpuflow.{family}"
+        if importlib.util.find_spec(package) and importlib.util.find_spec(f"{package}.{name}"):
+            found.append(importlib.import_module(f"{package}.{name}"))
+    return found
+
+
 @cache
 def registry() -> tuple[dict[str, Planned], dict[str, Done]]:
     """(WORK, DONE) of every family with a `work` module."""
     planned: dict[str, Planned] = {}
     done: dict[str, Done] = {}
-    for family in schema_families():
-        name = f"gpuflow.{family}.work"
-        if importlib.util.find_spec(name) is not None:
-            module = importlib.import_module(name)
-            planned.update(module.WORK)
-            done.update(module.DONE)
+    for module in family_modules("work"):
+        planned.update(module.WORK)
+        done.update(module.DONE)
     return planned, done
 
 

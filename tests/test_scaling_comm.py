@@ -134,7 +134,8 @@ def test_the_total_is_a_bare_all_reduce_of_the_gradient_bytes_not_a_multiple_nor
 ):
     result = probe(tmp_path, HEAVY_ROWS)
     low, high = TOTAL_RATIO
-    # The step computes for several times the all-reduce's length (measured: 6 to 10 times), so
-    # the step's time lies well outside the band the total must fall in.
-    assert result["step_ratio"] > 1.5 * high, result
+    # The step computes for several times the all-reduce's length (measured: 6 to 10 times on a
+    # quiet machine, 3.6 under a loaded make test), so the step's time lies outside the band the
+    # total must fall in: a total that timed the step could not pass the next line.
+    assert result["step_ratio"] > high, result
     assert low <= result["total_ratio"] <= high, result

@@ -110,6 +110,8 @@ def test_scaling_runs_split_training_over_processes_and_all_reduce_their_gradien
 
 
 def test_the_auto_limit_never_exceeds_the_partition_and_never_drops_below_warning_and_a_unit():
+    """Below the limit: the start-up, the prediction x margin, the warning and the minute by
+    which SLURM may send it early, and one epoch past it."""
     policy = Policy(margin=1.5, startup_minutes=2, warning_minutes=10, cap_minutes=600)
     work = Work((Term("k", 1.0),), units=10, unit="epochs")
 
@@ -118,14 +120,15 @@ def test_the_auto_limit_never_exceeds_the_partition_and_never_drops_below_warnin
             Prediction(seconds, seconds, seconds, "w", startup=startup), work, policy
         )
 
-    # 20 min of 10 epochs: 2 + 30 (x1.5) + 10 (warning) + 2 (an epoch), rounded up
-    assert limit(1200) == 44
-    assert limit(1) == math.ceil(2 + 1.5 / 60 + 10 + 0.1 / 60)
+    # 20 min of 10 epochs: 2 + 30 (x1.5) + 10 + 1 (warning, early) + 2 (an epoch), rounded up
+    assert limit(1200) == 45
+    assert limit(1) == math.ceil(2 + 1.5 / 60 + 10 + 1 + 0.1 / 60)
     for seconds in (0.0, 1.0, 60.0, 3600.0, 36_000.0, 3.6e6):
         assert limit(seconds) <= 600
-        assert limit(seconds) >= 10 + seconds / 10 / 60 or limit(seconds) == 600
+        assert limit(seconds) >= 2 + 11 + seconds / 10 / 60 or limit(seconds) == 600
     assert limit(3.6e6) == 600, "a thousand hours asks for the partition's limit"
     no_cap = Policy(margin=1.0, startup_minutes=0, warning_minutes=0, cap_minutes=None)
+    assert limit_minutes(Prediction(90, 90, 90, "w"), work, no_cap) == 2, "no warning, no early"
     assert limit_minutes(None, None, no_cap) == no_cap.unknown_minutes, "no prediction"
 
 

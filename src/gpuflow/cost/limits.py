@@ -1,9 +1,12 @@
 """`runtime: auto`: a job's time limit from its predicted time.
 
 limit = the job's own start-up allowance (Snakemake's in-job start) + the prediction's upper
-end x margin + SLURM's stop warning + one saved unit past it (a step warned in its last unit
-still saves it before the limit), in whole minutes; never above the largest max_runtime of the
-site's partitions of the job's kind, never below the warning + one unit. The
+end x margin + SLURM's stop warning and the minute by which SLURM may send it early + one saved
+unit past it (a step warned in its last unit still saves it before the limit), in whole
+minutes; never above the largest max_runtime of the site's partitions of the job's kind. The
+early minute is sbatch's own word ("the signal may be sent up to 60 seconds earlier than
+specified"): without it, a short limit's warning can come before the job's step has started,
+reaches no process, and the step runs into SIGTERM at the limit unwarned. The
 margin and allowance are the site file's (`auto_runtime`). Where no prediction exists (no
 work model, inputs or rate), the job asks for the site's `unknown_minutes`, and `gpuflow plan`
 says which calibration would give a prediction. A too-tight limit costs a
@@ -23,6 +26,7 @@ from gpuflow.cost.rules import planned_work
 from gpuflow.cost.work import Work
 
 AUTO = "auto"
+WARNING_EARLY_MINUTES = 1.0  # SLURM sends --signal's warning up to 60 s before its time
 
 
 @dataclass(frozen=True)
@@ -57,9 +61,10 @@ def limit_minutes(prediction: Prediction | None, work: Work | None, policy: Poli
     cap = policy.cap_minutes if policy.cap_minutes is not None else math.inf
     if prediction is None or work is None:
         return int(min(cap, policy.unknown_minutes))
-    floor = policy.warning_minutes + unit_seconds(prediction, work) / 60
-    wanted = policy.startup_minutes + prediction.high * policy.margin / 60 + floor
-    return int(min(cap, max(math.ceil(wanted), math.ceil(floor))))
+    warning = policy.warning_minutes + (WARNING_EARLY_MINUTES if policy.warning_minutes else 0)
+    unit = unit_seconds(prediction, work) / 60
+    wanted = policy.startup_minutes + prediction.high * policy.margin / 60 + warning + unit
+    return int(min(cap, math.ceil(wanted)))
 
 
 def auto_runtime(

@@ -4,10 +4,6 @@
 include: "scaling_helpers.smk"
 
 
-if "scaling" in config["families"]:
-    scaling_check()
-
-
 FAMILY_TARGETS["scaling"] = lambda: final_outputs(
     rules.scaling_summary,
     rules.scaling_figures,

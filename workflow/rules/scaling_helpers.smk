@@ -1,4 +1,5 @@
-"""Helpers of the DDP scaling family: checks, settings, resources and run paths."""
+"""Helpers of the DDP scaling family: settings, resources and run paths (its checks across
+keys: gpuflow.scaling.checks, run with the schema's)."""
 
 from gpuflow.scaling.results import train_results
 
@@ -16,66 +17,6 @@ SCALING_FIGURES = [
     "accuracy",
     "compute_comm",
 ]
-
-
-def scaling_check():
-    """Stop before any job when the configurations cannot run as asked."""
-    missing = [n for n in SCALING_RUN if n not in SCALING["configurations"]]
-    if missing:
-        raise WorkflowError(
-            f"config key 'scaling.run': {missing} not in scaling.configurations "
-            f"(known: {sorted(SCALING['configurations'])})"
-        )
-    if SCALING_TRAIN_RES["gpu"] > 1:
-        raise WorkflowError(
-            "config key 'scaling.resources.scaling_train.gpu': one GPU per process "
-            f"(expected 0 or 1, got {SCALING_TRAIN_RES['gpu']})"
-        )
-    if SCALING_MULTI["enabled"] and not SCALING_ON_GPU:
-        raise WorkflowError(
-            "config key 'scaling.multinode.enabled': multi-node runs need GPUs "
-            "(set scaling.resources.scaling_train.gpu: 1)"
-        )
-    worlds = SCALING_WORLDS + (
-        [SCALING_MULTI["nodes"] * SCALING_MULTI["gpus_per_node"]]
-        if SCALING_MULTI["enabled"]
-        else []
-    )
-    for name in SCALING_RUN:
-        settings = SCALING["configurations"][name]
-        key = f"scaling.configurations.{name}"
-        model, train = settings["model"], settings["train"]
-        if model["d_model"] % model["n_heads"]:
-            raise WorkflowError(
-                f"config key '{key}.model.d_model': {model['d_model']} is not divisible "
-                f"by n_heads {model['n_heads']}"
-            )
-        if SCALING["warmup_epochs"] >= train["epochs"]:
-            raise WorkflowError(
-                f"config key 'scaling.warmup_epochs': {SCALING['warmup_epochs']} leaves no "
-                f"measured epoch of {name}'s {train['epochs']}"
-            )
-        if (train["global_batch_size"] is None) == (
-            train["per_gpu_batch_size"] is None
-        ):
-            raise WorkflowError(
-                f"config key '{key}.train': set exactly one of global_batch_size, "
-                "per_gpu_batch_size"
-            )
-        split = train["accumulation_steps"]
-        for world in worlds:
-            if train["global_batch_size"] and train["global_batch_size"] % (
-                world * split
-            ):
-                raise WorkflowError(
-                    f"config key '{key}.train.global_batch_size': {train['global_batch_size']} "
-                    f"does not split over world size {world} x {split} accumulation steps"
-                )
-        if settings["data"]["source"] != "embedded" and not settings["data"]["path"]:
-            raise WorkflowError(
-                f"config key '{key}.data.path': required for source "
-                f"'{settings['data']['source']}'"
-            )
 
 
 def scaling_data_files(wildcards):

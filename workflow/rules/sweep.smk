@@ -4,10 +4,6 @@
 include: "sweep_helpers.smk"
 
 
-if "sweep" in config["families"]:
-    sweep_check()
-
-
 FAMILY_TARGETS["sweep"] = lambda: final_outputs(
     rules.sweep_aggregate, rules.sweep_figures, rules.sweep_tables
 )

@@ -1,19 +1,10 @@
-"""Helpers of the seed-sweep family: its check, shard paths and settings."""
+"""Helpers of the seed-sweep family: shard paths and settings (its checks across keys:
+gpuflow.sweep.checks, run with the schema's)."""
 
 SWEEP = config["sweep"]
 SWEEP_DIR = "results/sweep"
 SWEEP_CELL = "method~{method}/rank~{rank}/width~{width}"
 SWEEP_N_SHARDS = -(-SWEEP["n_seeds"] // SWEEP["shard_size"])
-
-
-def sweep_check():
-    """Stop before any job when a teacher rank cannot exist in the configured dimensions."""
-    for rank in SWEEP["teacher_ranks"]:
-        if rank > min(SWEEP["data"]["input_dim"], SWEEP["data"]["output_dim"]):
-            raise WorkflowError(
-                f"config key 'sweep.teacher_ranks': rank {rank} exceeds"
-                " min(sweep.data.input_dim, sweep.data.output_dim)"
-            )
 
 
 def sweep_shard_tables():

@@ -27,9 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from gpuflow.cost.rates import RATES_SUFFIX, rate_row, this_cpu
-from gpuflow.cost.rules import family_modules, planned_work
+from gpuflow.cost.rules import planned_work
 from gpuflow.cost.work import STARTUP, Term
 from gpuflow.job.cores import threads_per_worker
+from gpuflow.registry import family_modules
 
 TRIALS = 3
 STATE_BYTES = 64 << 20  # a resume state of a mid-sized run

@@ -4,29 +4,15 @@ the work a finished job did, for rules whose work is not fixed by their params a
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 from collections.abc import Callable
 from functools import cache
-from types import ModuleType
 from typing import Any
 
 from gpuflow.cost.work import Work
-from gpuflow.settings.blocks import schema_families
+from gpuflow.registry import family_modules
 
 Planned = Callable[[dict[str, Any], dict[str, str]], "Work | None"]
 Done = Callable[[list[str], list[str]], "Work | None"]
-
-
-def family_modules(name: str) -> list[ModuleType]:
-    """Each family's `gpuflow.<family>.<name>` module, where it has one (a family of the
-    schema whose package is not written yet has none)."""
-    found = []
-    for family in schema_families():
-        package = f"gpuflow.{family}"
-        if importlib.util.find_spec(package) and importlib.util.find_spec(f"{package}.{name}"):
-            found.append(importlib.import_module(f"{package}.{name}"))
-    return found
 
 
 @cache

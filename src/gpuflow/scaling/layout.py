@@ -32,7 +32,7 @@ def batch_plan(train: dict[str, Any], world_size: int, key: str = "train") -> Ba
     if global_size % (world_size * accumulation):
         raise ConfigError(
             f"{key}.global_batch_size",
-            f"{global_size} does not split over {world_size} processes x "
+            f"{global_size} does not split over world size {world_size} x "
             f"{accumulation} accumulation steps",
             "a multiple of world size x accumulation_steps",
         )

@@ -87,13 +87,27 @@ DefaultingValidator = _with_defaults(_StrictIntegers)
 def validate_config(config: dict[str, Any], schema_path: str | Path | None = None) -> None:
     """Validate `config` in place, filling defaults; raise ConfigError on the first problem.
 
-    NaN and infinite numbers are refused first: they would pass every range check.
+    NaN and infinite numbers are refused first: they would pass every range check. A gpuflow
+    config (no `schema_path`) then passes each enabled family's checks across its keys (its
+    `checks` module), which no schema can say (a batch that splits over every world size).
     """
     check_finite_numbers(config)
     schema = load_schema(schema_path or SCHEMA_DIR / "config.schema.yaml")
     errors = sorted(DefaultingValidator(schema).iter_errors(config), key=lambda e: list(e.path))
     if errors:
         raise config_error(errors[0])
+    if schema_path is None:
+        check_families(config)
+
+
+def check_families(config: dict[str, Any]) -> None:
+    """Run the `check` of each family of `config['families']` that has a `checks` module."""
+    from gpuflow.registry import family_modules
+
+    for module in family_modules("checks"):
+        family = module.__name__.split(".")[1]
+        if family in config["families"]:
+            module.check(config[family])
 
 
 def config_error(error: jsonschema.ValidationError) -> ConfigError:

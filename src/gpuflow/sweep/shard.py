@@ -22,6 +22,7 @@ from tqdm import tqdm
 from gpuflow.errors import ConfigError, GpuflowError
 from gpuflow.job import current, write_json, write_text
 from gpuflow.settings.blocks import family_settings
+from gpuflow.sweep.checks import check_rank
 from gpuflow.sweep.columns import COLUMNS
 from gpuflow.sweep.experiment import METHODS
 from gpuflow.sweep.pool import Outcome, SeedPool
@@ -43,12 +44,7 @@ def parse_seeds(text: str) -> list[int]:
 def shard_settings(args: argparse.Namespace, sweep: dict[str, Any]) -> dict[str, Any]:
     """Everything a seed's result depends on (also the seed log's identity)."""
     data = sweep["data"]
-    if args.teacher_rank > min(data["input_dim"], data["output_dim"]):
-        raise ConfigError(
-            "sweep.teacher_ranks",
-            f"rank {args.teacher_rank} exceeds min(input_dim, output_dim)",
-            f"ranks <= {min(data['input_dim'], data['output_dim'])}",
-        )
+    check_rank(args.teacher_rank, data)
     return {
         "method": args.method,
         "teacher_rank": args.teacher_rank,

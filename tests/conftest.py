@@ -189,6 +189,7 @@ def xdist_group_of(nodeid: str) -> str:
 # share the cluster (the first group also holds the ones that use it alone, which run last).
 SECOND_SLURM_MODULES = (
     "test_slurm_stop_resume.py",
+    "test_slurm_cluster.py",
     "test_slurm_memory.py",
     "test_slurm_two_nodes.py",
 )

@@ -1,4 +1,4 @@
-"""The SLURM profile and whole-node mode on a live single-node SLURM with four fake GPUs.
+"""The SLURM profile and whole-node mode on a live SLURM, on a node with four fake GPUs.
 
 The cluster (tests/slurm/cluster.py) is Debian's slurmctld + slurmd + munge + slurmdbd over
 MariaDB on loopback, installed with apt-get when missing; if it cannot start, these tests fail
@@ -15,16 +15,19 @@ from typing import Any
 import pandas as pd
 import pytest
 import torch
+import yaml
 
 from gpuflow.job.paths import RECORD, job_file
 from gpuflow.ops.probe import seeded_value
+from gpuflow.slurm.site import SITE_ENV
 from tests.conftest import wait_for
 from tests.slurm import cluster, harness
 
 pytestmark = [pytest.mark.slurm, pytest.mark.workflow]
 pytest_plugins = ["tests.slurm.fixtures"]
-# it counts how SLURM packs its jobs onto the node's four GPUs: alone on the cluster
-CLUSTER_ALONE = True
+# it counts how SLURM packs its jobs onto a node's four GPUs: on partition 'pack', a node where
+# no other test runs (tests/slurm/nodes.py), beside the other modules on the host's node
+PACK = "pack"
 
 SNAKEFILE = harness.REPO / "tests" / "slurm" / "Snakefile"
 HOLD = 15
@@ -48,17 +51,23 @@ def probe_config(n_gpu_jobs: int, kill_hold: int) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def profile_run(slurm_cluster, tmp_path_factory):
-    """The probe workflow through `snakemake --profile profiles/slurm`, one job cancelled.
+    """The probe workflow through `snakemake --profile profiles/slurm`, one job cancelled, with
+    the test site's GPU partition on the 'pack' node.
 
     Job status from sacct, as in production: the cancelled job is "CANCELLED by <uid>" there,
     a state plugin 2.8.0 alone does not know (the run hung for 10 minutes after the cancel)."""
     workdir = tmp_path_factory.mktemp("slurm-profile")
+    site = yaml.safe_load(harness.TEST_SITE.read_text())
+    site["partitions"] = {PACK: site["partitions"]["gpu"], "cpu": site["partitions"]["cpu"]}
+    site_file = tmp_path_factory.mktemp("pack-site") / "site.yaml"
+    site_file.write_text(yaml.safe_dump(site))
     result, cancelled = harness.run_profile(
         workdir,
         SNAKEFILE,
         probe_config(5, kill_hold=300),
         cancel_rule="probe_retried",
         cancel_after="results/probe/logs/retried.log",
+        env={SITE_ENV: str(site_file)},
     )
     assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
     records = {p.stem: r for p, r in zip_records(workdir / "results" / "probe")}
@@ -101,7 +110,7 @@ def gpu_records(records: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
 def test_gpu_jobs_are_submitted_with_gpus_cpus_per_gpu_and_mem(profile_run):
     for record in gpu_records(profile_run["records"]):
         job = harness.slurm_job(record["slurm_job_id"])
-        assert job["Partition"] == "gpu"
+        assert job["Partition"] == PACK
         assert job["TresPerJob"] == f"gres:gpu:{cluster.GPU_TYPE}:1"
         assert job["CpusPerTres"] == "gres:gpu:2"
         # the plugin adds 1 MB to array jobs for their payload
@@ -206,7 +215,7 @@ def test_whole_node_mode_gives_four_concurrent_jobs_four_distinct_devices(slurm_
         tmp_path,
         SNAKEFILE,
         probe_config(4, kill_hold=0),
-        ["-p", "gpu", "--gpus=4", "--cpus-per-gpu=2", "--mem=8000"],
+        ["-p", PACK, "--gpus=4", "--cpus-per-gpu=2", "--mem=8000"],
     )
     assert state == "COMPLETED", log[-4000:]
     records = {p.stem: r for p, r in zip_records(tmp_path / "results" / "probe")}

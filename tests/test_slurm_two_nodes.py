@@ -61,7 +61,7 @@ def test_one_torchrun_per_node_joined_into_one_run(runs):
     multi = runs["multi"]
     assert (multi["world_size"], multi["nodes"], multi["processes_per_node"]) == (2, 2, 1)
     assert multi["backend"] == "gloo" and multi["ddp"]["wrapped"]
-    assert sorted(rank["host"] for rank in multi["ranks"]) == sorted(nodes.NAMES)
+    assert sorted(rank["host"] for rank in multi["ranks"]) == sorted(nodes.MULTI)
 
 
 def test_slurm_gave_the_job_both_nodes(runs):

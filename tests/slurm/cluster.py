@@ -32,8 +32,9 @@ signals each step's whole process tree. A process that leaves its job's process 
 outlive the job under linuxproc: the harness ends a cancelled job's processes by pid, and
 `down` ends every process of this cluster's jobs (SLURM_CLUSTER_NAME in its environment).
 
-Two more nodes, each a slurmd in a network namespace of its own (tests/slurm/nodes.py), make
-partition 'multi' for jobs that span nodes.
+Three more nodes, each a slurmd in a network namespace of its own (tests/slurm/nodes.py), make
+partition 'multi' for jobs that span nodes and partition 'pack', a four-GPU node of its own for
+the test that counts how SLURM packs jobs onto one.
 Anything that goes wrong raises ClusterError with the daemons' log tails: tests fail, never skip.
 """
 
@@ -65,7 +66,8 @@ CPUS = 16
 MEMORY_MB = 32000
 MIN_JOB_AGE = 3600  # longer than any test run: checks after a run read every job of it from squeue
 CLUSTER = "gpuflowtest"
-NODE_CPUS, NODE_MEMORY_MB = 4, 8000  # each of the two namespaced nodes (tests/slurm/nodes.py)
+MULTI_NODE = (4, 8000)  # CPUs, memory MB of each of partition multi's nodes (tests/slurm/nodes.py)
+PACK_NODE = (CPUS, MEMORY_MB // 2)  # partition pack's node
 DB_PORT = 16306
 # A node whose slurmd is silent this long is DOWN and its jobs NODE_FAIL (tests/test_slurm_faults.py
 # waits it out); long enough that a slurmd busy on a loaded 2-core machine still answers in time.
@@ -99,8 +101,8 @@ def install() -> None:
 
 
 def slurm_conf(host: str) -> str:
-    """slurm.conf of the test cluster: the host's node with partitions 'gpu' and 'cpu', and two
-    namespaced nodes (tests/slurm/nodes.py) in partition 'multi'."""
+    """slurm.conf of the test cluster: the host's node with partitions 'gpu' and 'cpu', and three
+    namespaced nodes (tests/slurm/nodes.py) in partitions 'multi' and 'pack'."""
     return f"""{MARKER}
 ClusterName={CLUSTER}
 SlurmctldHost={host}({nodes.CONTROLLER_ADDR})
@@ -137,7 +139,7 @@ NodeName={host} NodeAddr=127.0.0.1 CPUs={CPUS} RealMemory={MEMORY_MB} \
  Gres=gpu:{GPU_TYPE}:{N_GPUS} State=UNKNOWN
 PartitionName=gpu Nodes={host} MaxTime=INFINITE State=UP
 PartitionName=cpu Nodes={host} Default=YES MaxTime=INFINITE State=UP
-{nodes.conf_lines(NODE_CPUS, NODE_MEMORY_MB, f"gpu:{GPU_TYPE}:{N_GPUS}")}"""
+{nodes.conf_lines(f"gpu:{GPU_TYPE}:{N_GPUS}", MULTI_NODE, PACK_NODE)}"""
 
 
 def proctrack() -> str:

@@ -4,8 +4,8 @@ them (`make test` runs the SLURM modules in two groups, on two workers, at once)
 Test modules load it with `pytest_plugins = ["tests.slurm.fixtures"]` and ask for
 `slurm_cluster`. The first worker that needs the cluster starts it (about 10 s), the others use
 it, and the last to finish stops its daemons (by pid). A module uses the cluster beside the
-other worker's modules, or, where it sets `CLUSTER_ALONE = True` (it stops daemons, or counts
-how SLURM packs its jobs onto the node's GPUs), alone: no other module runs on it meanwhile.
+other worker's modules, or, where it sets `CLUSTER_ALONE = True` (it stops daemons), alone: no
+other module runs on it meanwhile.
 Those run last in their group (tests/conftest.py), once the modules that share it are done.
 
 With GPUFLOW_TEST_SLURM_RUNNING=1 the session uses a cluster already started by hand

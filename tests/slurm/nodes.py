@@ -1,11 +1,13 @@
-"""Two more nodes for the test cluster, each a slurmd in a network namespace of its own.
+"""Three more nodes for the test cluster, each a slurmd in a network namespace of its own.
 
-Each node has its own address on a bridge (NODE_SUBNET.11, .12; the host is .1, where slurmctld
+Each node has its own address on a bridge (NODE_SUBNET.11, .12, .13; the host is .1, where slurmctld
 is reached from everywhere), its own hostname (a UTS namespace: torch's rendezvous and gloo find
 their node by it) and a line in /etc/hosts, so srun, torchrun's c10d rendezvous and gloo talk
 over a network between hosts as on a real cluster. The file system, munge's socket and the
 cgroups are the machine's (slurmd -N keeps each node's cgroups apart). Partition 'multi' holds
-them; the other partitions stay on the host's node.
+two of them, for jobs that span nodes; partition 'pack' the third, for the test that counts how
+SLURM packs one-GPU jobs onto a four-GPU node (its GPUs free while other tests use the host's
+node); the other partitions stay on the host's node.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-NAMES = ("gfnode1", "gfnode2")
+MULTI = ("gfnode1", "gfnode2")
+PACK = "gfpack"
+NAMES = (*MULTI, PACK)
 BRIDGE = "gfbr0"
 NODE_SUBNET = "10.77.0"
 CONTROLLER_ADDR = f"{NODE_SUBNET}.1"
@@ -31,14 +35,19 @@ def namespace(name: str) -> str:
     return f"gf-{name}"
 
 
-def conf_lines(cpus: int, memory_mb: int, gres: str) -> str:
-    """slurm.conf's lines for the nodes and their partition 'multi'."""
+def conf_lines(gres: str, multi: tuple[int, int], pack: tuple[int, int]) -> str:
+    """slurm.conf's lines for the nodes, each with `gres` and (CPUs, memory MB), and their
+    partitions 'multi' and 'pack'."""
+    sizes = {**dict.fromkeys(MULTI, multi), PACK: pack}
     nodes = "".join(
-        f"NodeName={name} NodeAddr={address(name)} CPUs={cpus} RealMemory={memory_mb}"
-        f" Gres={gres} State=UNKNOWN\n"
+        f"NodeName={name} NodeAddr={address(name)} CPUs={sizes[name][0]}"
+        f" RealMemory={sizes[name][1]} Gres={gres} State=UNKNOWN\n"
         for name in NAMES
     )
-    return nodes + f"PartitionName=multi Nodes={','.join(NAMES)} MaxTime=INFINITE State=UP\n"
+    return nodes + (
+        f"PartitionName=multi Nodes={','.join(MULTI)} MaxTime=INFINITE State=UP\n"
+        f"PartitionName=pack Nodes={PACK} MaxTime=INFINITE State=UP\n"
+    )
 
 
 def slurmd_command(name: str) -> list[str]:

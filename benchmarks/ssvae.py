@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from gpuflow.settings.validate import merge_config
 from gpuflow.ssvae.batches import epoch_indices
 from gpuflow.ssvae.data import split_embedded
 from gpuflow.ssvae.flops import matmul_shapes
@@ -90,13 +91,13 @@ def gpuflow_step(data, hidden, latent, runs, device, graph_step=True):
     """gpuflow's trainer with `runs` stacked runs; returns (step, examples per step).
 
     `graph_step` (ssvae.train.graph_step): on a GPU, the step replayed as one CUDA graph."""
-    settings = {
-        **train_settings(),
-        "hidden": hidden,
-        "latent": latent,
-        "device": device.type,
-        "graph_step": graph_step,
-    }
+    settings = merge_config(
+        train_settings(),
+        {
+            "model": {"hidden": hidden, "latent": latent},
+            "train": {"device": device.type, "graph_step": graph_step},
+        },
+    )
     stack = [Run("m2", 0.025, 0.0, 10.0, seed) for seed in range(runs)]
     trainer = StackTrainer(stack, data, settings, [device])
 

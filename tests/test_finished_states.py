@@ -15,20 +15,25 @@ import pytest
 
 from gpuflow.job.finished_states import RECORDS_ENV, clean, release
 from gpuflow.job.paths import PROGRESS, STATE, job_file
+from gpuflow.settings.validate import merge_config
 from gpuflow.ssvae.data import split_embedded
 from gpuflow.ssvae.train import Run, train, train_settings
 
 EPOCHS = 3
-TINY = {
-    **train_settings(),
-    "hidden": 16,
-    "latent": 4,
-    "batch_size": 100,
-    "labelled_batch_size": 20,
-    "eval_batch_size": 200,
-    "epochs": EPOCHS,
-    "eval_frequency": 1,
-}
+TINY = merge_config(
+    train_settings(),
+    {
+        "model": {"hidden": 16, "latent": 4},
+        "train": {
+            "batch_size": 100,
+            "labelled_batch_size": 20,
+            "eval_batch_size": 200,
+            "epochs": EPOCHS,
+            "eval_frequency": 1,
+            "device": "cpu",
+        },
+    },
+)
 RUNS = [Run("m2", 0.05, 0.0, 1.0, seed) for seed in (0, 1)]
 
 
@@ -87,12 +92,12 @@ def test_training_whose_outputs_were_removed_after_it_ended_resumes_after_its_la
 ):
     outs = [tmp_path / f"seed{s}.json" for s in (0, 1)]
     state, progress = job_file(outs[0], STATE), job_file(outs[0], PROGRESS)
-    first = train(RUNS, data_path, {**TINY, "device": "cpu"}, outs)
+    first = train(RUNS, data_path, TINY, outs)
     assert state.exists(), "the state outlives the outputs until the run accepts them"
     for out in outs:  # what Snakemake does to the outputs of a job SLURM reports TIMEOUT
         out.unlink()
     capsys.readouterr()
-    again = train(RUNS, data_path, {**TINY, "device": "cpu"}, outs)
+    again = train(RUNS, data_path, TINY, outs)
     log = capsys.readouterr().out
     assert f"resumed from {state} after epoch {EPOCHS}" in log
     assert "epoch 1/" not in log and f"epoch {EPOCHS}/" not in log, "no epoch trained again"

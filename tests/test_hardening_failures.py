@@ -18,7 +18,7 @@ import torch
 
 from gpuflow.job.divergence import TrainingDivergedError
 from gpuflow.job.paths import STATE, job_file
-from gpuflow.settings.validate import load_config
+from gpuflow.settings.validate import load_config, merge_config
 from gpuflow.ssvae.data import split_embedded
 from gpuflow.ssvae.train import Run, train, train_settings
 from tests.conftest import BIN, REPO, gpuflow, workflow_env
@@ -44,11 +44,11 @@ def digits(tmp_path_factory) -> Path:
 
 def test_an_ssvae_loss_that_becomes_nan_stops_naming_run_epoch_and_term(digits, tmp_path):
     run = Run("m2", 0.1, 0.0, 1.0, 0)
-    too_fast = {
-        **train_settings(),
-        "hidden": 32, "latent": 4, "batch_size": 50, "labelled_batch_size": 20,
-        "learning_rate": 1000.0, "eval_batch_size": 250, "epochs": 3, "device": "cpu",
-    }  # fmt: skip
+    too_fast = merge_config(train_settings(), {
+        "model": {"hidden": 32, "latent": 4},
+        "train": {"batch_size": 50, "labelled_batch_size": 20, "learning_rate": 1000.0,
+                  "eval_batch_size": 250, "epochs": 3, "device": "cpu"},
+    })  # fmt: skip
     out = tmp_path / "metrics.json"
     with pytest.raises(TrainingDivergedError) as stopped:
         train([run], digits, too_fast, [out])

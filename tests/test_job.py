@@ -39,7 +39,7 @@ from gpuflow.ssvae.train import Run, train
 from tests.test_fluency_stop_resume import perplexity_argv, texts  # noqa: F401 (fixture)
 from tests.test_perplexity import reviews, tiny_lm  # noqa: F401 (fixtures)
 from tests.test_scaling_ddp import prepare, settings, train_command
-from tests.test_ssvae_train import TINY, data_path  # noqa: F401 (fixture)
+from tests.test_ssvae_train import data_path, tiny  # noqa: F401 (fixture)
 from tests.test_sweep_shard import SETTINGS as SHARD_SETTINGS
 from tests.test_sweep_shard import shard_command
 
@@ -210,7 +210,7 @@ def one_process_group(monkeypatch):
 def run_ssvae(data: Path, folder: Path) -> Path:
     """Three epochs of two stacked SSVAE runs; the job's first output."""
     outs = [folder / "seed~0" / "metrics.json", folder / "seed~1" / "metrics.json"]
-    train([Run("m2", 0.05, 0.0, 1.0, s) for s in (0, 1)], data, {**TINY, "epochs": 3}, outs)
+    train([Run("m2", 0.05, 0.0, 1.0, s) for s in (0, 1)], data, tiny(epochs=3), outs)
     return outs[0]
 
 

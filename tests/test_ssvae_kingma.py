@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 import torch
 
+from gpuflow.settings.validate import merge_config
 from gpuflow.ssvae.aggregate import selection, summarise
 from gpuflow.ssvae.data import split_embedded
 from gpuflow.ssvae.labels import n_labelled_for
@@ -87,8 +88,10 @@ def test_a_run_records_validation_accuracy_at_each_evaluated_epoch_only_where_da
     tmp_path,
 ):
     torch.set_num_threads(1)
-    settings = {**train_settings(), "hidden": 16, "latent": 4, "epochs": 3, "eval_frequency": 2}
-    settings.update(batch_size=100, labelled_batch_size=20)
+    settings = merge_config(train_settings(), {
+        "model": {"hidden": 16, "latent": 4},
+        "train": {"epochs": 3, "eval_frequency": 2, "batch_size": 100, "labelled_batch_size": 20},
+    })  # fmt: skip
     curves = {}
     for name, arrays in (("val", with_validation()), ("none", with_validation())):
         if name == "none":

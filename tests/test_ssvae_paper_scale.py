@@ -15,8 +15,9 @@ from tests.conftest import gpuflow
 from tests.test_ssvae_train import step_arguments
 
 SETTINGS = {
-    "hidden": 16, "latent": 4, "epochs": 1, "batch_size": 300, "labelled_batch_size": 50,
-    "learning_rate": 0.003, "eval_frequency": 1,
+    "model": {"hidden": 16, "latent": 4},
+    "train": {"epochs": 1, "batch_size": 300, "labelled_batch_size": 50, "learning_rate": 0.003,
+              "eval_frequency": 1},
 }  # fmt: skip
 
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import signal
 import subprocess
 import time
+from typing import Any
 
 import numpy as np
 import pytest
@@ -16,6 +18,7 @@ from gpuflow.job.context import current
 from gpuflow.job.paths import STATE, job_file
 from gpuflow.job.state import State
 from gpuflow.settings.blocks import family_schema, select
+from gpuflow.settings.validate import merge_config
 from gpuflow.ssvae.batches import epoch_indices
 from gpuflow.ssvae.data import split_embedded
 from gpuflow.ssvae.model import StackedM2
@@ -23,14 +26,22 @@ from gpuflow.ssvae.train import Run, StackTrainer, resume_state, train, train_se
 from tests.conftest import BIN, workflow_env
 
 TINY_CHANGES = {
-    "hidden": 32,
-    "latent": 4,
-    "batch_size": 50,
-    "labelled_batch_size": 20,
-    "learning_rate": 1e-3,
-    "eval_batch_size": 250,
+    "model": {"hidden": 32, "latent": 4},
+    "train": {
+        "batch_size": 50,
+        "labelled_batch_size": 20,
+        "learning_rate": 1e-3,
+        "eval_batch_size": 250,
+    },
 }
-TINY = {**train_settings(), **TINY_CHANGES}
+TINY = merge_config(train_settings(), copy.deepcopy(TINY_CHANGES))
+
+
+def tiny(**train: Any) -> dict[str, Any]:
+    """TINY's settings with these `ssvae.train` keys changed."""
+    return merge_config(copy.deepcopy(TINY), {"train": train})
+
+
 CPU = [torch.device("cpu")]
 
 
@@ -80,7 +91,7 @@ def test_a_stacked_runs_kth_member_matches_the_same_run_trained_alone(data, kind
     ):
         # Adam's first steps are about lr * sign(grad): float rounding of near-zero gradients
         # (batched vs single matmuls) moves a weight by far less than 1% of one step.
-        assert (p[1] - q[0]).abs().max() < 0.01 * TINY["learning_rate"], name
+        assert (p[1] - q[0]).abs().max() < 0.01 * TINY["train"]["learning_rate"], name
         assert not torch.allclose(p[0], q[0]), name  # other members really are other runs
     exp_avg = [s["exp_avg"] for s in stacked.optimizer.state.values()]
     exp_avg_alone = [s["exp_avg"] for s in alone.optimizer.state.values()]
@@ -92,7 +103,7 @@ def test_label_share_weighs_each_runs_labelled_bound_by_its_labelled_over_unlabe
     data,
 ):
     runs = [Run("m2", 0.05, 0.0, 1.0, 0), Run("m2", 0.05, 0.0, 1.0, 1)]
-    shared = StackTrainer(runs, data, {**TINY, "labelled_bound_weight": "label_share"}, CPU)
+    shared = StackTrainer(runs, data, tiny(labelled_bound_weight="label_share"), CPU)
     equal = StackTrainer(runs, data, TINY, CPU)
     n_labelled, n_unlabelled = 50, 950  # 5% of the 1,000 training digits
     assert shared.model.bound_weight.flatten().tolist() == pytest.approx(
@@ -167,7 +178,7 @@ def test_the_unlabelled_bound_sums_the_labelled_bound_over_classes_plus_entropy(
 
 
 def test_a_dataloader_with_workers_gives_the_numbers_of_device_resident_data(data_path, tmp_path):
-    settings = {**TINY, "epochs": 2, "eval_frequency": 1}
+    settings = tiny(epochs=2, eval_frequency=1)
     runs = [Run("m2", 0.05, 0.0, 1.0, s) for s in (0, 1)]
     resident = train(runs, data_path, settings, [tmp_path / "a0.json", tmp_path / "a1.json"])
     loaded = train(
@@ -187,7 +198,7 @@ def test_a_dataloader_with_workers_gives_the_numbers_of_device_resident_data(dat
 
 
 def test_eval_frequency_evaluates_every_kth_epoch_and_always_the_last(data_path, tmp_path):
-    settings = {**TINY, "epochs": 5, "eval_frequency": 2, "batch_size": 200}
+    settings = tiny(epochs=5, eval_frequency=2, batch_size=200)
     (metrics,) = train(
         [Run("baseline", 0.05, 0.0, None, 0)],
         data_path,
@@ -201,9 +212,9 @@ def test_eval_frequency_evaluates_every_kth_epoch_and_always_the_last(data_path,
 
 
 def step_arguments(settings: dict) -> list[str]:
-    """Flat train settings as `gpuflow ssvae-train`'s --settings and --runtime JSON."""
-    model = {k: settings[k] for k in ("hidden", "latent")}
-    nested = {"model": model, "train": {k: v for k, v in settings.items() if k not in model}}
+    """The model and train blocks of `settings` as `gpuflow ssvae-train`'s --settings and
+    --runtime JSON."""
+    nested = {block: settings[block] for block in ("model", "train")}
     schema = family_schema("ssvae")
     return [
         "--settings",
@@ -214,7 +225,7 @@ def step_arguments(settings: dict) -> list[str]:
 
 
 def train_command(data_path, out_dir, epochs):
-    settings = {**TINY, "epochs": epochs, "eval_frequency": 2}
+    settings = tiny(epochs=epochs, eval_frequency=2)
     return [
         str(BIN / "gpuflow"),
         "ssvae-train",
@@ -284,7 +295,7 @@ def test_a_run_killed_after_a_checkpoint_resumes_to_identical_metrics(data_path,
 
 
 def test_a_state_from_other_settings_is_not_resumed(data_path, tmp_path):
-    settings = {**TINY, "epochs": 1}
+    settings = tiny(epochs=1)
     trainer = StackTrainer(
         [Run("baseline", 0.05, 0.0, None, 0)],
         dict(np.load(data_path)),
@@ -304,7 +315,7 @@ def test_a_state_saved_on_another_device_type_is_not_resumed(data_path, tmp_path
     other: a state the same job saved on a GPU is left alone on the CPU; one saved on the CPU
     is taken up."""
     runs = [Run("m2", 0.05, 0.0, 1.0, 0)]
-    settings = {**TINY, "epochs": 1}
+    settings = tiny(epochs=1)
     out = tmp_path / "m.json"
     fresh = StackTrainer(runs, dict(np.load(data_path)), settings, CPU).state()  # at epoch 0
     for device_type, resumed_from in (("cuda", None), ("cpu", 0)):
@@ -335,7 +346,7 @@ def interrupt_after_first_checkpoint(monkeypatch, runs, data_path, settings, out
 def test_a_state_resumes_under_other_runtime_settings_to_the_same_metrics(
     data_path, tmp_path, monkeypatch
 ):
-    settings = {**TINY, "epochs": 2, "eval_frequency": 1}
+    settings = tiny(epochs=2, eval_frequency=1)
     runs = [Run("m2", 0.05, 0.0, 1.0, 0)]
     (whole,) = train(runs, data_path, settings, [tmp_path / "whole.json"])
     out = tmp_path / "r.json"
@@ -356,7 +367,7 @@ def test_a_state_written_for_another_data_split_is_not_resumed(tmp_path, monkeyp
         path = tmp_path / f"split{split_seed}.npz"
         np.savez(path, **{k: v[:500] for k, v in arrays.items()})
         paths.append(path)
-    settings = {**TINY, "epochs": 2}
+    settings = tiny(epochs=2)
     runs = [Run("baseline", 0.05, 0.0, None, 0)]
     out = tmp_path / "m.json"
     interrupt_after_first_checkpoint(monkeypatch, runs, paths[0], settings, out)

@@ -12,9 +12,7 @@ import random
 from typing import Any
 
 from gpuflow.job import current, write_text
-from gpuflow.settings.blocks import family_settings
-
-RESULTS_KEYS = ("units", "points", "seed")
+from gpuflow.settings.blocks import family_settings, results_of
 
 
 def unit_row(seed: int, unit: int, points: int) -> dict[str, int]:
@@ -52,7 +50,7 @@ class Estimate:
 def main(args: argparse.Namespace) -> int:
     toy = family_settings("toy", args.settings, args.runtime)
     job = current([args.out])
-    state = job.state(settings={key: toy[key] for key in RESULTS_KEYS})
+    state = job.state(settings=results_of("toy", toy))
     estimate = Estimate()
     units = toy["units"]
     for unit in job.loop(state, units, "units", load=estimate.load, save=estimate.state):

@@ -50,7 +50,7 @@ from gpuflow.job import (
     write_csv,
     write_json,
 )
-from gpuflow.settings.blocks import family_settings
+from gpuflow.settings.blocks import family_settings, results_of
 
 
 @dataclass(frozen=True)
@@ -68,6 +68,7 @@ class PerplexitySettings:
     attn_implementation: str
     compile: bool
     fill_free_memory: float
+    results: dict[str, Any]  # fluency.perplexity's results keys: the state's fingerprint
 
     @classmethod
     def from_json(cls, settings: str, runtime: str) -> PerplexitySettings:
@@ -86,6 +87,7 @@ class PerplexitySettings:
             attn_implementation=perplexity["attn_implementation"],
             compile=perplexity["compile"],
             fill_free_memory=perplexity["fill_free_memory"],
+            results=results_of("fluency", {"perplexity": perplexity}),
         )
 
 
@@ -273,16 +275,16 @@ def main(args: argparse.Namespace) -> int:
     nll, n_tokens = np.zeros(0), np.zeros(0, dtype=np.int64)
     if token_ids:
         state_fingerprint = make_fingerprint(
+            settings=settings.results,
             identity={
                 "texts": texts_digest(frame["text_id"], frame["text"]),
                 "model": model_identity(args.model),
                 "trust_remote_code": settings.trust_remote_code,
-                "dtype": settings.dtype,
                 "context": context,
                 "stride": stride,
                 "bos": bos_id,
                 "device_type": devices[0].type,
-            }
+            },
         )
         nll, n_tokens, stats = score_token_ids(
             token_ids,

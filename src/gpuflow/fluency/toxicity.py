@@ -37,7 +37,7 @@ from gpuflow.job import (
     write_csv,
     write_json,
 )
-from gpuflow.settings.blocks import family_settings
+from gpuflow.settings.blocks import family_settings, results_of
 
 PROXY_NAME = "alt-profanity-check {version} (offensive-language proxy)"
 
@@ -126,12 +126,13 @@ def main(args: argparse.Namespace) -> int:
         score, name = huggingface_scorer(toxicity["model_path"], toxicity["toxic_label"], device)
         batches = length_batches(items, toxicity["batch_size"])
     state = make_fingerprint(
+        settings=results_of("fluency", {"toxicity": toxicity}),
         identity={
             "texts": texts_digest(texts["text_id"], items),
             "scorer": name,
             "model": model,
             "device_type": device.type,
-        }
+        },
     )
     scores = ChunkedScores(
         args.out,

@@ -46,7 +46,7 @@ from gpuflow.scaling.kernels import (
 from gpuflow.scaling.layout import batch_plan, process_threads
 from gpuflow.scaling.model import build_model, parameter_counts
 from gpuflow.scaling.results import train_results
-from gpuflow.settings.blocks import family_schema, family_settings, select
+from gpuflow.settings.blocks import family_settings, results_of
 
 
 class EncodedTexts(Dataset):
@@ -504,7 +504,7 @@ def run_settings(scaling: dict[str, Any], name: str) -> dict[str, Any]:
 
 def results_part(scaling: dict[str, Any], name: str) -> dict[str, Any]:
     """The results-affecting settings of configuration `name` (its data settings included)."""
-    return select(train_results(scaling, name), family_schema("scaling"), "results")
+    return results_of("scaling", train_results(scaling, name))
 
 
 def main(args: argparse.Namespace) -> None:

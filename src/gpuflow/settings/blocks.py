@@ -114,6 +114,13 @@ def keys_of_kind(
             yield (*prefix, name)
 
 
+def results_of(family: str, values: dict[str, Any]) -> dict[str, Any]:
+    """The part of config[family] `values` that a job's numbers depend on (the keys the schema
+    marks results): what a step fingerprints its resume state with and records beside its
+    numbers. Every family picks them this way."""
+    return select(values, family_schema(family), "results")
+
+
 def split_json(
     family: str, values: dict[str, Any], kind: str, job_settings: dict[str, Any] | None = None
 ) -> str:

@@ -35,27 +35,25 @@ def step_trial(need: Need) -> Trial:
     """FLOP/s of the job's stacked training step (M2 or the baseline)."""
     import torch
 
-    from gpuflow.ssvae.train import Run, StackTrainer, train_settings
+    from gpuflow.ssvae.train import Run, StackTrainer
 
     ssvae: dict[str, Any] = need.config["ssvae"]
     model = "m2" if need.term.kind == "ssvae.m2.flop" else "baseline"
-    settings = {**train_settings(), **ssvae["model"], **ssvae["train"], "device": need.device}
-    settings.pop("stack", None)
     labelled = int(need.term.shape.rsplit("+", 1)[1])  # the job's labelled batch (work.shape)
-    settings["labelled_batch_size"] = labelled
+    train = {**ssvae["train"], "device": need.device, "labelled_batch_size": labelled}
+    settings = {**ssvae, "train": train}
+    hidden, latent = ssvae["model"]["hidden"], ssvae["model"]["latent"]
     labelled = max(10, labelled)
-    n_train = labelled + settings["batch_size"] * STEPS  # an epoch of STEPS steps
+    n_train = labelled + train["batch_size"] * STEPS  # an epoch of STEPS steps
     runs = runs_per_job(ssvae) if model == "m2" else len(ssvae["grid"]["seeds"])
     fraction = labelled / n_train
     stack = [Run(model, fraction, 0.0, 1.0 if model == "m2" else None, s) for s in range(runs)]
     trainer = StackTrainer(stack, synthetic_data(n_train), settings, [torch.device(need.device)])
     bu, bl = trainer.plan.unlabelled_batch, trainer.plan.labelled_batch
     if model == "m2":
-        per_step = train_flops_per_example(settings["hidden"], settings["latent"], bu, bl) * (
-            bu + bl
-        )
+        per_step = train_flops_per_example(hidden, latent, bu, bl) * (bu + bl)
     else:
-        per_step = 3 * classifier_flops(settings["hidden"]) * bl
+        per_step = 3 * classifier_flops(hidden) * bl
 
     def run() -> dict[str, float]:
         began = time.perf_counter()

@@ -29,7 +29,7 @@ from gpuflow.job import (
     worker_devices,
     write_json,
 )
-from gpuflow.settings.blocks import family_schema, family_settings, keys_of_kind
+from gpuflow.settings.blocks import family_settings, results_of
 from gpuflow.ssvae.batches import Batches, Plan, RunIndex, epoch_indices, make_plan
 from gpuflow.ssvae.data import load_prepared
 from gpuflow.ssvae.graph_step import GraphedStep
@@ -60,22 +60,14 @@ class Run:
 
 
 def train_settings(settings: str = "{}", runtime: str = "{}") -> dict[str, Any]:
-    """ssvae.model and ssvae.train (but `stack`, the job layout) as one flat settings dict.
-
-    From the step's `--settings` and `--runtime` JSON; the schema fills in every default.
-    """
-    ssvae = family_settings("ssvae", settings, runtime)
-    train = {k: v for k, v in ssvae["train"].items() if k != "stack"}
-    return {**ssvae["model"], **train}
+    """config['ssvae'] from the step's `--settings` and `--runtime` JSON, every default filled in
+    by the schema; the training reads its `model` and `train` blocks."""
+    return family_settings("ssvae", settings, runtime)
 
 
-def results_settings(settings: dict[str, Any]) -> dict[str, Any]:
-    """The settings the schema marks results-affecting (runtime keys left out)."""
-    schema = family_schema("ssvae")["properties"]
-    runtime = {
-        path[-1] for part in ("model", "train") for path in keys_of_kind(schema[part], "runtime")
-    }
-    return {k: v for k, v in settings.items() if k not in runtime}
+def training_results(settings: dict[str, Any]) -> dict[str, Any]:
+    """The results keys of the blocks the training reads: its fingerprint and its record."""
+    return results_of("ssvae", {block: settings[block] for block in ("model", "train")})
 
 
 def stream_seed(seed: int, stream: int) -> int:
@@ -126,7 +118,9 @@ class StackTrainer:
         settings: dict[str, Any],
         devices: list[torch.device],
     ):
-        self.runs, self.settings, self.devices = runs, settings, devices
+        self.runs, self.devices = runs, devices
+        self.hidden, self.latent = settings["model"]["hidden"], settings["model"]["latent"]
+        self.train_config = train = settings["train"]
         self.device = devices[0]
         self.m2 = runs[0].kind == "m2"
         seeds = [r.seed for r in runs]
@@ -141,17 +135,17 @@ class StackTrainer:
         self.plan: Plan = make_plan(
             self.index.labelled.shape[1],
             self.index.unlabelled.shape[1],
-            settings["batch_size"],
-            settings["labelled_batch_size"],
+            train["batch_size"],
+            train["labelled_batch_size"],
         )
         images = pixels(data["x_train"])
         self.batches = Batches(
             images,
             self.device,
-            settings["data_on_device"],
-            settings["num_workers"],
-            settings["pin_memory"],
-            settings["persistent_workers"],
+            train["data_on_device"],
+            train["num_workers"],
+            train["pin_memory"],
+            train["persistent_workers"],
         )
         self.x_test = pixels(data["x_test"]).to(self.device)
         self.y_test = torch.from_numpy(data["y_test"]).to(self.device)
@@ -164,22 +158,22 @@ class StackTrainer:
         if self.m2:
             alphas = torch.tensor([r.alpha for r in runs], dtype=torch.float32)
             self.model: nn.Module = StackedM2(
-                len(runs), settings["hidden"], settings["latent"], alphas, self.bound_weights()
+                len(runs), self.hidden, self.latent, alphas, self.bound_weights()
             )
         else:
-            self.model = StackedClassifier(len(runs), settings["hidden"])
+            self.model = StackedClassifier(len(runs), self.hidden)
         self.model.reset(generators(seeds, INIT_STREAM, torch.device("cpu")))
         self.model.to(self.device)
         self.net = parallel(self.model, devices)
         self.optimizer = torch.optim.Adam(  # fused: one kernel per step, not ~10 per tensor
-            self.model.parameters(), lr=settings["learning_rate"], fused=True, capturable=True
+            self.model.parameters(), lr=train["learning_rate"], fused=True, capturable=True
         )
         one_device = self.net is self.model  # not split by DataParallel
         self.graphed = GraphedStep(
             self._step,
             list(self.model.parameters()),
             self.optimizer,
-            capture=self.device.type == "cuda" and one_device and settings["graph_step"],
+            capture=self.device.type == "cuda" and one_device and train["graph_step"],
             setting="ssvae.train.graph_step",
         )
         self.order_rng = generators(seeds, ORDER_STREAM, torch.device("cpu"))
@@ -192,7 +186,7 @@ class StackTrainer:
 
     def bound_weights(self) -> torch.Tensor:
         """[R] weight of each run's labelled bound (ssvae.train.labelled_bound_weight)."""
-        if self.settings["labelled_bound_weight"] == "one":
+        if self.train_config["labelled_bound_weight"] == "one":
             return torch.ones(len(self.runs))
         return torch.tensor(
             [len(s.labelled) / len(s.unlabelled) for s in self.splits], dtype=torch.float32
@@ -234,9 +228,8 @@ class StackTrainer:
     def step_noise(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(eps_l, eps_u): the noise of one M2 step, [R, labelled, latent] and
         [R, unlabelled, 10, latent], drawn from the runs' noise streams."""
-        latent = self.settings["latent"]
-        eps_l = self._noise(self.plan.labelled_batch, latent)
-        return eps_l, self._noise(self.plan.unlabelled_batch, 10, latent)
+        eps_l = self._noise(self.plan.labelled_batch, self.latent)
+        return eps_l, self._noise(self.plan.unlabelled_batch, 10, self.latent)
 
     def train_step(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """One Adam step of every run; returns [4, R] loss, labelled, unlabelled, CE (detached).
@@ -283,15 +276,14 @@ class StackTrainer:
         keys = ("labelled_neg_elbo", "recon", "kl", "unlabelled_neg_bound")
         sums = {key: torch.zeros(runs, device=self.device) for key in keys}
         correct = torch.zeros(runs, device=self.device)
-        size = self.settings["eval_batch_size"]
+        size = self.train_config["eval_batch_size"]
         classifier = self.model.classifier if self.m2 else self.model
         if self.m2:  # drawn for the whole test set, so the batch size cannot change a sample
-            latent = self.settings["latent"]
             noise_l = torch.stack(
-                [torch.randn(n_test, latent, generator=g, device=self.device) for g in rng]
+                [torch.randn(n_test, self.latent, generator=g, device=self.device) for g in rng]
             )
             noise_u = torch.stack(
-                [torch.randn(n_test, 10, latent, generator=g, device=self.device) for g in rng]
+                [torch.randn(n_test, 10, self.latent, generator=g, device=self.device) for g in rng]
             )
         for start in range(0, n_test, size):
             x = self.x_test[start : start + size].expand(runs, -1, -1)
@@ -321,8 +313,9 @@ class StackTrainer:
         x_val, y_val = self.validation
         classifier = self.model.classifier if self.m2 else self.model
         correct = torch.zeros(len(self.runs), device=self.device)
-        for start in range(0, len(y_val), self.settings["eval_batch_size"]):
-            x = x_val[start : start + self.settings["eval_batch_size"]]
+        size = self.train_config["eval_batch_size"]
+        for start in range(0, len(y_val), size):
+            x = x_val[start : start + size]
             y = y_val[start : start + len(x)]
             correct += (classifier.logits(x.expand(len(self.runs), -1, -1)).argmax(-1) == y).sum(1)
         return {"val_accuracy": (correct / len(y_val)).cpu().numpy()}
@@ -341,7 +334,7 @@ def resume_state(
     training noise from generators of their own, whose states do not load into each other."""
     return job.state(
         inputs=[data_path],
-        settings=results_settings(settings),
+        settings=training_results(settings),
         identity={"runs": [r.describe() for r in runs], "device_type": device_type},
     )
 
@@ -366,19 +359,20 @@ def train(
     """Train the stacked runs to the end (resuming from the job's state when it matches); write
     each metrics.json.
 
-    `settings` holds every key of `train_settings`. The state is loaded on the CPU: generator
-    states must be CPU tensors, and load_state_dict copies the weights and Adam moments onto
-    the parameters' device.
+    `settings` is config['ssvae'] as `train_settings` fills it. The state is loaded on the CPU:
+    generator states must be CPU tensors, and load_state_dict copies the weights and Adam
+    moments onto the parameters' device.
     """
     started = time.perf_counter()
     if len(outs) != len(runs):
         raise ConfigError("--out", f"{len(outs)} outputs for {len(runs)} runs", "one per run")
     job = current(outs)
     data = load_prepared(data_path)
-    devices = choose_devices(settings["device"], settings["gpu_ids"], settings["no_multi_gpu"])
+    train = settings["train"]
+    devices = choose_devices(train["device"], train["gpu_ids"], train["no_multi_gpu"])
     trainer = StackTrainer(runs, data, settings, devices)
     state = resume_state(job, runs, settings, data_path, trainer.device.type)
-    epochs, every = settings["epochs"], settings["eval_frequency"]
+    epochs, every = train["epochs"], train["eval_frequency"]
     last_eval: dict[str, np.ndarray] = {}
     for _ in job.loop(state, epochs, "epochs", load=trainer.load_state, save=trainer.state):
         t0 = time.perf_counter()
@@ -450,7 +444,7 @@ def write_metrics(
                 if k != "test_accuracy"
             },
             "curve": trainer.curve[r],
-            "settings": results_settings(settings),
+            "settings": training_results(settings),
             "timing": {
                 "wall_time_s": time.perf_counter() - started,
                 "train_time_s": trainer.train_time_s,

@@ -69,15 +69,18 @@ def job_work(
     runs: int,
 ) -> Work:
     """The work of `runs` stacked runs of `model` ('m2' or 'baseline') with `n_labelled` labels
-    of `n_sizes` (train, validation, test) examples; `settings` holds hidden, latent, epochs,
-    batch_size, labelled_batch_size and eval_frequency."""
+    of `n_sizes` (train, validation, test) examples; `settings` holds config['ssvae']'s model
+    (hidden, latent) and train blocks (epochs, batch_size, labelled_batch_size,
+    eval_frequency)."""
     n_train, n_val, n_test = n_sizes
-    hidden, latent, epochs = settings["hidden"], settings["latent"], settings["epochs"]
+    hidden, latent = settings["model"]["hidden"], settings["model"]["latent"]
+    train = settings["train"]
+    epochs = train["epochs"]
     n_unlabelled = n_train - n_labelled
-    bu = min(settings["batch_size"], n_unlabelled)
-    bl = min(settings["labelled_batch_size"], n_labelled)
+    bu = min(train["batch_size"], n_unlabelled)
+    bl = min(train["labelled_batch_size"], n_labelled)
     steps = max(1, n_unlabelled // bu)
-    evals = epochs // settings["eval_frequency"] + bool(epochs % settings["eval_frequency"])
+    evals = epochs // train["eval_frequency"] + bool(epochs % train["eval_frequency"])
     if model == "m2":
         per_step = train_flops_per_example(hidden, latent, bu, bl) * (bu + bl)
         per_test = forward_flops(matmul_shapes(hidden, latent, 1, 1, 1))
@@ -129,7 +132,7 @@ def planned(model: str):
             return None
         runs = runs_per_job(ssvae) if model == "m2" else len(ssvae["grid"]["seeds"])
         n_labelled = round(float(wildcards["frac"]) * sizes[0])
-        return job_work(model, sizes, n_labelled, {**ssvae["model"], **ssvae["train"]}, runs)
+        return job_work(model, sizes, n_labelled, ssvae, runs)
 
     return work
 
@@ -139,7 +142,8 @@ def done(outputs: list[str], inputs: list[str]) -> Work | None:
     try:
         metrics = [json.loads(Path(path).read_text(encoding="utf-8")) for path in outputs]
         first = metrics[0]
-        settings = {**first["settings"], "epochs": first["epochs"]}
+        settings = first["settings"]
+        settings["train"]["epochs"] = first["epochs"]
         sizes = (first["n_train"], first.get("n_val", 0), first["n_test"])
         return job_work(first["model"], sizes, first["n_labelled"], settings, len(metrics))
     except (OSError, ValueError, KeyError, TypeError, IndexError):

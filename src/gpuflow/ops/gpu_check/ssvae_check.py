@@ -19,6 +19,7 @@ from gpuflow.job.devices import describe_device
 from gpuflow.ops.gpu_check.peak import synchronize
 from gpuflow.ops.gpu_check.rows import CheckRow, max_relative_difference
 from gpuflow.ops.gpu_check.ssvae_reference import m2_loss
+from gpuflow.settings.validate import merge_config
 from gpuflow.ssvae.batches import epoch_indices
 from gpuflow.ssvae.flops import train_flops_per_example
 from gpuflow.ssvae.train import Run, StackTrainer, train_settings
@@ -90,14 +91,17 @@ def ssvae_rows(sizes_ssvae: dict[str, Any], device: torch.device, peak: float) -
     """One run, R one after another and R stacked, each with its examples/s and FLOP share."""
     s = sizes_ssvae
     data = synthetic_mnist(s["n_train"], s["n_test"], seed=0)
-    settings = {
-        **train_settings(),
-        "hidden": s["hidden"],
-        "latent": s["latent"],
-        "batch_size": s["batch_size"],
-        "labelled_batch_size": s["labelled_batch_size"],
-        "device": device.type,
-    }
+    settings = merge_config(
+        train_settings(),
+        {
+            "model": {"hidden": s["hidden"], "latent": s["latent"]},
+            "train": {
+                "batch_size": s["batch_size"],
+                "labelled_batch_size": s["labelled_batch_size"],
+                "device": device.type,
+            },
+        },
+    )
     seeds = list(range(s["stack"]))
     flops = train_flops_per_example(
         s["hidden"], s["latent"], s["batch_size"], s["labelled_batch_size"]

@@ -133,7 +133,7 @@ def hook_worker(argv: list[str]) -> None:
     """One torchrun worker of the hook-timed run: gpuflow's Trainer with the waiting hook."""
     from gpuflow.job.atomic import write_json
     from gpuflow.scaling import distributed
-    from gpuflow.scaling.train import Trainer, results_part, run_settings
+    from gpuflow.scaling.train import RunFiles, Trainer, results_part, run_settings
 
     parser = argparse.ArgumentParser()
     for flag in ("name", "train", "val", "data-info", "token-stats", "settings", "runtime",
@@ -146,7 +146,7 @@ def hook_worker(argv: list[str]) -> None:
     config = run_settings(scaling, args.name)
     ctx = distributed.init(config["device"])
     try:
-        trainer = Trainer(ctx, args, config, results_part(scaling, args.name))
+        trainer = Trainer(ctx, RunFiles.of(args), config, results_part(scaling, args.name))
         timer = HookTimer(dist.group.WORLD)
         trainer.ddp.register_comm_hook(timer, waiting_allreduce_hook)
         trainer.fit()

@@ -16,6 +16,7 @@ import math
 import resource
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +47,7 @@ from gpuflow.scaling.kernels import (
 from gpuflow.scaling.layout import batch_plan, process_threads
 from gpuflow.scaling.model import build_model, parameter_counts
 from gpuflow.scaling.results import train_results
-from gpuflow.settings.blocks import family_settings, results_of
+from gpuflow.settings.blocks import configuration, family_settings, results_of
 
 
 class EncodedTexts(Dataset):
@@ -154,30 +155,50 @@ def evaluate(
     return loss_sum / count, correct / count
 
 
+@dataclass(frozen=True)
+class RunFiles:
+    """What one run is (its configuration's name), reads and writes, and the CPU processes its
+    cores are shared by: the step's arguments of the same names."""
+
+    name: str
+    train: str
+    val: str
+    data_info: str
+    token_stats: str
+    out_json: str
+    out_model: str
+    cpu_slots: int = 1
+
+    @classmethod
+    def of(cls, args: argparse.Namespace) -> RunFiles:
+        """The step's arguments of these names."""
+        return cls(**{field.name: getattr(args, field.name) for field in fields(cls)})
+
+
 class Trainer:
     """One run: model, data, optimizer, the epoch loop and its measurements."""
 
     def __init__(
         self,
         ctx: Context,
-        args: argparse.Namespace,
+        files: RunFiles,
         settings: dict[str, Any],
         results: dict[str, Any],
     ):
         """`settings`: see `run_settings`; `results`: its results-affecting part (resume key)."""
-        self.ctx, self.args, self.settings = ctx, args, settings
+        self.ctx, self.files, self.settings = ctx, files, settings
         train = settings["train"]
-        self.plan = batch_plan(train, ctx.world_size, f"scaling.configurations.{args.name}.train")
+        self.plan = batch_plan(train, ctx.world_size, f"scaling.configurations.{files.name}.train")
         self.threads = self._threads()
         torch.set_num_threads(self.threads)
         torch.backends.cudnn.benchmark = ctx.device.type == "cuda"
         self.precision = precision_for(ctx.device, settings["amp"])
 
-        full = EncodedTexts(args.train)
+        full = EncodedTexts(files.train)
         self.steps_per_epoch = len(full) // self.plan.global_batch_size
         if self.steps_per_epoch == 0:
             raise ConfigError(
-                f"scaling.configurations.{args.name}.train.global_batch_size",
+                f"scaling.configurations.{files.name}.train.global_batch_size",
                 f"{self.plan.global_batch_size} is more than the {len(full)} training texts",
             )
         self.n_used = self.steps_per_epoch * self.plan.global_batch_size
@@ -193,13 +214,13 @@ class Trainer:
         self.loader = make_loader(
             used, self.plan.per_gpu_batch_size, self.sampler, train["num_workers"], pin, pad
         )
-        val = EncodedTexts(args.val)
+        val = EncodedTexts(files.val)
         self.n_val = len(val)
         shard = Subset(val, range(ctx.rank, len(val), ctx.world_size))
         self.val_loader = make_loader(shard, train["eval_batch_size"], None, 0, pin, pad)
 
-        info = json.loads(Path(args.data_info).read_text())
-        vocab = json.loads(Path(args.token_stats).read_text())["vocab_size"]
+        info = json.loads(Path(files.data_info).read_text())
+        vocab = json.loads(Path(files.token_stats).read_text())["vocab_size"]
         torch.manual_seed(train["seed"])
         self.model = build_model(settings["model"], vocab, info["n_classes"]).to(ctx.device)
         self.counts = parameter_counts(self.model)
@@ -227,9 +248,9 @@ class Trainer:
         )
         self.scaler = torch.amp.GradScaler(ctx.device.type, enabled=self.precision == "fp16")
         self.skipped = SkippedSteps(settings["amp_overflow_limit"])
-        self.job = current([args.out_json, args.out_model])
+        self.job = current([files.out_json, files.out_model])
         self.state = self.job.state(
-            inputs=[args.train, args.val, args.data_info],
+            inputs=[files.train, files.val, files.data_info],
             settings=results,
             identity={
                 "world_size": ctx.world_size,
@@ -244,14 +265,14 @@ class Trainer:
     @property
     def run_name(self) -> str:
         """How the NaN guard names this run."""
-        return f"{self.args.name} world={self.ctx.world_size}"
+        return f"{self.files.name} world={self.ctx.world_size}"
 
     def _threads(self) -> int:
         return process_threads(
             self.ctx.device.type == "cuda",
             self.ctx.local_world_size,
             self.settings["cpu_threads_per_process"],
-            self.args.cpu_slots,
+            self.files.cpu_slots,
         )
 
     def autocast(self) -> Any:
@@ -450,7 +471,7 @@ class Trainer:
         mine = {"rank": ctx.rank, "skipped_steps": self.skipped.total, **run_record([ctx.device])}
         dist.all_gather_object(ranks, mine)
         return {
-            "configuration": self.args.name,
+            "configuration": self.files.name,
             "world_size": ctx.world_size,
             "nodes": ctx.nodes,
             "processes_per_node": ctx.local_world_size,
@@ -488,13 +509,7 @@ class Trainer:
 
 def run_settings(scaling: dict[str, Any], name: str) -> dict[str, Any]:
     """What one run of configuration `name` reads from a defaulted config['scaling']."""
-    if name not in scaling["configurations"]:
-        raise ConfigError(
-            f"scaling.configurations.{name}",
-            "missing",
-            f"one of {sorted(scaling['configurations'])}",
-        )
-    chosen = scaling["configurations"][name]
+    chosen = configuration(scaling, name)
     shared = (
         "device", "amp", "amp_overflow_limit", "fused_adamw", "tf32", "warmup_epochs",
         "cpu_threads_per_process", "ddp",
@@ -513,7 +528,7 @@ def main(args: argparse.Namespace) -> None:
     settings = run_settings(scaling, args.name)
     ctx = distributed.init(settings["device"])
     try:
-        trainer = Trainer(ctx, args, settings, results_part(scaling, args.name))
+        trainer = Trainer(ctx, RunFiles.of(args), settings, results_part(scaling, args.name))
         trainer.fit()
         result = trainer.result()
         if ctx.rank == 0:

@@ -351,8 +351,11 @@ def test_killed_training_resumed_from_its_state_instead_of_starting_over(faulted
     assert metrics["timing"]["resumed_from_epoch"] >= 1
     run = json.loads((workdir / "results/scaling/runs/short/nodes~1/world~2/run.json").read_text())
     assert run["resumed_at_epochs"], "the DDP run started over"
-    sweep_log = workdir / "results/sweep/logs/method~gnc/rank~2/width~4/shard~0.log"
-    assert "1 already done" in sweep_log.read_text() or "2 already done" in sweep_log.read_text()
+    # the shard's last run kept what earlier runs computed (a later whole-tree kill may have
+    # stopped one of them after every seed but before its table: then all 3 are kept)
+    sweep_log = (workdir / "results/sweep/logs/method~gnc/rank~2/width~4/shard~0.log").read_text()
+    kept = re.findall(r"3 seeds, (\d) already done", sweep_log)
+    assert kept and int(kept[0]) >= 1, sweep_log
 
 
 RESUMED_OUTPUTS = {

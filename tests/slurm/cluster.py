@@ -1,4 +1,4 @@
-"""A real single-node SLURM on loopback, from Debian's packages, with four fake GPUs.
+"""A real SLURM on loopback, from Debian's packages: the host's node with four fake GPUs, and more.
 
 Used by the SLURM tests (session fixture in tests/slurm/fixtures.py) and by hand:
 

@@ -23,7 +23,7 @@ from gpuflow.cli import build_parser
 from gpuflow.job.context import Job
 from gpuflow.job.paths import UNITS, job_file
 from gpuflow.settings.blocks import family_settings
-from gpuflow.sweep.shard import shard_settings
+from gpuflow.sweep.shard import seed_log_key
 from tests import sweep_faults
 from tests.conftest import BIN, REPO, workflow_env
 
@@ -164,10 +164,10 @@ def test_seeds_finished_on_another_device_type_are_computed_again(tmp_path):
     out = tmp_path / "shard~0.csv"
     command = shard_command(out, workers=1, seeds="0:2")
     args = build_parser().parse_args(command[1:])
-    settings = shard_settings(args, family_settings("sweep", args.settings, args.runtime))
+    sweep = family_settings("sweep", args.settings, args.runtime)
     for device_type, computed in (("cuda", [0, 1]), ("cpu", [1])):
         job = Job("-", [out, out.with_suffix(".run.json")])
-        seed_log = job.unit_log(settings=settings, identity={"device_type": device_type}).open()
+        seed_log = job.unit_log(**seed_log_key(args, sweep, device_type)).open()
         seed_log.add_ok(0, {"seed": 0})
         seed_log.close()
         result = run_shard(out, workers=1, seeds="0:2")

@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from gpuflow.errors import ConfigError, GpuflowError
 from gpuflow.job import current, write_json, write_text
-from gpuflow.settings.blocks import family_settings
+from gpuflow.settings.blocks import family_settings, results_of
 from gpuflow.sweep.checks import check_rank
 from gpuflow.sweep.columns import COLUMNS
 from gpuflow.sweep.experiment import METHODS
@@ -42,7 +42,7 @@ def parse_seeds(text: str) -> list[int]:
 
 
 def shard_settings(args: argparse.Namespace, sweep: dict[str, Any]) -> dict[str, Any]:
-    """Everything a seed's result depends on (also the seed log's identity)."""
+    """What each seed's computation reads."""
     data = sweep["data"]
     check_rank(args.teacher_rank, data)
     return {
@@ -52,6 +52,17 @@ def shard_settings(args: argparse.Namespace, sweep: dict[str, Any]) -> dict[str,
         "data": data,
         args.method: sweep[args.method],
     }
+
+
+def seed_log_key(
+    args: argparse.Namespace, sweep: dict[str, Any], device_type: str
+) -> dict[str, Any]:
+    """What the shard's seed log must match to be resumed: the results keys of the sweep's data
+    and method, the shard's cell, and the device type (guesses and student weights are drawn
+    on the device: seeds of one device type only)."""
+    cell = {"method": args.method, "rank": args.teacher_rank, "width": args.student_width}
+    results = results_of("sweep", {"data": sweep["data"], args.method: sweep[args.method]})
+    return {"settings": results, "identity": {**cell, "device_type": device_type}}
 
 
 def table_text(rows: list[dict[str, Any]]) -> str:
@@ -79,8 +90,7 @@ def main(args: argparse.Namespace) -> int:
     settings = shard_settings(args, sweep)
     devices = worker_devices(sweep["device"], sweep["cpu_workers"])
     job = current([args.out, args.run_out])
-    # guesses and student weights are drawn on the device: seeds of one device type only
-    seed_log = job.unit_log(settings=settings, identity={"device_type": devices[0].type}).open()
+    seed_log = job.unit_log(**seed_log_key(args, sweep, devices[0].type)).open()
     started = time.perf_counter()
     try:
         if seed_log.started_over:

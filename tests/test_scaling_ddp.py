@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from gpuflow.job.paths import STATE, job_file
-from gpuflow.settings.blocks import family_schema, select
+from gpuflow.settings.blocks import split_json
 from tests.conftest import BIN, gpuflow, workflow_env
 
 TINY_MODEL = {
@@ -76,10 +76,9 @@ def step_settings(config: dict[str, Any]) -> list[str]:
     """A run's settings as config['scaling'] (configuration 'tiny'), split as the rule splits it."""
     shared = {k: v for k, v in config.items() if k not in ("model", "train")}
     scaling = {**shared, "configurations": {"tiny": {k: config[k] for k in ("model", "train")}}}
-    schema = family_schema("scaling")
     return [
-        "--settings", json.dumps(select(scaling, schema, "results")),
-        "--runtime", json.dumps(select(scaling, schema, "runtime")),
+        "--settings", split_json("scaling", scaling, "results"),
+        "--runtime", split_json("scaling", scaling, "runtime"),
     ]  # fmt: skip
 
 

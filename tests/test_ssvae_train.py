@@ -17,7 +17,7 @@ import torch
 from gpuflow.job.context import current
 from gpuflow.job.paths import STATE, job_file
 from gpuflow.job.state import State
-from gpuflow.settings.blocks import family_schema, select
+from gpuflow.settings.blocks import split_json
 from gpuflow.settings.validate import merge_config
 from gpuflow.ssvae.batches import epoch_indices
 from gpuflow.ssvae.data import split_embedded
@@ -215,12 +215,11 @@ def step_arguments(settings: dict) -> list[str]:
     """The model and train blocks of `settings` as `gpuflow ssvae-train`'s --settings and
     --runtime JSON."""
     nested = {block: settings[block] for block in ("model", "train")}
-    schema = family_schema("ssvae")
     return [
         "--settings",
-        json.dumps(select(nested, schema, "results")),
+        split_json("ssvae", nested, "results"),
         "--runtime",
-        json.dumps(select(nested, schema, "runtime")),
+        split_json("ssvae", nested, "runtime"),
     ]
 
 

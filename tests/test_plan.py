@@ -14,6 +14,7 @@ import yaml
 from snakemake.jobs import Reason
 
 from gpuflow.cost.expected import size_of
+from gpuflow.cost.limits import WARNING_EARLY_MINUTES
 from gpuflow.errors import GpuflowError
 from gpuflow.job.paths import RECORD, job_file
 from gpuflow.ops import snakemake_adapter
@@ -420,3 +421,18 @@ def test_the_paper_plan_on_slurm_fits_the_example_site_and_imports_no_torch(tmp_
     assert "Perplexity placement: auto: model 'gpt2-large' is not readable here" in result.stdout
     assert "ask for more than any partition" not in result.stdout
     assert result.stdout.rstrip().endswith("torch imported: False")
+
+
+def test_a_run_in_another_folder_reads_the_workflow_s_site_file(tmp_path):
+    """`--directory` elsewhere changes where results go, not the site: every auto limit still
+    holds the site's stop warning (without the site file, a limit is start-up and work alone)."""
+    site = yaml.safe_load((REPO / "profiles" / "slurm" / "site.yaml").read_text())
+    floor = site["stop_warning_minutes"] + WARNING_EARLY_MINUTES
+    command = [str(BIN / "gpuflow"), "plan", "--json", "--profile", "profiles/slurm"]
+    command += ["--configfile", "config/paper.yaml", "--directory", str(tmp_path / "run")]
+    result = subprocess.run(command, cwd=REPO, env=workflow_env(), capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = {row["rule"]: row for row in json.loads(result.stdout)}
+    assert rows["ssvae_train"]["source"] == "m", "the committed H100 records plan it"
+    assert min(rows["ssvae_train"]["limits_min"]) > floor
+    assert rows["ssvae_train"]["units_expected"] > 0, "the site's charges count"

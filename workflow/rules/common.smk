@@ -135,7 +135,7 @@ def rule_resources(family, rule_name):
         if block["gpu"]
         else {"cpus_per_task": block["cpus_per_task"]}
     )
-    model = gpu_model() if block["gpu"] else None
+    model = gpu_model(workflow.basedir) if block["gpu"] else None
     return {
         "gpu": block["gpu"],
         **({"gpu_model": model} if model else {}),
@@ -157,7 +157,7 @@ def time_limit(rule_name, gpu, runtime):
     if runtime != AUTO:
         return retried("runtime", gpu, runtime)
     records = rate_records(workflow.basedir)
-    site = site_path()
+    site = site_path(workflow.basedir)
 
     def predicted(wildcards):
         return auto_runtime(rule_name, config, dict(wildcards), gpu, records, site)
@@ -169,7 +169,7 @@ def retried(resource, gpu, first):
     """A resource that grows with each retry: `first` (a number, or a function of the wildcards)
     x the attempt, up to the largest limit of the SLURM site's partitions for a GPU or CPU
     rule (gpuflow.slurm.fit.grown); without a site file, with no cap."""
-    site = Path(site_path())
+    site = Path(site_path(workflow.basedir))
     limit = retry_limits(site, gpu).get(resource) if site.is_file() else None
     base = first if callable(first) else (lambda wildcards: first)
     return lambda wildcards, attempt: grown(base(wildcards), attempt, limit)

@@ -63,12 +63,13 @@ def scaling_train_resources():
         # torchrun's --max-restarts, runtime-only: a resource, so no rerun trigger.
         "max_restarts": SCALING["max_restarts"],
     }
+    model = gpu_model(workflow.basedir)
     if SCALING_ON_GPU:
         resources.update(
             gpu=lambda wildcards: int(wildcards.world),
             cpus_per_gpu=cpus,
             tasks_per_gpu=0,
-            **({"gpu_model": gpu_model()} if gpu_model() else {}),
+            **({"gpu_model": model} if model else {}),
         )
     else:
         resources.update(gpu=0, cpus_per_task=cpus * max(SCALING_WORLDS))

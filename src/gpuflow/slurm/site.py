@@ -15,21 +15,23 @@ from typing import Any
 
 import yaml
 
-from gpuflow.errors import ConfigError
+from gpuflow.errors import ConfigError, DataError
 
 SITE_ENV = "GPUFLOW_SLURM_SITE"
 DEFAULT_SITE = "profiles/slurm/site.yaml"
 
 
-def site_path() -> str:
-    """The site file in use: $GPUFLOW_SLURM_SITE, else profiles/slurm/site.yaml."""
-    return os.environ.get(SITE_ENV, DEFAULT_SITE)
+def site_path(basedir: str | Path | None = None) -> str:
+    """The site file in use, as an absolute path: $GPUFLOW_SLURM_SITE, else
+    profiles/slurm/site.yaml of the workflow in `basedir` (the Snakefile's folder; default: the
+    current folder). Absolute, so a run in another folder (`--directory`) reads the same file."""
+    return os.path.abspath(os.environ.get(SITE_ENV) or Path(basedir or ".") / DEFAULT_SITE)
 
 
-def gpu_model() -> str | None:
-    """The GPU model that GPU jobs ask for (the site file's `gpu_model`); None where the site
-    names none or there is no site file (a local run elsewhere)."""
-    path = Path(site_path())
+def gpu_model(basedir: str | Path | None = None) -> str | None:
+    """The GPU model that GPU jobs ask for (the site file's `gpu_model`, see `site_path`); None
+    where the site names none or there is no site file."""
+    path = Path(site_path(basedir))
     model = read_site(path).get("gpu_model") if path.is_file() else None
     return str(model) if model else None
 
@@ -66,8 +68,15 @@ def named_partitions(config: Any, key: str = "") -> Iterator[tuple[str, str]]:
 
 def read_site(site_file: str | Path) -> dict[str, Any]:
     """The site file's values (profiles/slurm/site.yaml or GPUFLOW_SLURM_SITE)."""
-    with open(site_file, encoding="utf-8") as handle:
-        return yaml.safe_load(handle) or {}
+    try:
+        with open(site_file, encoding="utf-8") as handle:
+            return yaml.safe_load(handle) or {}
+    except FileNotFoundError:
+        raise DataError(
+            site_file,
+            "no SLURM site file here",
+            expected=f"the workflow's folder as the current one, or the file named in ${SITE_ENV}",
+        ) from None
 
 
 def charges(site: dict[str, Any]) -> dict[str, float]:

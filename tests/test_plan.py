@@ -275,7 +275,7 @@ def test_jobs_that_fit_no_partition_of_the_profile_s_site_file_are_listed(run_gp
     )  # fmt: skip
     unfit = result.stdout.split("2 rule(s) ask for more than any partition")[1].splitlines()
     assert unfit[:3] == [
-        " of profiles/slurm/site.yaml gives:",
+        f" of {REPO / 'profiles' / 'slurm' / 'site.yaml'} gives:",
         "  probe_gpu (i=0) asks gpu 8, cpus_per_gpu 2, mem_mb 1000, runtime 30; "
         "gpu_h100: max_gpu 4; genoa: max_gpu 0",
         "  probe_cpu asks cpus_per_task 1, mem_mb 800000, runtime 5; "

@@ -21,6 +21,7 @@ from gpuflow.slurm.queue import (
     parse_squeue_json,
     parse_text,
 )
+from tests.conftest import wait_for
 
 CAPTURED = Path(__file__).parent / "slurm" / "captured"
 SQUEUE_RUN = "/tmp/h-slurm-cap"  # the run's folder when squeue.* were captured
@@ -295,7 +296,8 @@ def test_status_jobs_give_a_controller_that_does_not_answer_their_timeout_only(b
     assert time.monotonic() - started < 3
     assert squeue_calls.read_text().splitlines() == ["--me --states=all --json"]
     assert not sacct_calls.exists()
-    assert not running(int((bin_dir / "squeue.child").read_text()))
+    child = int((bin_dir / "squeue.child").read_text())
+    wait_for(lambda: not running(child), "the killed squeue's child to be gone", timeout=5)
     assert queue._json_fails == set()
 
 

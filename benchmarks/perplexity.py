@@ -42,7 +42,7 @@ import torch
 import torch.nn.functional as F
 
 from gpuflow.data.embedded import load_movie_reviews
-from gpuflow.fluency.perplexity import check_stride, score_token_ids, tokenize
+from gpuflow.fluency.perplexity import check_stride, score_token_ids, scoring_settings, tokenize
 from gpuflow.fluency.ppl_model import load_config, load_tokenizer, model_context, start_token_id
 from gpuflow.fluency.ppl_segments import make_segments
 from gpuflow.fluency.train_lm import save_untrained_lm
@@ -137,10 +137,7 @@ def gpuflow_way(reference, tokenizer, texts, bos, context, stride, budget, worke
         context=context,
         stride=stride,
         devices=[torch.device("cpu")] * workers,
-        dtype="float32",
-        token_budget=budget,
-        trust_remote_code=False,
-        compile=compile,
+        settings=scoring_settings(dtype="float32", token_budget=budget, compile=compile),
     )
     stats["seconds"] = time.perf_counter() - started - stats["load_seconds"]
     return nll, int(n_tokens.sum()), n_tokens, stats

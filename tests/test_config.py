@@ -77,13 +77,13 @@ def test_a_bad_value_names_its_key_and_the_problem(change, key, words):
 
 
 def test_step_settings_name_the_key_of_bad_json_or_an_unknown_setting():
-    from gpuflow.fluency.train_lm import LMSettings
+    from gpuflow.fluency.train_lm import lm_settings
 
     with pytest.raises(ConfigError, match=r"'fluency.lm.train': not valid JSON"):
-        LMSettings.from_json("{steps: 3}")
+        lm_settings("{steps: 3}")
     with pytest.raises(ConfigError, match=r"'fluency.lm.train.stepz': unknown key"):
-        LMSettings.from_json('{"stepz": 3}')
-    assert LMSettings.from_json('{"steps": 3}').steps == 3
+        lm_settings('{"stepz": 3}')
+    assert lm_settings('{"steps": 3}')["steps"] == 3
 
 
 def test_every_schema_key_is_marked_results_or_runtime():

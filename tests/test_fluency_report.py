@@ -14,7 +14,8 @@ import pytest
 
 from gpuflow.errors import DataError
 from gpuflow.fluency import figures, report
-from gpuflow.fluency.stats import Settings, binned_means, load_scores
+from gpuflow.fluency.stats import binned_means, load_scores
+from gpuflow.settings.blocks import block_settings
 from tests.test_fluency_stats import correlated, make_scores, run_stats
 
 GROUPS = ["condition", "source"]
@@ -193,7 +194,7 @@ def draw(tmp_path: Path, frame: pd.DataFrame, groups: list[str]) -> list[Path]:
     tmp_path.mkdir(parents=True, exist_ok=True)
     frame.to_csv(tmp_path / "scores.csv", index=False)
     scores = load_scores(tmp_path / "scores.csv", groups)
-    binned = binned_means(scores, Settings.from_json('{"n_bootstrap": 50}'))
+    binned = binned_means(scores, block_settings("fluency", ("stats",), '{"n_bootstrap": 50}'))
     binned.to_csv(tmp_path / "binned.csv", index=False)
     out = tmp_path / "figures"
     paths = [out / "scatter.png", out / "binned.png", out / "by_group.png"]

@@ -14,7 +14,7 @@ from scipy import stats as sps
 
 from gpuflow.errors import ConfigError, DataError
 from gpuflow.fluency import stats
-from gpuflow.fluency.stats import Settings
+from gpuflow.settings.blocks import block_settings
 
 SCORER = "profanity-check (alt-profanity-check)"
 
@@ -303,7 +303,7 @@ def test_a_text_scored_twice_names_the_row_rather_than_counting_it_twice(tmp_pat
 )
 def test_bad_settings_name_the_config_key(settings, key):
     with pytest.raises(ConfigError) as error:
-        Settings.from_json(settings)
+        block_settings("fluency", ("stats",), settings)
     assert error.value.key == key
 
 

@@ -23,7 +23,7 @@ from gpuflow.data.embedded import load_movie_reviews
 from gpuflow.errors import ConfigError, GpuflowError
 from gpuflow.fluency import ppl_workers
 from gpuflow.fluency.merge import corpus_perplexity
-from gpuflow.fluency.perplexity import score_token_ids, tokenize
+from gpuflow.fluency.perplexity import score_token_ids, scoring_settings, tokenize
 from gpuflow.fluency.placement import batch_bytes, model_bytes
 from gpuflow.fluency.ppl_budget import budget_for_memory, sized_token_budget
 from gpuflow.fluency.ppl_model import prepare_for_scoring
@@ -85,16 +85,17 @@ def reference_nll(model, ids: list[int], context: int, stride: int) -> tuple[flo
     return nll, count
 
 
-def score(folder: Path, token_ids, devices=("cpu",), **kwargs):
-    kwargs = {"dtype": "float32", "token_budget": 8192, "trust_remote_code": False, **kwargs}
+def score(folder: Path, token_ids, bos_id: int, wrap_forward=None, **settings):
+    """The workflow's scorer on one CPU worker, in fp32: `settings` over the schema's."""
     return score_token_ids(
         token_ids,
         model=str(folder),
-        bos_id=kwargs.pop("bos_id"),
+        bos_id=bos_id,
         context=CONTEXT,
         stride=STRIDE,
-        devices=[torch.device(d) for d in devices],
-        **kwargs,
+        devices=[torch.device("cpu")],
+        settings=scoring_settings(**{"dtype": "float32", "token_budget": 8192, **settings}),
+        wrap_forward=wrap_forward,
     )
 
 

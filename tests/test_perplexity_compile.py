@@ -18,7 +18,7 @@ import torch
 from torch._dynamo.utils import counters
 
 from gpuflow.errors import ConfigError
-from gpuflow.fluency.perplexity import score_token_ids
+from gpuflow.fluency.perplexity import score_token_ids, scoring_settings
 from gpuflow.fluency.ppl_compile import compiled_forward
 from gpuflow.ops.gpu_check.perplexity_check import BOS, random_texts, save_random_lm
 from gpuflow.ops.gpu_check.sizes import tiny_sizes
@@ -63,11 +63,8 @@ def scores(folder: Path, texts: list[list[int]], compile: bool, wrap_forward=Non
         context=LM["n_positions"],
         stride=LM["n_positions"] // 2,
         devices=[torch.device("cpu")],
-        dtype="float32",
-        token_budget=256,
-        trust_remote_code=False,
+        settings=scoring_settings(dtype="float32", token_budget=256, compile=compile),
         wrap_forward=wrap_forward,
-        compile=compile,
     )
 
 

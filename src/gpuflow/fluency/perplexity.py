@@ -15,8 +15,7 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,42 +52,10 @@ from gpuflow.job import (
 from gpuflow.settings.blocks import family_settings, results_of
 
 
-@dataclass(frozen=True)
-class PerplexitySettings:
-    """What a scoring job reads from config['fluency'] (defaults: the schema)."""
-
-    dtype: str
-    stride: int | None
-    token_budget: int
-    chunk_tokens: int
-    device: str
-    cpu_workers: int
-    trust_remote_code: bool
-    placement: str
-    attn_implementation: str
-    compile: bool
-    fill_free_memory: float
-    results: dict[str, Any]  # fluency.perplexity's results keys: the state's fingerprint
-
-    @classmethod
-    def from_json(cls, settings: str, runtime: str) -> PerplexitySettings:
-        """From the step's `--settings` and `--runtime` JSON."""
-        fluency = family_settings("fluency", settings, runtime)
-        perplexity = fluency["perplexity"]
-        return cls(
-            dtype=perplexity["dtype"],
-            stride=perplexity["stride"],
-            token_budget=perplexity["token_budget"],
-            chunk_tokens=perplexity["chunk_tokens"],
-            device=fluency["device"],
-            cpu_workers=fluency["cpu_workers"],
-            trust_remote_code=fluency["lm"]["trust_remote_code"],
-            placement=perplexity["placement"],
-            attn_implementation=perplexity["attn_implementation"],
-            compile=perplexity["compile"],
-            fill_free_memory=perplexity["fill_free_memory"],
-            results=results_of("fluency", {"perplexity": perplexity}),
-        )
+def scoring_settings(**values: Any) -> dict[str, Any]:
+    """A `fluency.perplexity` block for `score_token_ids` outside a step: `values` over the
+    schema's defaults, placed replicate unless `values` says otherwise."""
+    return {**family_settings("fluency")["perplexity"], "placement": "replicate", **values}
 
 
 def tokenize(tokenizer: Any, texts: Sequence[str]) -> list[list[int]]:
@@ -118,50 +85,43 @@ def score_token_ids(
     context: int,
     stride: int,
     devices: Sequence[torch.device],
-    dtype: str,
-    token_budget: int,
-    trust_remote_code: bool,
+    settings: Mapping[str, Any],
+    trust_remote_code: bool = False,
     wrap_forward: Callable[[Forward], Forward] | None = None,
-    placement: str = "replicate",
-    chunk_tokens: int = 1 << 18,
     out: str | Path | None = None,
     state_fingerprint: str = "",
-    attn_implementation: str = "auto",
-    compile: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
     """Per-text NLL sums (float64) and token counts, in input order, plus batching stats.
 
-    `placement` replicate runs one worker per device; shard one worker whose model is spread
-    over all `devices` (see gpuflow.fluency.placement). `wrap_forward` (one worker only) wraps
-    the model's forward call, e.g. to inject errors. With `out`, the scores are saved after
-    every chunk of about `chunk_tokens` scored tokens in a resume state beside `out` (resumed
-    when its fingerprint is `state_fingerprint`), and a stop request ends the step (Stopped)
-    once the batches in hand are scored and saved. `attn_implementation`: see
-    gpuflow.fluency.ppl_model.prepare_for_scoring; `compile`: gpuflow.fluency.ppl_compile.
-    The stats hold the slowest worker's scoring and loading (with compiling) seconds.
+    `settings` is the `fluency.perplexity` block as the job resolved it (its `token_budget`
+    sized, its `placement` replicate or shard): replicate runs one worker per device, shard one
+    worker whose model is spread over all `devices` (see gpuflow.fluency.placement).
+    `wrap_forward` (one worker only) wraps the model's forward call, e.g. to inject errors. With
+    `out`, the scores are saved after every chunk of about `chunk_tokens` scored tokens in a
+    resume state beside `out` (resumed when its fingerprint is `state_fingerprint`), and a stop
+    request ends the step (Stopped) once the batches in hand are scored and saved. The stats
+    hold the slowest worker's scoring and loading (with compiling) seconds.
     """
+    token_budget = settings["token_budget"]
     if token_budget < 1:
         raise ConfigError("fluency.perplexity.token_budget", f"got {token_budget}", ">= 1")
     ordered = sort_longest_first(make_segments(token_ids, bos_id, context, stride))
     batches = plan_batches(ordered, token_budget)
-    sharded = placement == "shard"
+    sharded = settings["placement"] == "shard"
     workers = [str(d) for d in (devices[:1] if sharded else devices)]
     job = WorkerJob(
         model=model,
         trust_remote_code=trust_remote_code,
-        dtype=dtype,
-        token_budget=token_budget,
         threads=worker_threads(len(workers)),
+        settings=dict(settings),
         shard_over=tuple(str(d) for d in devices) if sharded else (),
-        attn_implementation=attn_implementation,
-        compile=compile,
     )
     scores = ChunkedScores(
         out,
         state_fingerprint,
         [np.arange(b.start, b.stop) for b in batches],
         [sum(s.n_targets for s in ordered[b.start : b.stop]) for b in batches],
-        chunk_tokens,
+        settings["chunk_tokens"],
         {"nll": np.float64, "n_tokens": np.int64},
         "tokens",
     )
@@ -244,42 +204,44 @@ def reject_empty(
 def main(args: argparse.Namespace) -> int:
     """Score every text of `args.texts` and write text_id, nll_sum, n_tokens, ppl."""
     started = time.perf_counter()
-    settings = PerplexitySettings.from_json(args.settings, args.runtime)
-    devices = worker_devices(settings.device, settings.cpu_workers)
-    check_dtype(settings.dtype, devices)
+    fluency = family_settings("fluency", args.settings, args.runtime)
+    perplexity, trust_remote_code = fluency["perplexity"], fluency["lm"]["trust_remote_code"]
+    dtype = perplexity["dtype"]
+    devices = worker_devices(fluency["device"], fluency["cpu_workers"])
+    check_dtype(dtype, devices)
     frame = read_texts(args.texts).loc[:, ["text_id", "text"]]
-    config = load_config(args.model, settings.trust_remote_code)
+    config = load_config(args.model, trust_remote_code)
     context = model_context(config, args.model)
-    stride = check_stride(settings.stride, context)
-    tokenizer = load_tokenizer(args.model, settings.trust_remote_code)
+    stride = check_stride(perplexity["stride"], context)
+    tokenizer = load_tokenizer(args.model, trust_remote_code)
     bos_id = start_token_id(tokenizer, args.model)
     placement = choose_placement(
-        settings.placement, config, devices, settings.dtype, settings.token_budget
+        perplexity["placement"], config, devices, dtype, perplexity["token_budget"]
     )
     token_budget, budget_reason = sized_token_budget(
-        settings.token_budget,
-        settings.fill_free_memory,
+        perplexity["token_budget"],
+        perplexity["fill_free_memory"],
         config,
         devices,
-        settings.dtype,
+        dtype,
         placement.mode,
     )
     token_ids = tokenize(tokenizer, frame["text"].tolist())
     reject_empty(token_ids, frame["text_id"], args.texts)
     print(
         f"scoring {len(frame)} texts with {args.model} (context {context}, stride {stride}, "
-        f"{settings.dtype}, {placement.mode}) on {', '.join(map(str, devices))}",
+        f"{dtype}, {placement.mode}) on {', '.join(map(str, devices))}",
         file=sys.stderr,
     )
     stats: dict[str, Any] = {"segments": 0, "oom_splits": 0, "final_token_budget": 0}
     nll, n_tokens = np.zeros(0), np.zeros(0, dtype=np.int64)
     if token_ids:
         state_fingerprint = make_fingerprint(
-            settings=settings.results,
+            settings=results_of("fluency", {"perplexity": perplexity}),
             identity={
                 "texts": texts_digest(frame["text_id"], frame["text"]),
                 "model": model_identity(args.model),
-                "trust_remote_code": settings.trust_remote_code,
+                "trust_remote_code": trust_remote_code,
                 "context": context,
                 "stride": stride,
                 "bos": bos_id,
@@ -293,22 +255,17 @@ def main(args: argparse.Namespace) -> int:
             context=context,
             stride=stride,
             devices=devices,
-            dtype=settings.dtype,
-            token_budget=token_budget,
-            trust_remote_code=settings.trust_remote_code,
-            placement=placement.mode,
-            chunk_tokens=settings.chunk_tokens,
+            settings={**perplexity, "token_budget": token_budget, "placement": placement.mode},
+            trust_remote_code=trust_remote_code,
             out=args.out,
             state_fingerprint=state_fingerprint,
-            attn_implementation=settings.attn_implementation,
-            compile=settings.compile,
         )
     write_csv(args.out, perplexity_frame(frame["text_id"], nll, n_tokens))
     seconds = time.perf_counter() - started
     record = {
         **run_record(list(devices)),
         "model": args.model,
-        "dtype": settings.dtype,
+        "dtype": dtype,
         "context": context,
         "stride": stride,
         "texts": len(frame),
@@ -317,8 +274,8 @@ def main(args: argparse.Namespace) -> int:
         "seconds": round(seconds, 3),
         "token_budget": token_budget,
         "token_budget_reason": budget_reason,
-        "attn_implementation": settings.attn_implementation,
-        "compile": settings.compile,
+        "attn_implementation": perplexity["attn_implementation"],
+        "compile": perplexity["compile"],
         **placement.record(),
         **stats,
     }

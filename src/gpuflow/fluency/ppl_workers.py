@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 import torch
 
@@ -44,21 +45,17 @@ def worker_threads(n_workers: int) -> int:
 
 @dataclass(frozen=True)
 class WorkerJob:
-    """What each worker needs besides its device: the model and its first token budget.
-
-    `shard_over` (placement shard) names the devices one copy of the model is spread over;
-    `attn_implementation` is handed to gpuflow.fluency.ppl_model.prepare_for_scoring;
-    `compile` runs the model through torch.compile (gpuflow.fluency.ppl_compile).
+    """What each worker needs besides its device: the model, its CPU threads and the job's
+    `fluency.perplexity` settings (`token_budget` sized; `dtype`, `attn_implementation` for
+    gpuflow.fluency.ppl_model.prepare_for_scoring, `compile` for gpuflow.fluency.ppl_compile).
+    `shard_over` (placement shard) names the devices one copy of the model is spread over.
     """
 
     model: str
     trust_remote_code: bool
-    dtype: str
-    token_budget: int
     threads: int
+    settings: dict[str, Any]
     shard_over: tuple[str, ...] = ()
-    attn_implementation: str = "auto"
-    compile: bool = False
 
 
 class Scorer:
@@ -76,20 +73,21 @@ class Scorer:
         started = time.perf_counter()
         torch.set_num_threads(job.threads)
         device = torch.device(device_name)
+        dtype = job.settings["dtype"]
         if job.shard_over:
             shard = [torch.device(d) for d in job.shard_over]
-            model = load_sharded(job.model, job.dtype, shard, job.trust_remote_code)
+            model = load_sharded(job.model, dtype, shard, job.trust_remote_code)
             device = input_device(model)
         else:
-            model = load_causal_lm(job.model, job.dtype, device, job.trust_remote_code)
-        model = prepare_for_scoring(model, job.attn_implementation)
-        if job.compile:
+            model = load_causal_lm(job.model, dtype, device, job.trust_remote_code)
+        model = prepare_for_scoring(model, job.settings["attn_implementation"])
+        if job.settings["compile"]:
             forward, seconds = compiled_forward(model, device)
             print(f"perplexity worker on {device}: compiled in {seconds:.1f} s", file=sys.stderr)
         else:
             forward = model_forward(model)
         self.forward = forward if wrap_forward is None else wrap_forward(forward)
-        self.device, self.token_budget = device, job.token_budget
+        self.device, self.token_budget = device, job.settings["token_budget"]
         self.load_seconds = time.perf_counter() - started
 
     def score(self, segments: Sequence[Segment]) -> SegmentScores:

@@ -24,8 +24,8 @@ import math
 import time
 import warnings
 import zlib
-from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -80,21 +80,6 @@ CHUNK_CELLS = 2_000_000
 KENDALL_MATMUL_MAX_N = 2500
 # Below this share of usable resamples (the others had a constant column) no CI is given.
 MIN_VALID_SHARE = 0.5
-
-
-@dataclass(frozen=True)
-class Settings:
-    """The `fluency.stats` config: bootstrap size, confidence level, bins and seed."""
-
-    n_bootstrap: int
-    confidence: float
-    n_bins: int
-    seed: int
-
-    @classmethod
-    def from_json(cls, text: str) -> Settings:
-        """Parse `--settings` JSON (defaults and ranges: the schema); errors name the key."""
-        return block_settings(cls, "fluency", ("stats",), text)
 
 
 def load_scores(path: str | Path, group_columns: list[str]) -> pd.DataFrame:
@@ -289,18 +274,23 @@ def resample_statistics(
 
 
 def bootstrap(
-    x: np.ndarray, y: np.ndarray, z: np.ndarray, methods: list[str], settings: Settings, key: str
+    x: np.ndarray,
+    y: np.ndarray,
+    z: np.ndarray,
+    methods: list[str],
+    settings: Mapping[str, Any],
+    key: str,
 ) -> dict[str, np.ndarray]:
     """Bootstrap distributions (n_bootstrap values, NaN where degenerate) of each method.
 
     Every method sees the same resamples, drawn from the generator of (seed, key).
     """
-    rng = _rng(settings.seed, key)
+    rng = _rng(settings["seed"], key)
     variables = Variable.of(x), Variable.of(y), Variable.of(z)
     use_signs = "kendall" in methods and len(x) <= KENDALL_MATMUL_MAX_N
     signs = kendall_signs(x, y) if use_signs else None
     parts: dict[str, list[np.ndarray]] = {method: [] for method in methods}
-    for index in _resample_chunks(rng, len(x), settings.n_bootstrap):
+    for index in _resample_chunks(rng, len(x), settings["n_bootstrap"]):
         for method, values in resample_statistics(*variables, index, methods, signs).items():
             parts[method].append(values)
     return {method: np.concatenate(chunks) for method, chunks in parts.items()}
@@ -344,13 +334,13 @@ def _constant_reason(x: np.ndarray, y: np.ndarray) -> str:
     return " and ".join(constant) + (" is" if len(constant) == 1 else " are") + " constant"
 
 
-def correlate(frame: pd.DataFrame, settings: Settings, key: str) -> list[dict[str, Any]]:
+def correlate(frame: pd.DataFrame, settings: Mapping[str, Any], key: str) -> list[dict[str, Any]]:
     """One row per method (estimate, CI, p-value, n, reason) for the texts in `frame`."""
     x = frame["log_ppl"].to_numpy(dtype=float)
     y = frame["toxicity"].to_numpy(dtype=float)
     z = np.log(frame["n_tokens"].to_numpy(dtype=float))
     n = len(x)
-    base = {"n": n, "n_bootstrap": settings.n_bootstrap, "confidence": settings.confidence}
+    base = {"n": n, "n_bootstrap": settings["n_bootstrap"], "confidence": settings["confidence"]}
     rows: dict[str, dict[str, Any]] = {}
     usable = []
     for method in METHODS:
@@ -366,7 +356,7 @@ def correlate(frame: pd.DataFrame, settings: Settings, key: str) -> list[dict[st
     if usable:
         estimates = point_estimates(x, y, frame["n_tokens"].to_numpy(dtype=float))
         draws = bootstrap(x, y, z, usable, settings, key)
-        alpha = 1 - settings.confidence
+        alpha = 1 - settings["confidence"]
         for method in usable:
             row = rows[method]
             row["estimate"], row["p_value"] = estimates[method]
@@ -374,24 +364,24 @@ def correlate(frame: pd.DataFrame, settings: Settings, key: str) -> list[dict[st
             row["n_boot_valid"] = len(values)
             if not math.isfinite(row["estimate"]):
                 row["reason"] = "undefined (length explains log-perplexity or toxicity fully)"
-            elif len(values) < MIN_VALID_SHARE * settings.n_bootstrap:
+            elif len(values) < MIN_VALID_SHARE * settings["n_bootstrap"]:
                 row["reason"] = (
-                    f"no CI: only {len(values)} of {settings.n_bootstrap} resamples had "
+                    f"no CI: only {len(values)} of {settings['n_bootstrap']} resamples had "
                     "varying values"
                 )
             else:
                 low, high = np.percentile(values, [100 * alpha / 2, 100 * (1 - alpha / 2)])
                 row["ci_low"], row["ci_high"] = float(low), float(high)
-                if len(values) < settings.n_bootstrap:
+                if len(values) < settings["n_bootstrap"]:
                     row["reason"] = (
-                        f"CI from {len(values)} of {settings.n_bootstrap} resamples "
+                        f"CI from {len(values)} of {settings['n_bootstrap']} resamples "
                         "(the others had a constant column)"
                     )
     return [rows[method] for method in METHODS]
 
 
 def correlation_table(
-    frame: pd.DataFrame, group_columns: list[str], settings: Settings
+    frame: pd.DataFrame, group_columns: list[str], settings: Mapping[str, Any]
 ) -> pd.DataFrame:
     """The tidy correlations table: overall, then per value of each group column."""
     records = [
@@ -406,7 +396,7 @@ def correlation_table(
     return pd.DataFrame.from_records(records, columns=CORRELATION_COLUMNS)
 
 
-def binned_means(frame: pd.DataFrame, settings: Settings) -> pd.DataFrame:
+def binned_means(frame: pd.DataFrame, settings: Mapping[str, Any]) -> pd.DataFrame:
     """Mean toxicity (with a bootstrap CI) in quantile bins of log-perplexity.
 
     Equal values always share a bin, so ties can leave fewer than `n_bins` bins; empty bins are
@@ -416,9 +406,9 @@ def binned_means(frame: pd.DataFrame, settings: Settings) -> pd.DataFrame:
     if log_ppl.nunique() < 2:
         codes = np.zeros(len(frame), dtype=int)
     else:
-        bins = min(settings.n_bins, len(frame))
+        bins = min(settings["n_bins"], len(frame))
         codes = pd.qcut(log_ppl, q=bins, labels=False, duplicates="drop").to_numpy()
-    alpha = 1 - settings.confidence
+    alpha = 1 - settings["confidence"]
     records = []
     for number, code in enumerate(np.unique(codes), start=1):
         members = frame[codes == code]
@@ -434,18 +424,18 @@ def binned_means(frame: pd.DataFrame, settings: Settings) -> pd.DataFrame:
             "mean_toxicity": float(toxicity.mean()),
             "ci_low": math.nan,
             "ci_high": math.nan,
-            "n_bootstrap": settings.n_bootstrap,
-            "confidence": settings.confidence,
+            "n_bootstrap": settings["n_bootstrap"],
+            "confidence": settings["confidence"],
             "reason": "",
         }
         if len(members) < 2:
             row["reason"] = "no CI: fewer than 2 texts in the bin"
         else:
-            rng = _rng(settings.seed, f"bin={number}")
+            rng = _rng(settings["seed"], f"bin={number}")
             means = np.concatenate(
                 [
                     toxicity[index].mean(axis=1)
-                    for index in _resample_chunks(rng, len(toxicity), settings.n_bootstrap)
+                    for index in _resample_chunks(rng, len(toxicity), settings["n_bootstrap"])
                 ]
             )
             low, high = np.percentile(means, [100 * alpha / 2, 100 * (1 - alpha / 2)])
@@ -464,7 +454,7 @@ def _clean(value: Any) -> Any:
 
 
 def correlations_json(
-    table: pd.DataFrame, settings: Settings, frame: pd.DataFrame, group_columns: list[str]
+    table: pd.DataFrame, settings: Mapping[str, Any], frame: pd.DataFrame, group_columns: list[str]
 ) -> dict[str, Any]:
     """The correlations table, nested: overall and by_group -> column -> value -> method."""
 
@@ -487,8 +477,8 @@ def correlations_json(
         "y": "toxicity",
         "toxicity_scorer": " + ".join(sorted(frame["toxicity_scorer"].astype(str).unique())),
         "partial_covariate": "log(n_tokens)",
-        "ci": f"percentile bootstrap over texts, {settings.n_bootstrap} resamples",
-        "settings": asdict(settings),
+        "ci": f"percentile bootstrap over texts, {settings['n_bootstrap']} resamples",
+        "settings": dict(settings),
         "n_texts": len(frame),
         "overall": methods(overall),
         "by_group": by_group,
@@ -498,10 +488,10 @@ def correlations_json(
 def main(args: argparse.Namespace) -> int:
     """`gpuflow fluency-stats`: correlations.csv, correlations.json and binned.csv."""
     started = time.perf_counter()
-    settings = Settings.from_json(args.settings)
+    settings = block_settings("fluency", ("stats",), args.settings)
     group_columns = list(args.group_columns)
     frame = load_scores(args.scores, group_columns)
-    print(f"{len(frame)} texts from {args.scores}; settings {asdict(settings)}", flush=True)
+    print(f"{len(frame)} texts from {args.scores}; settings {dict(settings)}", flush=True)
     table = correlation_table(frame, group_columns, settings)
     binned = binned_means(frame, settings)
     write_csv(args.out_correlations, table)

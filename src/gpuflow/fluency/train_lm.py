@@ -10,7 +10,7 @@ import argparse
 import json
 import math
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,28 +26,12 @@ from gpuflow.settings.blocks import block_settings
 VALIDATION_SHARE = 0.05
 
 
-@dataclass(frozen=True)
-class LMSettings:
-    """The `fluency.lm.train` config block."""
-
-    n_texts: int
-    vocab_size: int
-    n_layer: int
-    n_embd: int
-    n_head: int
-    n_positions: int
-    steps: int
-    batch_size: int
-    learning_rate: float
-    seed: int
-
-    @classmethod
-    def from_json(cls, text: str) -> LMSettings:
-        """Settings from a JSON object (defaults: the schema); bad JSON, values, keys and n_head
-        are errors naming the key."""
-        settings = block_settings(cls, "fluency", ("lm", "train"), text)
-        check_heads(asdict(settings))
-        return settings
+def lm_settings(text: str) -> dict[str, Any]:
+    """The `fluency.lm.train` block from its JSON (defaults: the schema); bad JSON, values, keys
+    and n_head are errors naming the key."""
+    settings = block_settings("fluency", ("lm", "train"), text)
+    check_heads(settings)
+    return settings
 
 
 def train_tokenizer(texts: list[str], vocab_size: int) -> PreTrainedTokenizerFast:
@@ -120,13 +104,13 @@ def token_blocks(texts: list[str], tokenizer: PreTrainedTokenizerFast, block: in
     return torch.tensor(stream[:usable], dtype=torch.long).view(-1, block)
 
 
-def learning_rate(step: int, settings: LMSettings) -> float:
+def learning_rate(step: int, settings: Mapping[str, Any]) -> float:
     """Linear warm-up over 5% of the steps, then cosine decay to a tenth of the peak."""
-    warmup = max(1, settings.steps // 20)
+    warmup = max(1, settings["steps"] // 20)
     if step < warmup:
-        return settings.learning_rate * (step + 1) / warmup
-    progress = (step - warmup) / max(1, settings.steps - warmup)
-    return settings.learning_rate * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+        return settings["learning_rate"] * (step + 1) / warmup
+    progress = (step - warmup) / max(1, settings["steps"] - warmup)
+    return settings["learning_rate"] * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
 @torch.no_grad()
@@ -143,31 +127,33 @@ def validation_perplexity(model: GPT2LMHeadModel, blocks: torch.Tensor, batch: i
     return math.exp(total / count)
 
 
-def train_lm(excluded: list[str], settings: LMSettings, out: Path) -> dict[str, Any]:
+def train_lm(excluded: list[str], settings: Mapping[str, Any], out: Path) -> dict[str, Any]:
     """Train tokenizer and model, save both to `out` atomically; return the training summary."""
-    torch.manual_seed(settings.seed)
-    texts = training_texts(excluded, settings.n_texts, settings.seed)
-    tokenizer = train_tokenizer(texts, settings.vocab_size)
-    blocks = token_blocks(texts, tokenizer, settings.n_positions)
-    order = torch.randperm(len(blocks), generator=torch.Generator().manual_seed(settings.seed))
+    torch.manual_seed(settings["seed"])
+    texts = training_texts(excluded, settings["n_texts"], settings["seed"])
+    tokenizer = train_tokenizer(texts, settings["vocab_size"])
+    blocks = token_blocks(texts, tokenizer, settings["n_positions"])
+    order = torch.randperm(len(blocks), generator=torch.Generator().manual_seed(settings["seed"]))
     n_valid = max(1, int(len(blocks) * VALIDATION_SHARE))
     valid, train = blocks[order[:n_valid]], blocks[order[n_valid:]]
     config = gpt2_config(
         tokenizer,
-        settings.n_positions,
-        settings.n_embd,
-        settings.n_layer,
-        settings.n_head,
+        settings["n_positions"],
+        settings["n_embd"],
+        settings["n_layer"],
+        settings["n_head"],
         resid_pdrop=0.0,
         embd_pdrop=0.0,
         attn_pdrop=0.0,
     )
     model = GPT2LMHeadModel(config)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate, weight_decay=0.01)
-    sampler = torch.Generator().manual_seed(settings.seed + 1)
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=settings["learning_rate"], weight_decay=0.01
+    )
+    sampler = torch.Generator().manual_seed(settings["seed"] + 1)
     started = time.perf_counter()
-    for step in range(settings.steps):
-        rows = train[torch.randint(len(train), (settings.batch_size,), generator=sampler)]
+    for step in range(settings["steps"]):
+        rows = train[torch.randint(len(train), (settings["batch_size"],), generator=sampler)]
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(step, settings)
         loss = model(input_ids=rows, attention_mask=torch.ones_like(rows), labels=rows).loss
@@ -175,14 +161,14 @@ def train_lm(excluded: list[str], settings: LMSettings, out: Path) -> dict[str, 
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
-        if step % 50 == 0 or step == settings.steps - 1:
+        if step % 50 == 0 or step == settings["steps"] - 1:
             print(f"step {step:5d}  train loss {loss.item():.3f}", flush=True)
     summary = {
-        "settings": asdict(settings),
+        "settings": dict(settings),
         "training_texts": len(texts),
         "training_tokens": int(train.numel()),
         "validation_tokens": int(valid.numel()),
-        "validation_perplexity": validation_perplexity(model, valid, settings.batch_size),
+        "validation_perplexity": validation_perplexity(model, valid, settings["batch_size"]),
         "train_seconds": round(time.perf_counter() - started, 2),
         "parameters": sum(p.numel() for p in model.parameters()),
     }
@@ -195,7 +181,7 @@ def train_lm(excluded: list[str], settings: LMSettings, out: Path) -> dict[str, 
 
 def main(args: argparse.Namespace) -> int:
     """`gpuflow fluency-train-lm`: train the embedded LM on reviews the scoring never sees."""
-    settings = LMSettings.from_json(args.settings)
+    settings = lm_settings(args.settings)
     scored = read_texts(args.exclude)
     excluded = scored.loc[scored.get("condition", "") != "shuffled", "text"].tolist()
     summary = train_lm(excluded, settings, Path(args.out))

@@ -13,11 +13,10 @@ and by hand, so defaults live only in the schema.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Iterator
 from functools import cache
-from typing import Any, TypeVar
+from typing import Any
 
 from gpuflow.errors import ConfigError
 from gpuflow.settings.validate import (
@@ -28,7 +27,6 @@ from gpuflow.settings.validate import (
     merge_config,
 )
 
-T = TypeVar("T")
 KINDS = ("results", "runtime")
 
 
@@ -200,8 +198,8 @@ def defaulted(values: dict[str, Any], family: str) -> dict[str, Any]:
     raise ConfigError(where, named.problem, named.expected)
 
 
-def block_settings(cls: type[T], family: str, block: tuple[str, ...], text: str) -> T:
-    """A settings dataclass for one block of config[family] (e.g. `fluency.stats`) from its JSON.
+def block_settings(family: str, block: tuple[str, ...], text: str) -> dict[str, Any]:
+    """One block of config[family] (e.g. `fluency.stats`) from its JSON, defaulted.
 
     Keys left out take the schema's defaults; a bad value or an unknown key names its dotted key.
     """
@@ -213,4 +211,4 @@ def block_settings(cls: type[T], family: str, block: tuple[str, ...], text: str)
     defaulted(nested, family)
     for name in block:
         nested = nested[name]
-    return cls(**{f.name: nested[f.name] for f in dataclasses.fields(cls)})  # type: ignore[arg-type]
+    return nested

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from gpuflow.fluency.perplexity import score_token_ids
+from gpuflow.fluency.perplexity import score_token_ids, scoring_settings
 from gpuflow.fluency.ppl_model import load_causal_lm
 from gpuflow.fluency.ppl_scoring import Forward
 from gpuflow.fluency.work import lm_shape
@@ -95,12 +95,10 @@ def score(
         context=context,
         stride=context // 2,
         devices=devices,
-        dtype=dtype,
-        token_budget=token_budget,
-        trust_remote_code=False,
+        settings=scoring_settings(
+            dtype=dtype, token_budget=token_budget, placement=placement, compile=compile
+        ),
         wrap_forward=wrap_forward,
-        placement=placement,
-        compile=compile,
     )
     return np.exp(nll / n_tokens), {**stats, "tokens": int(n_tokens.sum())}
 

@@ -252,7 +252,7 @@ SCALING_STATE = "results/scaling/jobs/runs/short/nodes~1/world~2/run.json.state.
 SWEEP_UNIT_LOG = "results/sweep/jobs/shards/method~gnc/rank~2/width~4/shard~0.csv.units.jsonl"
 FLUENCY_LOG = "results/fluency/logs/perplexity/shard~0.log"
 SEED_FLOOR_S = 1
-EPOCH_FLOOR_S = 0.3  # the SSVAE kill lands before the last of its 12 epochs however busy
+EPOCH_FLOOR_S = 0.3  # the SSVAE kill lands before the last of its 6 epochs however busy
 
 
 def faults() -> list[Fault]:

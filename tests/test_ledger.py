@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 from gpuflow.job.paths import RECORD, job_file
-from tests.conftest import BIN, REPO, snakemake, tiny_config, workflow_env
+from tests.conftest import BIN, REPO, tiny_config, workflow_env
 from tests.test_plan import SNAKEFILE, write_probe_config
 
 pytestmark = pytest.mark.workflow
@@ -81,32 +81,27 @@ def test_the_ledger_s_gpu_hours_are_the_job_records_wall_times_gpus(run_gpuflow,
 
 
 def test_the_same_params_on_other_data_are_scaled_from_the_folder_s_benchmark(
-    run_gpuflow, tmp_path
+    run_gpuflow, finished_all, tmp_path
 ):
-    """An SSVAE job trained on 4,000 digits plans the same job on 2,000 (test_fraction 0.6:
-    its data job's params change, its own do not) at about half its benchmark, not all of it."""
-    config = tiny_config("ssvae")
-    config["ssvae"]["grid"].update(fractions=[0.05], seeds=[0])
-    workdir = tmp_path / "run"
-    snakemake(workdir, config)
-    [benchmark] = (workdir / "results/ssvae/benchmarks/train").rglob("*.tsv")
-    seconds = float(benchmark.read_text().splitlines()[1].split("\t")[0])
-    options = [
-        "--snakefile",
-        str(REPO / "Snakefile"),
-        "--directory",
-        str(workdir),
-        "--timings",
-        str(tmp_path / "none"),
-    ]
-    halved = workdir / "halved.yaml"
+    """The session's finished run trained its SSVAE jobs on 4,000 digits; the same jobs on 2,000
+    (test_fraction 0.6: their data job's params change, their own do not) are planned at their
+    benchmarks scaled by the steps of an epoch, not at the benchmarks as they are."""
+    config = tiny_config("all")
+    options = ["--snakefile", str(REPO / "Snakefile"), "--directory", str(finished_all)]
+    options += ["--timings", str(tmp_path / "none")]
+    benchmarks = sorted((finished_all / "results/ssvae/benchmarks/train").rglob("*.tsv"))
+    seconds = [float(b.read_text().splitlines()[1].split("\t")[0]) for b in benchmarks]
+    halved = tmp_path / "halved.yaml"
     config["ssvae"]["data"] = {"test_fraction": 0.6}
     halved.write_text(json.dumps(config))
     train = rows_of(run_gpuflow, "plan", *options, "--configfile", str(halved))["ssvae_train"]
-    assert train["source"] == "b" and train["why"] == {"downstream": 1}
-    steps = [(n - round(0.05 * n)) // 400 for n in (4000, 2000)]  # unlabelled // batch: 9, 4
-    assert train["expected_h_per_job"] * 3600 == pytest.approx(seconds * steps[1] / steps[0])
-    again = rows_of(
-        run_gpuflow, "plan", *options, "--configfile", str(workdir / "test-config.yaml")
-    )
+    assert len(seconds) == 2, "one job per label fraction, its seeds stacked"
+    assert train["source"] == "b" and train["why"] == {"downstream": 2}
+    batch = config["ssvae"]["train"]["batch_size"]
+    for fraction in config["ssvae"]["grid"]["fractions"]:  # unlabelled // batch: 7, then 3
+        assert [(n - round(fraction * n)) // batch for n in (4000, 2000)] == [7, 3]
+    mean = sum(seconds) / len(seconds)
+    assert train["expected_h_per_job"] * 3600 == pytest.approx(mean * 3 / 7)
+    same = finished_all / "test-config.yaml"
+    again = rows_of(run_gpuflow, "plan", *options, "--configfile", str(same))
     assert "ssvae_train" not in again, "the same data: nothing to run"

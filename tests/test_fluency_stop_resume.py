@@ -189,8 +189,9 @@ def test_a_killed_perplexity_worker_hands_its_batches_to_the_other_and_the_outpu
     assert process.wait(timeout=300) == 0, log.read_text()
     died = rf"worker {match[1]} \(pid {match[2]}, cpu\) died with exit code -9"
     assert re.search(died, log.read_text()), log.read_text()
-    assert out.read_bytes() == whole.read_bytes()
-    assert len(json.loads(out.with_suffix(".run.json").read_text())["worker_deaths"]) == 1
+    assert out.read_bytes() == whole.read_bytes(), "two workers score as one does"
+    record = json.loads(out.with_suffix(".run.json").read_text())
+    assert record["devices"] == ["cpu", "cpu"] and len(record["worker_deaths"]) == 1
 
 
 def test_a_warned_toxicity_shard_resumes_scoring_only_the_rest_to_the_same_output(

@@ -192,24 +192,6 @@ def test_a_single_window_too_big_for_memory_is_a_clear_error(tiny_lm):
         )
 
 
-def test_two_worker_processes_give_the_same_scores_as_one(tiny_lm, reviews, tmp_path):
-    texts = write_texts(tmp_path / "texts.csv", [f"t{i}" for i in range(len(reviews))], reviews)
-    outputs = []
-    for workers in (1, 2):
-        out = tmp_path / f"workers{workers}.csv"
-        argv = ["perplexity", "--texts", str(texts), "--model", str(tiny_lm), "--out", str(out)]
-        runtime = {"device": "cpu", "cpu_workers": workers, "perplexity": {"token_budget": 128}}
-        argv += ["--runtime", json.dumps(runtime)]
-        assert gpuflow_main(argv) == 0
-        outputs.append(pd.read_csv(out, keep_default_na=False, dtype={"text_id": str}))
-    one, two = outputs
-    assert one["text_id"].tolist() == two["text_id"].tolist()
-    np.testing.assert_array_equal(one["n_tokens"], two["n_tokens"])
-    np.testing.assert_allclose(one["nll_sum"], two["nll_sum"], rtol=1e-6)
-    record = json.loads((tmp_path / "workers2.run.json").read_text())
-    assert record["devices"] == ["cpu", "cpu"]
-
-
 def test_cli_writes_one_row_per_text_in_input_order_and_keeps_the_text_na(tiny_lm, tmp_path):
     ids = ["z", "NA", "a", "17"]
     texts = ["A long and winding review. " * 12, "NA", "Great.", "null"]

@@ -4,10 +4,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-import signal
-import subprocess
-import time
 from typing import Any
 
 import numpy as np
@@ -23,7 +19,7 @@ from gpuflow.ssvae.batches import epoch_indices
 from gpuflow.ssvae.data import split_embedded
 from gpuflow.ssvae.model import StackedM2
 from gpuflow.ssvae.train import Run, StackTrainer, resume_state, train, train_settings
-from tests.conftest import BIN, workflow_env
+from tests.conftest import BIN
 
 TINY_CHANGES = {
     "model": {"hidden": 32, "latent": 4},
@@ -253,44 +249,6 @@ def comparable(path):
     metrics.pop("timing")
     metrics.pop("run_record")
     return metrics
-
-
-def test_a_run_killed_after_a_checkpoint_resumes_to_identical_metrics(data_path, tmp_path):
-    epochs = 6
-    whole, killed = tmp_path / "whole", tmp_path / "killed"
-    whole.mkdir()
-    killed.mkdir()
-    subprocess.run(
-        train_command(data_path, whole, epochs), check=True, env=workflow_env(), capture_output=True
-    )
-    state = job_file(killed / "seed~4.json", STATE)
-    process = subprocess.Popen(
-        train_command(data_path, killed, epochs),
-        env=workflow_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 120
-    while not state.exists() and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    os.kill(process.pid, signal.SIGKILL)
-    process.wait()
-    assert process.returncode == -signal.SIGKILL
-    saved = torch.load(state, weights_only=True)["data"]
-    assert 1 <= saved["epoch"] < epochs and not (killed / "seed~4.json").exists()
-    rerun = subprocess.run(
-        train_command(data_path, killed, epochs),
-        check=True,
-        env=workflow_env(),
-        capture_output=True,
-        text=True,
-    )
-    assert f"after epoch {saved['epoch']}" in rerun.stdout
-    for name in ("seed~4.json", "seed~9.json"):
-        assert comparable(killed / name) == comparable(whole / name)
-    resumed = json.loads((killed / "seed~4.json").read_text())
-    assert resumed["timing"]["resumed_from_epoch"] == saved["epoch"]
-    assert len(resumed["curve"]) == epochs
 
 
 def test_a_state_from_other_settings_is_not_resumed(data_path, tmp_path):

@@ -36,6 +36,7 @@ from gpuflow.job.paths import RECORD, job_file
 from gpuflow.settings.blocks import schema_families
 from tests.conftest import BIN, REPO, snakemake, tiny_config, workflow_env
 from tests.slurm import grid_faults
+from tests.test_scaling_ddp import assert_same_weights
 from tests.test_ssvae_train import comparable
 
 pytestmark = pytest.mark.workflow
@@ -250,6 +251,7 @@ def tmp_file_under(folder: str) -> Callable[[Path], bool]:
 
 SSVAE_POINTS = [f"ssvae/frac~0.1/corrupt~0.5/alpha~1/seed~{seed}/metrics.json" for seed in (0, 1)]
 SSVAE_STATE = "results/ssvae/jobs/frac~0.1/corrupt~0.5/alpha~1/seed~0/metrics.json.state.pt"
+SCALING_RUN = "scaling/runs/short/nodes~1/world~2"
 SCALING_STATE = "results/scaling/jobs/runs/short/nodes~1/world~2/run.json.state.pt"
 SWEEP_UNIT_LOG = "results/sweep/jobs/shards/method~gnc/rank~2/width~4/shard~0.csv.units.jsonl"
 FLUENCY_LOG = "results/fluency/logs/perplexity/shard~0.log"
@@ -351,8 +353,13 @@ def test_killed_training_resumed_from_its_state_instead_of_starting_over(faulted
     for point in SSVAE_POINTS:  # both seeds of the stacked job, from the epoch its state held
         metrics = json.loads((workdir / "results" / point).read_text())
         assert metrics["timing"]["resumed_from_epoch"] == int(resumed[1]) >= 1
-    run = json.loads((workdir / "results/scaling/runs/short/nodes~1/world~2/run.json").read_text())
-    assert run["resumed_at_epochs"], "the DDP run started over"
+    log = (workdir / "results/scaling/logs/train/short/nodes~1/world~2.log").read_text()
+    resumed = re.search(r"resumed from \S+ after epoch (\d+)\n", log)
+    assert resumed, "the DDP run started over"
+    run = json.loads((workdir / "results" / SCALING_RUN / "run.json").read_text())
+    epoch = run["resumed_at_epochs"][-1]  # its last attempt resumed after its last saved epoch
+    assert epoch == int(resumed[1]) >= 1 and run["epochs"][epoch]["after_resume"]
+    assert [e["epoch"] for e in run["epochs"]] == list(range(1, len(run["epochs"]) + 1))
     # the shard's last run kept what earlier runs computed (a later whole-tree kill may have
     # stopped one of them after every seed but before its table: then all 3 are kept)
     sweep_log = (workdir / "results/sweep/logs/method~gnc/rank~2/width~4/shard~0.log").read_text()
@@ -404,11 +411,13 @@ def test_results_after_faults_equal_the_undisturbed_run(reference, faulted):
     for point in SSVAE_POINTS:  # every number of both seeds; times and hosts aside
         expected, got = (comparable(w / "results" / point) for w in (reference, workdir))
         assert got == expected, point
-    run = "scaling/runs/short/nodes~1/world~2/run.json"
+    run = f"{SCALING_RUN}/run.json"
     expected, got = (json.loads((w / "results" / run).read_text()) for w in (reference, workdir))
     for mine, theirs in zip(got["epochs"], expected["epochs"], strict=True):
         for field in ("train_loss", "val_loss", "val_accuracy"):
             assert mine[field] == theirs[field], (field, mine["epoch"])
+    # weights, optimizer and schedule came back, and every epoch seeds its shuffle and dropout
+    assert_same_weights(*(w / "results" / SCALING_RUN / "model.pt" for w in (reference, workdir)))
 
 
 def test_a_second_instance_in_the_same_folder_gets_the_lock_message(reference, tmp_path):

@@ -263,11 +263,17 @@ def test_grid_rules_submitted_as_arrays_cost_one_sbatch(run_gpuflow, tmp_path):
     assert rows["probe_retried"]["sbatch"] == 1
 
 
-def test_jobs_that_fit_no_partition_of_the_profile_s_site_file_are_listed(run_gpuflow, tmp_path):
+def test_jobs_that_fit_no_partition_or_end_within_their_stop_warning_are_listed(
+    run_gpuflow, tmp_path
+):
+    """Against the profile's site file: 8 GPUs or 800 GB fit no partition; a GPU rule's limit of
+    11 minutes leaves the 10-minute stop warning no time (SLURM sends it up to a minute early,
+    so as the job starts)."""
     config = write_probe_config(tmp_path, n_gpu_jobs=2)
     probe = yaml.safe_load(config.read_text())
     probe["probe"]["resources"]["probe_gpu"]["gpu"] = 8
     probe["probe"]["resources"]["probe_cpu"]["mem_mb"] = 800000
+    probe["probe"]["resources"]["probe_retried"]["runtime"] = 11
     config.write_text(yaml.safe_dump(probe))
     result = run_gpuflow(
         "plan", "--snakefile", str(SNAKEFILE), "--directory", str(tmp_path),
@@ -281,7 +287,12 @@ def test_jobs_that_fit_no_partition_of_the_profile_s_site_file_are_listed(run_gp
         "  probe_cpu asks cpus_per_task 1, mem_mb 800000, runtime 5; "
         "gpu_h100: max_mem_mb 720000; genoa: max_mem_mb 336000",
     ]
-    assert "probe_retried" not in result.stdout.split("ask for more")[1], "4 GPUs fit gpu_h100"
+    unfit_block = result.stdout.split("ask for more")[1].split("ask for a time limit")[0]
+    assert "probe_retried" not in unfit_block, "4 GPUs fit gpu_h100"
+    short = result.stdout.split("1 GPU rule(s) ask for a time limit no longer than")[1]
+    assert short.startswith(
+        " the site's stop warning (10 min, sent up to 1 min early): probe_retried (11 min). "
+    ), "30 minutes (probe_gpu) leave the warning 19; a CPU rule (probe_cpu, 5) saves nothing"
 
 
 def test_the_table_has_a_row_per_rule_and_totals(run_gpuflow, tmp_path):

@@ -56,6 +56,12 @@ def unit_seconds(prediction: Prediction, work: Work) -> float:
     return max(0.0, prediction.high - prediction.startup) / max(1, work.units)
 
 
+def unwarned(limit_minutes: float, warning_minutes: float) -> bool:
+    """Whether a job of this time limit gets the stop warning only as it starts: its limit is no
+    longer than the warning and the minute SLURM may send it early (see WARNING_EARLY_MINUTES)."""
+    return bool(warning_minutes) and limit_minutes <= warning_minutes + WARNING_EARLY_MINUTES
+
+
 def limit_minutes(prediction: Prediction | None, work: Work | None, policy: Policy) -> int:
     """The time limit (minutes) of a job predicted to take `prediction`."""
     cap = policy.cap_minutes if policy.cap_minutes is not None else math.inf

@@ -311,9 +311,9 @@ def main(args: argparse.Namespace) -> None:
         print(render(rows, args.gpus_per_node, time.monotonic() - started, measured_on))
         if placement:
             print(f"Perplexity placement: {placement}")
-        unfit = unfit_partitions(planned)
-        if unfit:
-            print(unfit)
+        for warning in (unfit_partitions(planned), unwarned_limits(planned, rows)):
+            if warning:
+                print(warning)
 
 
 def site_gpu_model(planned: Planned) -> str | None:
@@ -365,6 +365,35 @@ def unfit_partitions(planned: Planned) -> str | None:
         if not job.local
     )
     return unfit_report(submitted, planned.partition_config)
+
+
+def unwarned_limits(planned: Planned, rows: list[dict[str, Any]]) -> str | None:
+    """Under a SLURM profile whose site sends a stop warning, the GPU rules (gpuflow's long,
+    resumable steps) with a job whose time limit is no longer than the warning
+    (gpuflow.cost.limits.unwarned), else None."""
+    if not planned.partition_config:
+        return None
+    from gpuflow.cost.limits import WARNING_EARLY_MINUTES, unwarned
+    from gpuflow.slurm.site import read_site
+
+    warning = float(read_site(planned.partition_config).get("stop_warning_minutes") or 0)
+    short = {
+        row["rule"]: min(row["limits_min"])
+        for row in rows
+        if not row["local"]
+        and row["gpus_per_job"] != "0"
+        and row["limits_min"]
+        and unwarned(min(row["limits_min"]), warning)
+    }
+    if not short:
+        return None
+    named = ", ".join(f"{rule} ({minutes} min)" for rule, minutes in short.items())
+    return (
+        f"{len(short)} GPU rule(s) ask for a time limit no longer than the site's stop warning"
+        f" ({warning:g} min, sent up to {WARNING_EARLY_MINUTES:g} min early): {named}. SLURM"
+        " warns such a job as it starts, before it has anything to save, and it ends at its limit"
+        " (SIGTERM, with KillWait to save in). Give them `runtime: auto` or a longer limit."
+    )
 
 
 def low_utilisation(config: dict[str, Any]) -> float:

@@ -56,10 +56,16 @@ def unit_seconds(prediction: Prediction, work: Work) -> float:
     return max(0.0, prediction.high - prediction.startup) / max(1, work.units)
 
 
+def warned_minutes(warning_minutes: float) -> float:
+    """How long before a job's limit SLURM may send its stop warning: the site's warning and the
+    minute it may come early (WARNING_EARLY_MINUTES); 0 where the site sends none."""
+    return warning_minutes + WARNING_EARLY_MINUTES if warning_minutes else 0.0
+
+
 def unwarned(limit_minutes: float, warning_minutes: float) -> bool:
     """Whether a job of this time limit gets the stop warning only as it starts: its limit is no
-    longer than the warning and the minute SLURM may send it early (see WARNING_EARLY_MINUTES)."""
-    return bool(warning_minutes) and limit_minutes <= warning_minutes + WARNING_EARLY_MINUTES
+    longer than `warned_minutes`."""
+    return bool(warning_minutes) and limit_minutes <= warned_minutes(warning_minutes)
 
 
 def limit_minutes(prediction: Prediction | None, work: Work | None, policy: Policy) -> int:
@@ -67,8 +73,8 @@ def limit_minutes(prediction: Prediction | None, work: Work | None, policy: Poli
     cap = policy.cap_minutes if policy.cap_minutes is not None else math.inf
     if prediction is None or work is None:
         return int(min(cap, policy.unknown_minutes))
-    warning = policy.warning_minutes + (WARNING_EARLY_MINUTES if policy.warning_minutes else 0)
     unit = unit_seconds(prediction, work) / 60
+    warning = warned_minutes(policy.warning_minutes)
     wanted = policy.startup_minutes + prediction.high * policy.margin / 60 + warning + unit
     return int(min(cap, math.ceil(wanted)))
 

@@ -63,8 +63,8 @@ def scaling_train_resources():
         # torchrun's --max-restarts, runtime-only: a resource, so no rerun trigger.
         "max_restarts": SCALING["max_restarts"],
     }
-    model = gpu_model(workflow.basedir)
     if SCALING_ON_GPU:
+        model = gpu_model(workflow.basedir)
         resources.update(
             gpu=lambda wildcards: int(wildcards.world),
             cpus_per_gpu=cpus,

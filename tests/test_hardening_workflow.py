@@ -345,20 +345,25 @@ def test_a_killed_perplexity_shard_runs_again_alone(reference, faulted):
     assert (workdir / rerun).stat().st_mtime_ns > (reference / rerun).stat().st_mtime_ns
 
 
+def resumed_after(log: Path) -> int:
+    """The epoch a training's last attempt resumed after, from its log's `resumed from` line;
+    fails naming the log where it started over."""
+    text = log.read_text()
+    found = re.search(r"resumed from \S+ after epoch (\d+)\n", text)
+    assert found, f"{log} started over:\n{text[-2000:]}"
+    return int(found[1])
+
+
 def test_killed_training_resumed_from_its_state_instead_of_starting_over(faulted):
     workdir, _ = faulted
-    log = (workdir / "results/ssvae/logs/train/frac~0.1/corrupt~0.5/alpha~1.log").read_text()
-    resumed = re.search(r"resumed from \S+ after epoch (\d+)\n", log)
-    assert resumed, log
+    resumed = resumed_after(workdir / "results/ssvae/logs/train/frac~0.1/corrupt~0.5/alpha~1.log")
     for point in SSVAE_POINTS:  # both seeds of the stacked job, from the epoch its state held
         metrics = json.loads((workdir / "results" / point).read_text())
-        assert metrics["timing"]["resumed_from_epoch"] == int(resumed[1]) >= 1
-    log = (workdir / "results/scaling/logs/train/short/nodes~1/world~2.log").read_text()
-    resumed = re.search(r"resumed from \S+ after epoch (\d+)\n", log)
-    assert resumed, "the DDP run started over"
+        assert metrics["timing"]["resumed_from_epoch"] == resumed >= 1
+    resumed = resumed_after(workdir / "results/scaling/logs/train/short/nodes~1/world~2.log")
     run = json.loads((workdir / "results" / SCALING_RUN / "run.json").read_text())
     epoch = run["resumed_at_epochs"][-1]  # its last attempt resumed after its last saved epoch
-    assert epoch == int(resumed[1]) >= 1 and run["epochs"][epoch]["after_resume"]
+    assert epoch == resumed >= 1 and run["epochs"][epoch]["after_resume"]
     assert [e["epoch"] for e in run["epochs"]] == list(range(1, len(run["epochs"]) + 1))
     # the shard's last run kept what earlier runs computed (a later whole-tree kill may have
     # stopped one of them after every seed but before its table: then all 3 are kept)

@@ -35,10 +35,8 @@ def planned_lm(fluency: dict[str, Any], shard: int) -> tuple[LM, list[int]]:
     return lm, lm.token_counts(texts)
 
 
-def model_folder(fluency: dict[str, Any], lm: LM, into: Path) -> str:
-    """The user's model folder, else a random GPT-2 of the embedded LM's shape saved `into`."""
-    if fluency["lm"]["path"]:
-        return str(fluency["lm"]["path"])
+def random_gpt2(fluency: dict[str, Any], lm: LM, **extra: Any) -> Any:
+    """A GPT2LMHeadModel of the embedded LM's shape, initialised from seed 0."""
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -51,8 +49,16 @@ def model_folder(fluency: dict[str, Any], lm: LM, into: Path) -> str:
         n_positions=lm.context,
         bos_token_id=BOS,
         eos_token_id=BOS,
+        **extra,
     )
-    GPT2LMHeadModel(config).save_pretrained(into)
+    return GPT2LMHeadModel(config)
+
+
+def model_folder(fluency: dict[str, Any], lm: LM, into: Path) -> str:
+    """The user's model folder, else a random GPT-2 of the embedded LM's shape saved `into`."""
+    if fluency["lm"]["path"]:
+        return str(fluency["lm"]["path"])
+    random_gpt2(fluency, lm).save_pretrained(into)
     return str(into)
 
 
@@ -101,25 +107,12 @@ def forward_trial(need: Need) -> Trial:
 def train_trial(need: Need) -> Trial:
     """FLOP/s of the embedded LM's training step (AdamW, clipped gradients) at its shape."""
     import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
 
     fluency = need.config["fluency"]
     train = fluency["lm"]["train"]
     lm, _ = planned_lm(fluency, 0)
-    torch.manual_seed(0)
-    config = GPT2Config(
-        n_layer=lm.layers,
-        n_embd=lm.width,
-        n_head=train["n_head"],
-        vocab_size=lm.vocab,
-        n_positions=lm.context,
-        resid_pdrop=0.0,
-        embd_pdrop=0.0,
-        attn_pdrop=0.0,
-        bos_token_id=BOS,
-        eos_token_id=BOS,
-    )
-    model = GPT2LMHeadModel(config).to(need.device)
+    no_dropout = {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
+    model = random_gpt2(fluency, lm, **no_dropout).to(need.device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     rows = torch.randint(1, lm.vocab, (train["batch_size"], lm.context), device=need.device)
 

@@ -146,7 +146,7 @@ def group_figure(scores: pd.DataFrame, group_columns: list[str]) -> Figure:
     n_cols = min(PANEL_COLUMNS, len(panels))
     n_rows = -(-len(panels) // n_cols)
     figure = Figure(figsize=(4.5 * n_cols, 4 * n_rows + 1.2), layout="constrained")
-    axes = np.atleast_1d(figure.subplots(n_rows, n_cols, sharex=True, sharey=True, squeeze=False))
+    axes = figure.subplots(n_rows, n_cols, sharex=True, sharey=True, squeeze=False)
     for ax, panel in zip(axes.flat, panels, strict=False):
         subset = scores if panel_column is None else scores[scores[panel_column] == panel]
         groups = [(value, subset[subset[hue_column] == value]) for value in hues] or [
@@ -159,8 +159,7 @@ def group_figure(scores: pd.DataFrame, group_columns: list[str]) -> Figure:
             ax.scatter(x, y, s=8, alpha=0.4, color=color, linewidths=0, label=label)
             _fit_line(ax, x, y, color=color, linewidth=2)
         _annotate(ax, correlation_text(subset))
-        title = "all texts" if panel_column is None else f"{panel_column} = {panel}"
-        ax.set_title(title)
+        ax.set_title("all texts" if panel_column is None else f"{panel_column} = {panel}")
         ax.set_xlabel(X_LABEL)
         ax.set_ylabel("toxicity")
     for ax in axes.flat[len(panels) :]:

@@ -5,8 +5,8 @@ The scorer computes exactly that, fast: texts are tokenized once without padding
 context-sized windows when too long (each window scores only its new tokens), sorted longest
 first, batched by a token budget with right padding to each batch's own maximum, dealt to one
 worker per device as workers free up, scored with fp32 loss, summed per text in float64 and
-mapped back to input order. Scores are saved after each chunk of batches (gpuflow.fluency.
-chunked), so a step stopped by SLURM resumes where it stopped, with the same numbers.
+mapped back to input order. Scores are saved after each chunk of batches (gpuflow.job's
+ChunkedScores), so a step stopped by SLURM resumes where it stopped, with the same numbers.
 """
 
 from __future__ import annotations

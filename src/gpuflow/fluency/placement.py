@@ -82,9 +82,7 @@ def choose_placement(
 
 def device_map(devices: list[torch.device]) -> str | dict[str, str]:
     """An accelerate device map over the job's devices: balanced over GPUs, or onto the CPU."""
-    if devices[0].type == "cuda":
-        return "balanced"
-    return {"": "cpu"}
+    return "balanced" if devices[0].type == "cuda" else {"": "cpu"}
 
 
 def load_sharded(
@@ -116,8 +114,11 @@ def config_file_here(model_path: str) -> bool:
         return False
 
 
-def planned_placement(perplexity: dict[str, Any], model_path: str | None, gpus: int) -> str:
-    """What a perplexity job will do, for `gpuflow plan` and `doctor` (run before the job)."""
+def fluency_placement(fluency: dict[str, Any]) -> str:
+    """How each perplexity job of a validated fluency config will hold the reference LM, for
+    `gpuflow plan` and `doctor` (run before the job)."""
+    perplexity, model_path = fluency["perplexity"], fluency["lm"]["path"]
+    gpus = fluency["resources"]["fluency_perplexity"]["gpu"]
     requested = perplexity["placement"]
     if gpus == 0:
         return f"{requested}: CPU workers, each with a copy (replicate)"
@@ -148,9 +149,3 @@ def planned_placement(perplexity: dict[str, Any], model_path: str | None, gpus: 
     return (
         f"auto: replicate on GPUs with {need / HEADROOM / 2**30:.1f} GiB free, else shard ({size})"
     )
-
-
-def fluency_placement(fluency: dict[str, Any]) -> str:
-    """How each perplexity job of a validated fluency config will hold the reference LM."""
-    gpus = fluency["resources"]["fluency_perplexity"]["gpu"]
-    return planned_placement(fluency["perplexity"], fluency["lm"]["path"], gpus)

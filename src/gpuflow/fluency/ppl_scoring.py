@@ -14,7 +14,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import torch.nn.functional as F
-from tqdm import tqdm
 
 from gpuflow.errors import GpuflowError
 from gpuflow.fluency.ppl_segments import Segment, batch_size_for
@@ -122,11 +121,8 @@ def batch_nll(
     first: torch.Tensor,
     chunk_tokens: int = LOSS_CHUNK_TOKENS,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """NLL sum (float64) and target count of each row of a right-padded batch.
-
-    Target position j (predicted by the logits at j - 1) counts when both j and j - 1 are real
-    tokens and j >= the row's first scored position (see scored_positions).
-    """
+    """NLL sum (float64) and target count of each row of a right-padded batch (the targets
+    predicted at scored_positions)."""
     scored = scored_positions(mask, first)
     targets = ids[:, 1:][scored[:, :-1]]
     logits = forward(ids, scored)
@@ -157,7 +153,6 @@ def score_segments(
     forward: Forward,
     device: torch.device,
     token_budget: int,
-    progress: tqdm | None = None,
 ) -> SegmentScores:
     """Score segments (sorted longest first for little padding) in token-budget batches.
 
@@ -183,16 +178,9 @@ def score_segments(
                     )
                 token_budget = min(token_budget, longest * (len(batch) // 2))
                 oom_splits += 1
-                if progress is not None:
-                    progress.write(
-                        f"out of memory on a batch of {len(batch)} x {longest} tokens: "
-                        f"split in halves, token budget now {token_budget}"
-                    )
                 continue
             results.extend(scores)
             start += len(batch)
-            if progress is not None:
-                progress.update(sum(count for _, count in scores))
     return SegmentScores(
         nll=np.array([nll for nll, _ in results], dtype=np.float64),
         n_tokens=np.array([count for _, count in results], dtype=np.int64),

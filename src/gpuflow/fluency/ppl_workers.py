@@ -59,10 +59,7 @@ class WorkerJob:
 
 
 class Scorer:
-    """A loaded model that scores batches; after out-of-memory its token budget stays lower.
-
-    Its loading (and compiling) time is reported with the first batch it scores.
-    """
+    """A loaded model that scores batches; after out-of-memory its token budget stays lower."""
 
     def __init__(
         self,

@@ -107,8 +107,7 @@ def read_table(path: str | Path, columns: list[str]) -> pd.DataFrame:
     for column in columns:
         if column not in table.columns:
             raise DataError(path, f"missing column '{column}'", expected="fluency-stats columns")
-    if "reason" in table.columns:
-        table["reason"] = table["reason"].fillna("").astype(str)
+    table["reason"] = table["reason"].fillna("").astype(str)
     return table
 
 
@@ -120,21 +119,19 @@ def _markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 def correlation_rows(table: pd.DataFrame, methods: tuple[str, ...]) -> list[list[str]]:
     """Markdown rows (group column, group, method, estimate, CI, p, n, note) for `methods`."""
-    rows = []
-    for row in table[table["method"].isin(methods)].to_dict("records"):
-        rows.append(
-            [
-                str(row["group_column"]),
-                str(row["group"]),
-                METHOD_NAMES[row["method"]],
-                fmt(row["estimate"]),
-                fmt_ci(row["ci_low"], row["ci_high"]),
-                fmt_p(row["p_value"]),
-                str(int(row["n"])),
-                row["reason"],
-            ]
-        )
-    return rows
+    return [
+        [
+            str(row["group_column"]),
+            str(row["group"]),
+            METHOD_NAMES[row["method"]],
+            fmt(row["estimate"]),
+            fmt_ci(row["ci_low"], row["ci_high"]),
+            fmt_p(row["p_value"]),
+            str(int(row["n"])),
+            row["reason"],
+        ]
+        for row in table[table["method"].isin(methods)].to_dict("records")
+    ]
 
 
 def binned_rows(binned: pd.DataFrame) -> list[list[str]]:
@@ -161,9 +158,8 @@ def reading(row: dict[str, Any], confidence: float) -> str:
     if not math.isfinite(estimate):
         return f"{name}: not available ({row['reason'] or 'undefined'})."
     sign = "positive" if estimate > 0 else "negative" if estimate < 0 else "zero"
-    words = f"a {sign} association"
-    if row["method"] != "kendall":
-        words = f"a {strength(estimate)} {sign} association"
+    strength_word = "" if row["method"] == "kendall" else f"{strength(estimate)} "
+    words = f"a {strength_word}{sign} association"
     low, high = row["ci_low"], row["ci_high"]
     if not (math.isfinite(low) and math.isfinite(high)):
         ci = f"no CI ({row['reason']})"

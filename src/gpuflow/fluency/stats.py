@@ -238,9 +238,8 @@ def resample_statistics(
 ) -> dict[str, np.ndarray]:
     """Each method on each resample (row of `index`, text positions drawn with replacement).
 
-    x is log-ppl, y toxicity, z log length. Everything works on counts over the original texts
-    (no sorting per resample): ranks come from cumulative counts over the sorted distinct values.
-    Kendall uses `signs` (kendall_signs) when given, else scipy per resample.
+    x is log-ppl, y toxicity, z log length. Kendall uses `signs` (kendall_signs) when given, else
+    scipy per resample.
     """
     n = len(x.values)
     weights = _row_counts(np.arange(n), n, index)
@@ -310,20 +309,17 @@ def _p_partial(r: float, n: int) -> float:
 def point_estimates(log_ppl: np.ndarray, toxicity: np.ndarray, n_tokens: np.ndarray) -> dict:
     """Estimate and p-value of each method on the given texts: {method: (estimate, p)}."""
     x, y, z = (np.asarray(v, dtype=float) for v in (log_ppl, toxicity, np.log(n_tokens)))
+    tests = {"pearson": stats.pearsonr, "spearman": stats.spearmanr, "kendall": stats.kendalltau}
     result: dict[str, tuple[float, float]] = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        pearson = stats.pearsonr(x, y)
-        spearman = stats.spearmanr(x, y)
-        kendall = stats.kendalltau(x, y)
-    result["pearson"] = (float(pearson.statistic), float(pearson.pvalue))
-    result["spearman"] = (float(spearman.statistic), float(spearman.pvalue))
-    result["kendall"] = (float(kendall.statistic), float(kendall.pvalue))
+        for method, test in tests.items():
+            found = test(x, y)
+            result[method] = (float(found.statistic), float(found.pvalue))
     n = len(x)
     identity = np.arange(n)[None, :]
-    partials = resample_statistics(
-        Variable.of(x), Variable.of(y), Variable.of(z), identity, list(PARTIAL_METHODS)
-    )
+    variables = Variable.of(x), Variable.of(y), Variable.of(z)
+    partials = resample_statistics(*variables, identity, list(PARTIAL_METHODS))
     for method, values in partials.items():
         result[method] = (float(values[0]), _p_partial(float(values[0]), n))
     return result
@@ -432,12 +428,8 @@ def binned_means(frame: pd.DataFrame, settings: Mapping[str, Any]) -> pd.DataFra
             row["reason"] = "no CI: fewer than 2 texts in the bin"
         else:
             rng = _rng(settings["seed"], f"bin={number}")
-            means = np.concatenate(
-                [
-                    toxicity[index].mean(axis=1)
-                    for index in _resample_chunks(rng, len(toxicity), settings["n_bootstrap"])
-                ]
-            )
+            chunks = _resample_chunks(rng, len(toxicity), settings["n_bootstrap"])
+            means = np.concatenate([toxicity[index].mean(axis=1) for index in chunks])
             low, high = np.percentile(means, [100 * alpha / 2, 100 * (1 - alpha / 2)])
             row["ci_low"], row["ci_high"] = float(low), float(high)
         records.append(row)

@@ -200,14 +200,8 @@ def selected_texts(texts: dict[str, Any]) -> pd.DataFrame:
         return file_texts(
             texts["files"], texts["text_column"], texts["id_column"], texts["group_columns"]
         )
-    return embedded_texts(
-        texts["n_texts"],
-        texts["corpus"],
-        texts["max_words"],
-        texts["seed"],
-        texts["shuffled_twins"],
-        texts["min_words"],
-    )
+    keys = ("n_texts", "corpus", "max_words", "seed", "shuffled_twins", "min_words")
+    return embedded_texts(**{key: texts[key] for key in keys})
 
 
 def main(args: argparse.Namespace) -> int:

@@ -95,11 +95,8 @@ def save_untrained_lm(
 
 def token_blocks(texts: list[str], tokenizer: PreTrainedTokenizerFast, block: int) -> torch.Tensor:
     """All texts as one stream (each preceded by end-of-text), cut into rows of `block` tokens."""
-    eos = tokenizer.eos_token_id
-    stream: list[int] = []
-    for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]:
-        stream.append(eos)
-        stream.extend(ids)
+    encoded = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    stream = [token for ids in encoded for token in (tokenizer.eos_token_id, *ids)]
     usable = len(stream) // block * block
     return torch.tensor(stream[:usable], dtype=torch.long).view(-1, block)
 

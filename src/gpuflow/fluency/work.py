@@ -11,6 +11,7 @@ is the bytes of its texts. Torch-free: the Snakefile counts it while it is parse
 from __future__ import annotations
 
 import json
+import math
 import struct
 from dataclasses import dataclass
 from functools import cache
@@ -41,11 +42,13 @@ class LM:
         """What an LM rate is measured at."""
         return lm_shape(self.layers, self.width, self.vocab, self.context, dtype)
 
-    def imports(self) -> tuple[str, ...]:
-        """What a scoring process imports to load the model: the step, then transformers' own
-        module of the model's type (loaded when the model is)."""
+    def startups(self, parallel: int) -> list[Term]:
+        """Imports of a scoring job on `parallel` workers: the step, then transformers' module of
+        the model's type (loaded with the model), here and, with several, in each worker."""
         kind = self.model_type.replace("-", "_")
-        return (PERPLEXITY_STEP, f"transformers.models.{kind}.modeling_{kind}")
+        imports = (PERPLEXITY_STEP, f"transformers.models.{kind}.modeling_{kind}")
+        workers = [startup(*imports, processes=parallel, at_once=True)] if parallel > 1 else []
+        return [startup(*imports), *workers]
 
     def forward_flops(self, ids: int, targets: int) -> float:
         """FLOPs of a forward pass over `ids` that scores `targets` of them: 2 x parameters per
@@ -77,12 +80,8 @@ def safetensors_parameters(folder: Path) -> int | None:
         with open(path, "rb") as handle:
             (size,) = struct.unpack("<Q", handle.read(8))
             header = json.loads(handle.read(size))
-        for name, tensor in header.items():
-            if name != "__metadata__":
-                product = 1
-                for dim in tensor["shape"]:
-                    product *= dim
-                total += product
+        header.pop("__metadata__", None)
+        total += sum(math.prod(tensor["shape"]) for tensor in header.values())
     return total if files else None
 
 
@@ -179,8 +178,7 @@ def scoring_work(
     ids = ids_through(token_counts, lm.context, stride)
     return Work(
         (
-            startup(*lm.imports()),
-            *([startup(*lm.imports(), processes=parallel, at_once=True)] if parallel > 1 else []),
+            *lm.startups(parallel),
             Term("lm.load", model_bytes, "", f"load {count(model_bytes)}B of weights"),
             Term(
                 "lm.forward.flop",
@@ -216,13 +214,9 @@ def perplexity(config: dict[str, Any], wildcards: dict[str, str]) -> Work | None
     )
 
 
-def text_bytes(texts: list[str]) -> int:
-    return sum(len(text.encode("utf-8")) for text in texts)
-
-
 def toxicity_work(scorer: str, texts: list[str]) -> Work:
     """Scoring the toxicity of `texts` with `scorer`."""
-    size = text_bytes(texts)
+    size = sum(len(text.encode("utf-8")) for text in texts)
     return Work(
         (
             startup("gpuflow.fluency.toxicity", "profanity_check"),
@@ -271,8 +265,7 @@ def perplexity_done(run: dict[str, Any]) -> Work | None:
     flops = lm.forward_flops(run["ids"], run["tokens"])
     return Work(
         (
-            startup(*lm.imports()),
-            *([startup(*lm.imports(), processes=parallel, at_once=True)] if parallel > 1 else []),
+            *lm.startups(parallel),
             Term("lm.load", lm.parameters * DTYPE_BYTES.get(run["dtype"], 4), ""),
             Term("lm.forward.flop", flops, lm.shape(run["dtype"]), "", parallel),
         )
@@ -284,12 +277,11 @@ def done(rule: str):
 
     def work(outputs: list[str], inputs: list[str]) -> Work | None:
         try:
+            run = json.loads(Path(outputs[1]).read_text(encoding="utf-8"))
             if rule == "fluency_perplexity":
-                run = json.loads(Path(outputs[1]).read_text(encoding="utf-8"))
                 return perplexity_done(run)
             from gpuflow.fluency.texts import read_texts
 
-            run = json.loads(Path(outputs[1]).read_text(encoding="utf-8"))
             texts = read_texts(inputs[0])["text"].tolist()
             scorer = "profanity-check" if "profanity" in str(run["scorer"]) else "huggingface"
             return toxicity_work(scorer, texts)

@@ -8,7 +8,6 @@ helper processes over the job's backend, each step's gradient bytes at a time.
 
 from __future__ import annotations
 
-import json
 import socket
 import time
 from typing import Any
@@ -17,22 +16,11 @@ import numpy as np
 
 from gpuflow.cost.calibrate import Need, Trial, texts_trial
 from gpuflow.scaling.layout import batch_plan
-from gpuflow.scaling.work import _tokens, flops_per_token, parameters, train_threads
+from gpuflow.scaling.work import flops_per_token, parameters, planned_tokens, train_threads
 
 STEPS = 4  # per trial
 REDUCES = 4  # per trial
 MAX_REDUCE_BYTES = 64 << 20
-
-
-def planned_tokens(need: Need) -> tuple[dict[str, Any], Any]:
-    """The configuration of the job and its splits' token counts."""
-    chosen = need.config["scaling"]["configurations"][need.wildcards["cfg"]]
-    tokens = _tokens(
-        json.dumps(chosen["data"], sort_keys=True),
-        json.dumps(chosen["tokenizer"], sort_keys=True),
-        chosen["model"]["max_seq_len"],
-    )
-    return chosen, tokens
 
 
 def step_trial(need: Need) -> Trial:
@@ -43,7 +31,8 @@ def step_trial(need: Need) -> Trial:
     from gpuflow.scaling.train import collate
 
     scaling = need.config["scaling"]
-    chosen, tokens = planned_tokens(need)
+    chosen = scaling["configurations"][need.wildcards["cfg"]]
+    tokens = planned_tokens(chosen)
     world = int(need.wildcards.get("world") or 1)
     plan = batch_plan(chosen["train"], world)
     threads = train_threads(scaling, world)
@@ -125,8 +114,8 @@ def allreduce_trial(need: Need) -> Trial | None:
     world = int(world_part[1:])
     if nodes != "n1" or (backend == "nccl" and torch.cuda.device_count() < world):
         return None
-    _, tokens = planned_tokens(need)
     chosen = need.config["scaling"]["configurations"][need.wildcards["cfg"]]
+    tokens = planned_tokens(chosen)
     step_bytes = 4 * parameters(chosen["model"], tokens.vocab, tokens.classes)[0]
     elements = min(step_bytes, MAX_REDUCE_BYTES) // 4
     port = free_port()

@@ -36,11 +36,14 @@ WIRE_DTYPES = {"none": None, "fp16": torch.float16, "bf16": torch.bfloat16}
 class CommMeasurement:
     """Milliseconds per optimizer step (one all-reduce each), medians over the probe window."""
 
-    sync_step_ms: float
-    no_sync_step_ms: float
+    sync_step_ms: float | None
+    no_sync_step_ms: float | None
     exposed_ms: float
     total_ms: float
     probe_steps: int
+
+
+NO_PROBE = CommMeasurement(None, None, 0.0, 0.0, 0)  # one process, or no batch: nothing to time
 
 
 def gradient_buckets(model: torch.nn.Module, bucket_cap_mb: float) -> Iterator[list[torch.Tensor]]:

@@ -41,12 +41,28 @@ def labels_of(group: pd.DataFrame) -> list[str]:
     ]
 
 
-def panels(
-    configurations: list[str], draw: Callable[[Axes, str], None], height: float = 3.6
-) -> Figure:
+def epoch_lines(
+    ax: Axes, epochs: pd.DataFrame, name: str, column: str, scale: float, warmup: bool = False
+) -> None:
+    """`scale` x `column` per epoch, one line per run of `name`; warm-up epochs hollow if asked."""
+    for (world, nodes, device), run in epochs[epochs["configuration"] == name].groupby(
+        ["world_size", "nodes", "device_type"]
+    ):
+        line = ax.plot(
+            run["epoch"], scale * run[column], marker="o", label=run_label(world, nodes, device)
+        )
+        if warmup:
+            warm = run[~run["measured"]]
+            ax.plot(
+                warm["epoch"], scale * warm[column], "o", mfc="white", color=line[0].get_color()
+            )
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+def panels(configurations: list[str], draw: Callable[[Axes, str], None]) -> Figure:
     """One panel per configuration, side by side."""
     figure, axes = plt.subplots(
-        1, len(configurations), figsize=(4.6 * len(configurations), height), squeeze=False
+        1, len(configurations), figsize=(4.6 * len(configurations), 3.6), squeeze=False
     )
     for ax, name in zip(axes[0], configurations, strict=True):
         draw(ax, name)
@@ -60,21 +76,8 @@ def epoch_time_figure(epochs: pd.DataFrame, configurations: list[str]) -> Figure
     """Training time of every epoch; warm-up epochs drawn hollow."""
 
     def draw(ax: Axes, name: str) -> None:
-        for (world, nodes, device), run in epochs[epochs["configuration"] == name].groupby(
-            ["world_size", "nodes", "device_type"]
-        ):
-            line = ax.plot(
-                run["epoch"],
-                run["train_seconds"],
-                marker="o",
-                label=run_label(world, nodes, device),
-            )
-            warm = run[~run["measured"]]
-            ax.plot(
-                warm["epoch"], warm["train_seconds"], "o", mfc="white", color=line[0].get_color()
-            )
+        epoch_lines(ax, epochs, name, "train_seconds", 1, warmup=True)
         ax.set_xlabel("epoch (hollow = warm-up, not in means)")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel("training time per epoch (s)")
         ax.legend(fontsize=8)
 
@@ -88,7 +91,6 @@ def speedup_figure(runs: pd.DataFrame, configurations: list[str]) -> Figure:
     )
     for column, name in enumerate(configurations):
         group = runs[runs["configuration"] == name].sort_values(["nodes", "world_size"])
-        labels = labels_of(group)
         ideal = group["world_size"] / group["reference_world_size"]
         x = np.arange(len(group))
         top, bottom = axes[0][column], axes[1][column]
@@ -101,7 +103,7 @@ def speedup_figure(runs: pd.DataFrame, configurations: list[str]) -> Figure:
         bottom.axhline(100, color="k", linestyle="--", label="ideal")
         bottom.set_ylabel("efficiency (%)")
         for ax in (top, bottom):
-            ax.set_xticks(x, labels, fontsize=8)
+            ax.set_xticks(x, labels_of(group), fontsize=8)
             ax.grid(alpha=0.3, axis="y")
     figure.tight_layout()
     return figure
@@ -117,8 +119,7 @@ def throughput_figure(runs: pd.DataFrame, configurations: list[str]) -> Figure:
         ideal = base.iloc[0] * group["world_size"] / group["reference_world_size"]
         ax.bar(x, group["samples_per_second"], color="tab:green", label="measured")
         ax.plot(x, ideal, "k--", marker="_", label="linear")
-        labels = labels_of(group)
-        ax.set_xticks(x, labels, fontsize=8)
+        ax.set_xticks(x, labels_of(group), fontsize=8)
         ax.set_ylabel("training samples / s")
         ax.legend(fontsize=8)
 
@@ -131,20 +132,11 @@ def accuracy_figure(
     """Validation accuracy per epoch; the CPU baseline as a dashed line."""
 
     def draw(ax: Axes, name: str) -> None:
-        for (world, nodes, device), run in epochs[epochs["configuration"] == name].groupby(
-            ["world_size", "nodes", "device_type"]
-        ):
-            ax.plot(
-                run["epoch"],
-                100 * run["val_accuracy"],
-                marker="o",
-                label=run_label(world, nodes, device),
-            )
+        epoch_lines(ax, epochs, name, "val_accuracy", 100)
         for _, row in baselines[baselines["configuration"] == name].iterrows():
             ax.axhline(100 * row["final_val_accuracy"], color="gray", linestyle="--",
                        label=f"{row['method']} (CPU)")  # fmt: skip
         ax.set_xlabel("epoch")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel("validation accuracy (%)")
         ax.legend(fontsize=8)
 

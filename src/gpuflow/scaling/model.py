@@ -65,16 +65,8 @@ def padding_mask(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 def build_model(settings: dict[str, Any], vocab_size: int, n_classes: int) -> TextClassifier:
     """The classifier of a configuration's `model` settings."""
-    return TextClassifier(
-        vocab_size=vocab_size,
-        n_classes=n_classes,
-        d_model=settings["d_model"],
-        n_heads=settings["n_heads"],
-        n_layers=settings["n_layers"],
-        ffn_dim=settings["ffn_dim"],
-        max_seq_len=settings["max_seq_len"],
-        dropout=settings["dropout"],
-    )
+    keys = ("d_model", "n_heads", "n_layers", "ffn_dim", "max_seq_len", "dropout")
+    return TextClassifier(vocab_size, n_classes, **{key: settings[key] for key in keys})
 
 
 def parameter_counts(model: nn.Module) -> dict[str, int]:

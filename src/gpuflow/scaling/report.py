@@ -30,12 +30,13 @@ def pct(value: float) -> str:
     return f"{100 * value:.1f}%"
 
 
-def workers(count: float, device_type: str, nodes: float = 1) -> str:
-    """'1 GPU', '4 GPUs on 2 nodes', or '2 processes' for CPU runs."""
-    n = int(count)
-    noun = "GPU" if device_type == "cuda" else "process"
+def workers(run: pd.Series, nodes: bool = True) -> str:
+    """'1 GPU', '4 GPUs on 2 nodes' (with `nodes`), or '2 processes' for CPU runs."""
+    n = int(run["world_size"])
+    noun = "GPU" if run["device_type"] == "cuda" else "process"
     plural = "" if n == 1 else ("s" if noun == "GPU" else "es")
-    return f"{n} {noun}{plural}" + (f" on {int(nodes)} nodes" if nodes > 1 else "")
+    on = f" on {int(run['nodes'])} nodes" if nodes and run["nodes"] > 1 else ""
+    return f"{n} {noun}{plural}{on}"
 
 
 def verdict(speedup: float, efficiency: float, target: float) -> str:
@@ -85,11 +86,10 @@ def compressed_exposed_seconds(run: pd.Series) -> float:
 def run_lines(run: pd.Series, reference: pd.Series, target: float) -> list[str]:
     """Diagnosis of one run against its configuration's reference run."""
     world, ref_world = int(run["world_size"]), int(reference["world_size"])
-    where = workers(world, run["device_type"], run["nodes"])
     lines = [
-        f"  {where}: epoch {run['epoch_seconds']:.2f} s vs {reference['epoch_seconds']:.2f} s "
-        f"at {ref_world}; speedup {run['speedup']:.2f}x of ideal {world / ref_world:.0f}x, "
-        f"efficiency {pct(run['efficiency'])}: "
+        f"  {workers(run)}: epoch {run['epoch_seconds']:.2f} s vs "
+        f"{reference['epoch_seconds']:.2f} s at {ref_world}; speedup {run['speedup']:.2f}x of "
+        f"ideal {world / ref_world:.0f}x, efficiency {pct(run['efficiency'])}: "
         f"{verdict(run['speedup'], run['efficiency'], target)}."
     ]
     comm, compute = run["comm_exposed_ms_per_step"], run["compute_ms_per_step"]
@@ -116,9 +116,8 @@ def run_lines(run: pd.Series, reference: pd.Series, target: float) -> list[str]:
             else f"{pct(from_comm)}; the rest is slower compute and waiting at synchronisation"
         )
         lines.append(
-            f"    of the {excess:.2f} s per epoch lost against ideal, exposed all-reduce "
-            f"accounts for "
-            f"{rest}."
+            f"    of the {excess:.2f} s per epoch lost against ideal, exposed all-reduce accounts "
+            f"for {rest}."
         )
     no_comm = reference["epoch_seconds"] / (
         run["epoch_seconds"] - run["comm_exposed_seconds_per_epoch"]
@@ -173,7 +172,7 @@ def recommendations(run: pd.Series, target: float) -> list[str]:
             )
     if run["efficiency"] >= target and share < COMM_MINOR:
         tips.append(
-            f"no change needed at {workers(run['world_size'], run['device_type'])}: efficiency "
+            f"no change needed at {workers(run, nodes=False)}: efficiency "
             f"{pct(run['efficiency'])} meets the {pct(target)} target."
         )
     elif not tips:
@@ -189,7 +188,6 @@ def cost_lines(cost: pd.DataFrame, target: float) -> list[str]:
     """GPU-hours per run and the world size worth paying for."""
     lines = []
     for _, row in cost.iterrows():
-        where = workers(row["world_size"], row["device_type"], row["nodes"])
         extra = (
             f", +{row['cost_increase_pct']:.0f}% GPU-hours, "
             f"{row['speedup_per_extra_gpu_hour']:.3g} speedup per extra GPU-hour"
@@ -197,16 +195,15 @@ def cost_lines(cost: pd.DataFrame, target: float) -> list[str]:
             else ""
         )
         lines.append(
-            f"  {where}: {row['gpu_hours']:.3g} GPU-hours ({row['run_wall_hours'] * 3600:.1f} s "
-            f"wall), speedup {row['speedup']:.2f}x{extra}"
+            f"  {workers(row)}: {row['gpu_hours']:.3g} GPU-hours "
+            f"({row['run_wall_hours'] * 3600:.1f} s wall), speedup {row['speedup']:.2f}x{extra}"
         )
     efficient = cost[cost["efficiency"] >= target]
     best = efficient.sort_values("world_size").iloc[-1] if not efficient.empty else None
     if best is not None and best["world_size"] > cost["world_size"].min():
         lines.append(
-            f"  -> recommended: {workers(best['world_size'], best['device_type'], best['nodes'])}"
-            ", the largest world size "
-            f"still at {pct(target)} efficiency or more ({pct(best['efficiency'])})."
+            f"  -> recommended: {workers(best)}, the largest world size still at {pct(target)} "
+            f"efficiency or more ({pct(best['efficiency'])})."
         )
     else:
         lines.append(
@@ -224,9 +221,7 @@ def compare(largest: dict[str, pd.Series]) -> list[str]:
     (worst_name, worst), (best_name, best) = ranked[0], ranked[-1]
     lines = [
         f"{worst_name} scales worse than {best_name}: efficiency {pct(worst['efficiency'])} at "
-        f"{workers(worst['world_size'], worst['device_type'], worst['nodes'])} vs "
-        f"{pct(best['efficiency'])} at "
-        f"{workers(best['world_size'], best['device_type'], best['nodes'])}.",
+        f"{workers(worst)} vs {pct(best['efficiency'])} at {workers(best)}.",
         f"Share of the epoch in exposed gradient all-reduce: {worst_name} "
         f"{pct(worst['comm_exposed_share'])}, {best_name} {pct(best['comm_exposed_share'])}.",
     ]
@@ -285,10 +280,9 @@ def build_report(summary: pd.DataFrame, cost: pd.DataFrame, target: float) -> st
             f"precision {first['precision']}; {int(first['steps_per_epoch'])} steps per epoch."
         )
         for _, run in group[group["skipped_steps"] > 0].iterrows():
-            where = workers(run["world_size"], run["device_type"], run["nodes"])
             out.append(
-                f"  note: at {where} the fp16 "
-                f"loss scaler skipped {int(run['skipped_steps'])} optimizer step(s) for overflow; "
+                f"  note: at {workers(run)} the fp16 loss scaler skipped "
+                f"{int(run['skipped_steps'])} optimizer step(s) for overflow; "
                 "they changed no weight and are left out of the training loss."
             )
         spread = (group["epoch_seconds_std"] / group["epoch_seconds"]).max()
@@ -301,7 +295,7 @@ def build_report(summary: pd.DataFrame, cost: pd.DataFrame, target: float) -> st
             starved = group[group["cpu_utilisation"] < CONTENDED]
             for _, run in starved.iterrows():
                 out.append(
-                    f"  note: at {workers(run['world_size'], run['device_type'])} each process "
+                    f"  note: at {workers(run, nodes=False)} each process "
                     f"ran on its cores only {pct(run['cpu_utilisation'])} of its compute time "
                     "(CPU time / wall time outside the all-reduce): other work shared the "
                     "machine, so this run's times are inflated."

@@ -77,11 +77,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     figures = subparsers.add_parser("scaling-figures", help="the scaling figures")
     figures.add_argument("--summary", required=True)
     figures.add_argument("--epochs", required=True)
-    figures.add_argument("--out-epoch-time", required=True)
-    figures.add_argument("--out-speedup", required=True)
-    figures.add_argument("--out-throughput", required=True)
-    figures.add_argument("--out-accuracy", required=True)
-    figures.add_argument("--out-comm", required=True)
+    for figure in ("epoch-time", "speedup", "throughput", "accuracy", "comm"):
+        figures.add_argument(f"--out-{figure}", required=True)
     figures.set_defaults(
         run=lazy(
             "gpuflow.scaling.figures:main",

@@ -100,7 +100,7 @@ def run_row(run: dict[str, Any]) -> dict[str, Any]:
     epoch_seconds = measured["train_seconds"].mean()
     exposed_ms = measured["comm_exposed_ms"].mean()
     total_ms = measured["comm_total_ms"].mean()
-    exposed = exposed_ms * steps / 1000
+    exposed, total = exposed_ms * steps / 1000, total_ms * steps / 1000
     wall = float((epochs["train_seconds"] + epochs["val_seconds"]).sum())
     return {
         **{c: run[c] for c in RUN_COLUMNS},
@@ -112,14 +112,14 @@ def run_row(run: dict[str, Any]) -> dict[str, Any]:
         "samples_per_second": measured["samples_per_second"].mean(),
         "tokens_per_second": measured["tokens_per_second"].mean(),
         "comm_exposed_seconds_per_epoch": exposed,
-        "comm_total_seconds_per_epoch": total_ms * steps / 1000,
+        "comm_total_seconds_per_epoch": total,
         "cpu_utilisation": (
             measured["cpu_seconds_per_process"]
             / (measured["train_seconds"] - measured["comm_exposed_ms"] * steps / 1000)
         ).mean()
         / run["torch_threads_per_process"],
         "comm_exposed_share": exposed / epoch_seconds,
-        "comm_total_share": total_ms * steps / 1000 / epoch_seconds,
+        "comm_total_share": total / epoch_seconds,
         "compute_ms_per_step": 1000 * epoch_seconds / steps - exposed_ms,
         "comm_exposed_ms_per_step": exposed_ms,
         "comm_total_ms_per_step": total_ms,
@@ -179,26 +179,24 @@ def cost_table(summary: pd.DataFrame) -> pd.DataFrame:
 
 def baseline_rows(paths: list[str]) -> list[dict[str, Any]]:
     """Summary rows of the CPU baselines (accuracy and fit time; no scaling columns)."""
-    rows = []
-    for path in paths:
-        record = json.loads(Path(path).read_text())
-        rows.append(
-            {
-                "configuration": record["configuration"],
-                "method": record["method"],
-                "world_size": 0,
-                "nodes": 1,
-                "device_type": "cpu",
-                "processes_per_node": 1,
-                "final_val_accuracy": record["val_accuracy"],
-                "best_val_accuracy": record["val_accuracy"],
-                "run_wall_seconds": record["fit_seconds"],
-                "cpu_threads": record["threads"],
-                "host": record["run_record"]["host"],
-                "slurm_job_id": record["run_record"]["slurm_job_id"],
-            }
-        )
-    return rows
+    records = [json.loads(Path(path).read_text()) for path in paths]
+    return [
+        {
+            "configuration": record["configuration"],
+            "method": record["method"],
+            "world_size": 0,
+            "nodes": 1,
+            "device_type": "cpu",
+            "processes_per_node": 1,
+            "final_val_accuracy": record["val_accuracy"],
+            "best_val_accuracy": record["val_accuracy"],
+            "run_wall_seconds": record["fit_seconds"],
+            "cpu_threads": record["threads"],
+            "host": record["run_record"]["host"],
+            "slurm_job_id": record["run_record"]["slurm_job_id"],
+        }
+        for record in records
+    ]
 
 
 def latex_table(summary: pd.DataFrame) -> str:
@@ -239,9 +237,7 @@ def latex_table(summary: pd.DataFrame) -> str:
 
 
 def _tex(text: str) -> str:
-    for char in ("\\", "&", "%", "$", "#", "_", "{", "}"):
-        text = text.replace(char, "\\" + char)
-    return text
+    return text.translate({ord(char): "\\" + char for char in "\\&%$#_{}"})
 
 
 def build(runs: list[dict[str, Any]], baselines: list[str]) -> pd.DataFrame:

@@ -23,19 +23,18 @@ PAD, UNK = "[PAD]", "[UNK]"
 PAD_ID, UNK_ID = 0, 1
 
 
-def train_tokenizer(
-    texts: list[str], vocab_size: int, min_frequency: int, lowercase: bool
-) -> Tokenizer:
-    """A byte-pair-encoding tokenizer learnt from `texts` ([PAD] = 0, [UNK] = 1)."""
+def train_tokenizer(texts: list[str], settings: dict[str, Any]) -> Tokenizer:
+    """A byte-pair-encoding tokenizer learnt from `texts` ([PAD] = 0, [UNK] = 1) as a
+    configuration's `tokenizer` settings ask."""
     tokenizer = Tokenizer(models.BPE(unk_token=UNK))
-    steps = [normalizers.NFKC()] + ([normalizers.Lowercase()] if lowercase else [])
+    steps = [normalizers.NFKC()] + ([normalizers.Lowercase()] if settings["lowercase"] else [])
     tokenizer.normalizer = normalizers.Sequence(steps)
     tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
         [pre_tokenizers.Whitespace(), pre_tokenizers.Punctuation()]
     )
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        min_frequency=min_frequency,
+        vocab_size=settings["vocab_size"],
+        min_frequency=settings["min_frequency"],
         special_tokens=[PAD, UNK],
         show_progress=False,
     )
@@ -74,14 +73,9 @@ def save_encoded(path: str | Path, ids: np.ndarray, offsets: np.ndarray, labels:
 def main(args: argparse.Namespace) -> None:
     """`gpuflow scaling-tokenize`: learn the tokenizer on the training split, encode both."""
     chosen = configuration(family_settings("scaling", args.settings), args.name)
-    tokenizer_settings, max_len = chosen["tokenizer"], chosen["model"]["max_seq_len"]
+    max_len = chosen["model"]["max_seq_len"]
     train, val = read_split(args.train), read_split(args.val)
-    tokenizer = train_tokenizer(
-        train["text"].tolist(),
-        tokenizer_settings["vocab_size"],
-        tokenizer_settings["min_frequency"],
-        tokenizer_settings["lowercase"],
-    )
+    tokenizer = train_tokenizer(train["text"].tolist(), chosen["tokenizer"])
     stats: dict[str, Any] = {"vocab_size": tokenizer.get_vocab_size(), "max_len": max_len}
     for name, frame, out in (("train", train, args.out_train), ("val", val, args.out_val)):
         ids, offsets, truncated = encode(tokenizer, frame["text"].tolist(), max_len)

@@ -38,12 +38,7 @@ from gpuflow.job import (
 )
 from gpuflow.scaling import comm, distributed
 from gpuflow.scaling.distributed import Context
-from gpuflow.scaling.kernels import (
-    adamw,
-    padded_length_multiple,
-    set_tf32,
-    use_fused_adamw,
-)
+from gpuflow.scaling.kernels import adamw, padded_length_multiple, set_tf32, use_fused_adamw
 from gpuflow.scaling.layout import batch_plan, process_threads
 from gpuflow.scaling.model import build_model, parameter_counts
 from gpuflow.scaling.results import train_results
@@ -189,7 +184,12 @@ class Trainer:
         self.ctx, self.files, self.settings = ctx, files, settings
         train = settings["train"]
         self.plan = batch_plan(train, ctx.world_size, f"scaling.configurations.{files.name}.train")
-        self.threads = self._threads()
+        self.threads = process_threads(
+            ctx.device.type == "cuda",
+            ctx.local_world_size,
+            settings["cpu_threads_per_process"],
+            files.cpu_slots,
+        )
         torch.set_num_threads(self.threads)
         torch.backends.cudnn.benchmark = ctx.device.type == "cuda"
         self.precision = precision_for(ctx.device, settings["amp"])
@@ -267,14 +267,6 @@ class Trainer:
         """How the NaN guard names this run."""
         return f"{self.files.name} world={self.ctx.world_size}"
 
-    def _threads(self) -> int:
-        return process_threads(
-            self.ctx.device.type == "cuda",
-            self.ctx.local_world_size,
-            self.settings["cpu_threads_per_process"],
-            self.files.cpu_slots,
-        )
-
     def autocast(self) -> Any:
         """The forward-pass precision context."""
         dtype = torch.bfloat16 if self.precision == "bf16" else torch.float16
@@ -332,17 +324,11 @@ class Trainer:
 
     def measure_comm(self, batches: list[dict[str, Any]]) -> dict[str, Any]:
         """Total and exposed all-reduce per step on `batches`, measured apart from the epoch."""
-        if self.ddp is None or not batches:
-            return {
-                "comm_total_ms": 0.0,
-                "comm_exposed_ms": 0.0,
-                "sync_step_ms": None,
-                "no_sync_step_ms": None,
-                "comm_probe_steps": 0,
-            }
-        probe = comm.measure(
-            self.ddp, batches, self.forward_backward, self.ctx, self.settings["ddp"]
-        )
+        probe = comm.NO_PROBE
+        if self.ddp is not None and batches:
+            probe = comm.measure(
+                self.ddp, batches, self.forward_backward, self.ctx, self.settings["ddp"]
+            )
         return {
             "comm_total_ms": probe.total_ms,
             "comm_exposed_ms": probe.exposed_ms,

@@ -62,15 +62,21 @@ def _tokens(data_json: str, tokenizer_json: str, max_len: int) -> Tokens:
     from gpuflow.scaling.data import build_splits
     from gpuflow.scaling.tokens import encode, train_tokenizer
 
-    data, tok = json.loads(data_json), json.loads(tokenizer_json)
-    train, val, names = build_splits(data)
-    tokenizer = train_tokenizer(
-        train["text"].tolist(), tok["vocab_size"], tok["min_frequency"], tok["lowercase"]
-    )
+    train, val, names = build_splits(json.loads(data_json))
+    tokenizer = train_tokenizer(train["text"].tolist(), json.loads(tokenizer_json))
     offsets = encode(tokenizer, train["text"].tolist(), max_len)[1]
     val_offsets = encode(tokenizer, val["text"].tolist(), max_len)[1]
     lengths = np.diff(offsets).tolist()
     return Tokens(lengths, int(val_offsets[-1]), tokenizer.get_vocab_size(), len(names))
+
+
+def planned_tokens(chosen: dict[str, Any]) -> Tokens:
+    """The token counts of configuration `chosen` (its data, tokenizer and max_seq_len)."""
+    return _tokens(
+        json.dumps(chosen["data"], sort_keys=True),
+        json.dumps(chosen["tokenizer"], sort_keys=True),
+        chosen["model"]["max_seq_len"],
+    )
 
 
 def data_here(data: dict[str, Any]) -> bool:
@@ -196,13 +202,8 @@ def train(config: dict[str, Any], wildcards: dict[str, str]) -> Work | None:
     if not world:
         multinode = scaling["multinode"]
         nodes, world = multinode["nodes"], multinode["nodes"] * multinode["gpus_per_node"]
-    tokens = _tokens(
-        json.dumps(chosen["data"], sort_keys=True),
-        json.dumps(chosen["tokenizer"], sort_keys=True),
-        chosen["model"]["max_seq_len"],
-    )
     threads = train_threads(scaling, world // nodes)
-    return planned_run(scaling, name, world, nodes, tokens, threads).work()
+    return planned_run(scaling, name, world, nodes, planned_tokens(chosen), threads).work()
 
 
 def baseline(config: dict[str, Any], wildcards: dict[str, str]) -> Work | None:

@@ -46,9 +46,8 @@ def make_problem(data: dict[str, Any], rank: int, seed: int, device: torch.devic
     """The teacher of `rank` and its training set for `seed` (drawn on the CPU, then moved)."""
     generator = torch.Generator().manual_seed(stable_seed("teacher", data["seed"], rank, seed))
     m, dim, n = data["output_dim"], data["input_dim"], data["n_train"]
-    product = torch.randn(m, rank, generator=generator) @ torch.randn(
-        rank, dim, generator=generator
-    )
+    left = torch.randn(m, rank, generator=generator)  # drawn first, then the right factor
+    product = left @ torch.randn(rank, dim, generator=generator)
     teacher = product / product.norm()
     inputs = torch.randn(dim, n, generator=generator)
     noise = torch.randn(m, n, generator=generator)
@@ -120,11 +119,8 @@ def guess_and_check(
     """
     x, y = problem.inputs, problem.labels
     y_norm = y.pow(2).sum()
-    budget, batch, threshold = (
-        settings["max_guesses"],
-        settings["batch_size"],
-        settings["loss_threshold"],
-    )
+    budget, batch = settings["max_guesses"], settings["batch_size"]
+    threshold = settings["loss_threshold"]
     best: tuple[float, int, torch.Tensor] | None = None
     drawn = 0
     while drawn < budget:

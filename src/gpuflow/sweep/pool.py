@@ -41,20 +41,10 @@ class SeedPool:
     """Run `target(settings, seed, device)` for every seed across one worker per device."""
 
     def __init__(
-        self,
-        target: str,
-        settings: dict[str, Any],
-        devices: list[str],
-        log: Callable[[str], None],
-        max_replacements: int | None = None,
+        self, target: str, settings: dict[str, Any], devices: list[str], log: Callable[[str], None]
     ):
         self.pool = WorkerPool(
-            partial(_seed_runner, target, settings),
-            devices,
-            name="sweep",
-            item="seed",
-            log=log,
-            max_replacements=max_replacements,
+            partial(_seed_runner, target, settings), devices, name="sweep", item="seed", log=log
         )
 
     @property

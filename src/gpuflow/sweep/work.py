@@ -3,8 +3,8 @@
 How long a seed takes depends on its cell (method, teacher rank, student width) and settings:
 gradient descent runs until the loss threshold or max_steps, guess-and-check until a hit or its
 budget. So a seed of a cell is the unit, and its rate (seeds/s, kind sweep.<method>.seed) is
-measured per cell: by
-`gpuflow calibrate` running a few seeds of every cell, or by gpu-check's sweep row.
+measured per cell: by `gpuflow calibrate` running a few seeds of every cell, or by gpu-check's
+sweep row.
 Torch-free: the Snakefile counts it while it is parsed.
 """
 

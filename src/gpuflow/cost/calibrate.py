@@ -84,15 +84,11 @@ def measurers() -> dict[str, Callable[[Need], Trial | None]]:
     return found
 
 
-def job_device(job: Any, config: dict[str, Any]) -> str:
-    """Where a job's work runs here: a GPU where the job asks for one and this machine has one."""
+def needs(args: argparse.Namespace) -> list[Need]:
+    """Every (kind, shape) the planned jobs' work needs, once, with the first job needing it;
+    its device is a GPU where the job asks for one and this machine has one."""
     import torch
 
-    return "cuda" if job.gpus and torch.cuda.is_available() else "cpu"
-
-
-def needs(args: argparse.Namespace) -> list[Need]:
-    """Every (kind, shape) the planned jobs' work needs, once, with the first job needing it."""
     from gpuflow.ops.plan import plan_jobs
 
     planned = plan_jobs(args, every_job=True)
@@ -103,7 +99,7 @@ def needs(args: argparse.Namespace) -> list[Need]:
             key = (term.kind, term.shape)
             if key not in found:
                 threads = int(job.resources.get("_cores", 1) or 1)
-                device = job_device(job, planned.config)
+                device = "cuda" if job.gpus and torch.cuda.is_available() else "cpu"
                 found[key] = Need(
                     term, job.rule, planned.config, job.wildcards, threads, device,
                     Path(args.directory),
@@ -224,8 +220,7 @@ def main(args: argparse.Namespace) -> None:
     transformers_logging.set_verbosity_error()
     transformers_logging.disable_progress_bar()
     found = needs(args)
-    devices = sorted({need.device for need in found}) or ["cpu"]
-    device = "cuda" if "cuda" in devices else "cpu"
+    device = "cuda" if any(need.device == "cuda" for need in found) else "cpu"
     rows, skipped = measure(found, args.trials)
     import torch
 
@@ -233,11 +228,11 @@ def main(args: argparse.Namespace) -> None:
     slug = device_class(device)
     out = Path(args.out) / f"{when.date().isoformat()}-{slug}{RATES_SUFFIX}.json"
     earlier = json.loads(out.read_text()) if out.exists() else {"rows": []}
+    measured = {(row["rate"]["kind"], row["rate"]["shape"]) for row in rows}
     kept = [
-        row
-        for row in earlier.get("rows", [])
-        if (row["rate"]["kind"], row["rate"]["shape"])
-        not in {(r["rate"]["kind"], r["rate"]["shape"]) for r in rows}
+        r
+        for r in earlier.get("rows", [])
+        if (r["rate"]["kind"], r["rate"]["shape"]) not in measured
     ]
     env = environment(
         [torch.device(device, 0) if device == "cuda" else torch.device("cpu")], Path.cwd()

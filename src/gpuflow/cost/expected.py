@@ -101,9 +101,6 @@ class Expected:
         self.works: dict[tuple[str, tuple[tuple[str, str], ...]], Work | None] = {}
         self.reasons: dict[str, str] = {}
 
-    def book(self, job: DagJob) -> RateBook:
-        return self.gpu if gpus_of(job) else self.cpu
-
     def work(self, job: DagJob) -> Work | None:
         """The job's planned work (None: no work model, or its inputs are not here)."""
         key = (job.rule, tuple(sorted(job.wildcards.items())))
@@ -146,19 +143,13 @@ class Expected:
                     continue
             elif not same:
                 continue
-            found.append(
-                (
-                    entry["seconds"],
-                    None if same and work is None else work,
-                    size_of(match.groupdict()),
-                )
-            )
+            found.append((entry["seconds"], work, size_of(match.groupdict())))
         return found
 
     def predict(self, job: DagJob) -> Prediction:
         """The job's expected seconds and where they come from."""
         work = self.work(job)
-        book = self.book(job)
+        book = self.gpu if gpus_of(job) else self.cpu
         sources = [("b", "bench", self.own)]
         if work is None and has_work_model(job.rule) and not params_fix_work(job.rule):
             sources = []  # earlier jobs' times cannot be scaled to work that is not known
@@ -196,10 +187,8 @@ class Expected:
 
     def devices(self, name: str) -> str:
         """What the timings record `name` was measured on."""
-        for record_name, record in self.records:
-            if record_name == name:
-                return ", ".join(record.get("devices") or ["?"])
-        return "?"
+        found = (", ".join(r.get("devices") or ["?"]) for n, r in self.records if n == name)
+        return next(found, "?")
 
 
 def alike(done: Work, planned: Work | None) -> bool:

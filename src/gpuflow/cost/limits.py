@@ -51,11 +51,6 @@ class Policy:
         )
 
 
-def unit_seconds(prediction: Prediction, work: Work) -> float:
-    """Seconds of one saved unit at the prediction's upper end (start-up left out)."""
-    return max(0.0, prediction.high - prediction.startup) / max(1, work.units)
-
-
 def warned_minutes(warning_minutes: float) -> float:
     """How long before a job's limit SLURM may send its stop warning: the site's warning and the
     minute it may come early (WARNING_EARLY_MINUTES); 0 where the site sends none."""
@@ -73,7 +68,8 @@ def limit_minutes(prediction: Prediction | None, work: Work | None, policy: Poli
     cap = policy.cap_minutes if policy.cap_minutes is not None else math.inf
     if prediction is None or work is None:
         return int(min(cap, policy.unknown_minutes))
-    unit = unit_seconds(prediction, work) / 60
+    # one saved unit at the prediction's upper end (start-up left out)
+    unit = max(0.0, prediction.high - prediction.startup) / max(1, work.units) / 60
     warning = warned_minutes(policy.warning_minutes)
     wanted = policy.startup_minutes + prediction.high * policy.margin / 60 + warning + unit
     return int(min(cap, math.ceil(wanted)))

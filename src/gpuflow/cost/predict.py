@@ -1,16 +1,8 @@
-"""A job's time from its work and measured rates: start-up + each term's amount / its rate.
-
-Sources, as `gpuflow plan` prints them:
-- `w`: the work model with rates of the device (gpu-check, `gpuflow calibrate`);
-- `b` / `m`: earlier benchmarks of the rule's jobs with the same params (this folder's, or a
-  committed timings record), each scaled by the work the job will do over the work the
-  benchmarked job did: never reused as they are where the inputs differ;
-- `r`: the rule's runtime limit, where neither exists.
-"""
+"""A job's time from its work and measured rates: start-up + each term's amount / its rate
+(source `w`), or earlier benchmarks scaled by its work (`b` / `m`; see gpuflow.cost.expected)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 from gpuflow.cost.rates import HOST_KINDS, RateBook
@@ -30,18 +22,6 @@ class Prediction:
     basis: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     startup: float = 0.0
-
-    def scaled(self, factor: float, source: str, basis: Iterable[str]) -> Prediction:
-        """The same prediction times `factor`, from another source."""
-        return Prediction(
-            self.seconds * factor,
-            self.low * factor,
-            self.high * factor,
-            source,
-            tuple(basis),
-            self.notes,
-            self.startup * factor,
-        )
 
 
 @dataclass(frozen=True)

@@ -120,12 +120,12 @@ def read_rates(folder: str | Path) -> dict[str, list[Rate]]:
     return found
 
 
+@dataclass
 class RateBook:
     """The rates of one device class, newest first."""
 
-    def __init__(self, device: str | None, rates: list[Rate]):
-        self.device = device
-        self.rates = rates
+    device: str | None
+    rates: list[Rate]
 
     def find(self, kind: str, shape: str) -> tuple[Rate | None, str]:
         """The newest rate of `kind` at `shape`, else at another shape (a note says which);
@@ -153,15 +153,12 @@ def slug(name: str) -> str:
 
 def this_cpu() -> str:
     """This machine's CPU as a device class: 'cpu-<model>-<n>c' (cores this process may use)."""
-    model = "cpu"
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1]
-                break
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
     except OSError:
-        pass
-    name = slug(model)
+        lines = []
+    models = (line.split(":", 1)[1] for line in lines if line.startswith("model name"))
+    name = slug(next(models, "cpu"))
     cores = len(os.sched_getaffinity(0))
     return f"{name}-{cores}c" if name.startswith("cpu") else f"cpu-{name}-{cores}c"
 

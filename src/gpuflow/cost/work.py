@@ -9,7 +9,7 @@ saves. Nothing here imports torch: the Snakefile asks for it while it is parsed 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 # A process start: Python, gpuflow's command line and the imports its shape names.
@@ -29,13 +29,7 @@ class Term:
     parallel: int = 1  # devices or processes that share the amount evenly
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "amount": self.amount,
-            "shape": self.shape,
-            "what": self.what,
-            "parallel": self.parallel,
-        }
+        return asdict(self)
 
 
 @dataclass(frozen=True)

@@ -24,10 +24,13 @@ import math
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuflow.cost.expected import Expected, gpus_of, runtime_s, wildcard_pattern
 from gpuflow.ops.snakemake_adapter import Dag, DagJob, build_dag
+
+if TYPE_CHECKING:
+    from gpuflow.slurm.fit import PlannedJob
 
 
 class Job(DagJob):
@@ -47,10 +50,8 @@ Planned = Dag
 
 
 def plan_jobs(args: argparse.Namespace, every_job: bool = False) -> Planned:
-    """The DAG Snakemake would run for these options (gpuflow.ops.snakemake_adapter.build_dag).
-
-    With `every_job`, the DAG holds every job of the targets, finished or not (--forceall).
-    """
+    """The DAG Snakemake would run for these options (gpuflow.ops.snakemake_adapter.build_dag;
+    with `every_job`, every job of the targets, finished or not), its jobs as `Job`s."""
     dag = build_dag(args, every_job)
     dag.jobs = [Job(**vars(job)) for job in dag.jobs]
     return dag
@@ -71,20 +72,10 @@ class Telemetry:
         from gpuflow.job.telemetry.tables import rule_summary
 
         if job.rule not in self.cache:
-            paths = {
-                name
-                for output in job.output
-                for name in glob.glob(
-                    str(
-                        job_file(
-                            self.directory / wildcard_pattern(output, job.wildcards)[0], RECORD
-                        )
-                    )
-                )
-            }
-            records = [r for r in map(read_record, sorted(paths)) if r is not None]
-            summaries = [record for record in records if ended(record)]
-            self.cache[job.rule] = rule_summary(summaries, self.threshold)
+            globs = [wildcard_pattern(output, job.wildcards)[0] for output in job.output]
+            paths = {p for g in globs for p in glob.glob(str(job_file(self.directory / g, RECORD)))}
+            records = [r for r in map(read_record, sorted(paths)) if r is not None and ended(r)]
+            self.cache[job.rule] = rule_summary(records, self.threshold)
         return self.cache[job.rule]
 
 
@@ -331,7 +322,7 @@ def charge_of_job(planned: Planned) -> Callable[[Job], float | None] | None:
     SLURM profile's site file has charges."""
     if not planned.partition_config:
         return None
-    from gpuflow.slurm.fit import PlannedJob, partition_of, read_partitions
+    from gpuflow.slurm.fit import partition_of, read_partitions
     from gpuflow.slurm.site import charges, read_site
 
     per_gpu_hour = charges(read_site(planned.partition_config))
@@ -340,8 +331,7 @@ def charge_of_job(planned: Planned) -> Callable[[Job], float | None] | None:
     partitions = read_partitions(planned.partition_config)
 
     def charge(job: Job) -> float | None:
-        cores = int(job.resources.get("_cores", 1))
-        name = partition_of(PlannedJob(job.rule, job.resources, cores, job.wildcards), partitions)
+        name = partition_of(submitted(job), partitions)
         return per_gpu_hour.get(name) if name else None
 
     return charge
@@ -352,19 +342,17 @@ def unfit_partitions(planned: Planned) -> str | None:
     (gpuflow.slurm.fit), else None."""
     if not planned.partition_config:
         return None
-    from gpuflow.slurm.fit import PlannedJob, unfit_report
+    from gpuflow.slurm.fit import unfit_report
 
-    submitted = (
-        PlannedJob(
-            job.rule,
-            job.resources,
-            int(job.resources.get("_cores", 1)),
-            job.wildcards,
-        )
-        for job in planned.jobs
-        if not job.local
-    )
-    return unfit_report(submitted, planned.partition_config)
+    jobs = (submitted(job) for job in planned.jobs if not job.local)
+    return unfit_report(jobs, planned.partition_config)
+
+
+def submitted(job: Job) -> PlannedJob:
+    """The job as the SLURM plugin submits it (gpuflow.slurm.fit)."""
+    from gpuflow.slurm.fit import PlannedJob
+
+    return PlannedJob(job.rule, job.resources, int(job.resources.get("_cores", 1)), job.wildcards)
 
 
 def unwarned_limits(planned: Planned, rows: list[dict[str, Any]]) -> str | None:

@@ -51,12 +51,9 @@ def earlier_attempts_s(record: dict[str, Any]) -> float:
 
 def records(folder: Path) -> list[tuple[str, dict[str, Any]]]:
     """(file name, record) of every timings record in `folder`, newest first."""
-    found = []
-    for path in sorted(Path(folder).glob(f"*{SUFFIX}"), reverse=True):
-        record = read_record(path) if DATED.match(path.name) else None
-        if record is not None:
-            found.append((path.name, record))
-    return found
+    paths = sorted(Path(folder).glob(f"*{SUFFIX}"), reverse=True)
+    found = ((path.name, read_record(path)) for path in paths if DATED.match(path.name))
+    return [(name, record) for name, record in found if record is not None]
 
 
 def _entry(value: Any) -> dict[str, Any] | None:
@@ -130,9 +127,10 @@ def job_work(job: DagJob, config: dict[str, Any], directory: Path) -> Work | Non
 def main(args: argparse.Namespace) -> None:
     """`gpuflow record-timings`: write the run's benchmark times as a record (a second run on
     the same day and device adds to that day's record)."""
+    from gpuflow.cost.rates import slug as name_slug
     from gpuflow.job.atomic import write_json
     from gpuflow.job.devices import worker_devices
-    from gpuflow.ops.gpu_check.records import device_slug, environment, name_slug
+    from gpuflow.ops.gpu_check.records import device_slug, environment
     from gpuflow.ops.plan import plan_jobs
 
     directory = Path(args.directory)

@@ -24,24 +24,10 @@ def lock_row(folder: Path, pool: list[str], on_gpu: bool) -> CheckRow:
     env = {k: v for k, v in os.environ.items() if k not in (LOCKED_ENV, "CUDA_VISIBLE_DEVICES")}
     env.update({LOCK_DIR_ENV: str(folder / "locks"), GPUS_ENV: "1", DEVICES_ENV: ",".join(pool)})
     outs = [folder / f"job{i}.json" for i in range(len(pool) + 1)]
+    probe = [sys.executable, "-m", "gpuflow", "probe", "--hold", str(HOLD_SECONDS)]
     start = time.perf_counter()
     jobs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "gpuflow",
-                "probe",
-                "--out",
-                str(out),
-                "--hold",
-                str(HOLD_SECONDS),
-                "--seed",
-                str(SEED),
-            ],
-            env=env,
-        )
-        for out in outs
+        subprocess.Popen([*probe, "--seed", str(SEED), "--out", str(out)], env=env) for out in outs
     ]
     codes = [job.wait() for job in jobs]
     seconds = time.perf_counter() - start

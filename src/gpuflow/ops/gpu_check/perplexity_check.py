@@ -139,11 +139,12 @@ def precision_rows(
             )  # fmt: skip
         if placement == "replicate" and not compiled:
             results[dtype] = ppl  # what the half-precision, sharded and compiled runs are held to
+        path = f"perplexity {dtype} x{len(run_on)} worker(s)"
+        tolerance = TOLERANCE[ran_as]
         if compiled:
             deviation = max_relative_difference(ppl, results[dtype])
             against = f"the {dtype} run without torch.compile ({len(texts)} texts)"
-            tolerance = TOLERANCE[ran_as]
-            path = f"perplexity {dtype} x{len(run_on)} worker(s) + torch.compile"
+            path += " + torch.compile"
         elif placement == "shard":
             deviation = max_relative_difference(ppl, results[dtype])
             against = f"the replicated {dtype} run ({len(texts)} texts)"
@@ -152,22 +153,12 @@ def precision_rows(
         elif dtype == "float32":
             deviation = max_relative_difference(ppl[: len(reference)], reference)
             against = f"one-text-at-a-time fp32 reference ({len(reference)} texts)"
-            tolerance = TOLERANCE[ran_as]
-            path = f"perplexity {dtype} x{len(run_on)} worker(s)"
         else:
             deviation = max_relative_difference(ppl, results["float32"])
             against = f"the batched fp32 run ({len(texts)} texts)"
-            tolerance = TOLERANCE[ran_as]
-            path = f"perplexity {dtype} x{len(run_on)} worker(s)"
+        path += "" if ran_as == dtype else f" (CPU twin: {ran_as})"
         row = throughput_row(
-            path + ("" if ran_as == dtype else f" (CPU twin: {ran_as})"),
-            deviation,
-            tolerance,
-            against,
-            stats,
-            n_params,
-            peaks[ran_as],
-            run_on,
+            path, deviation, tolerance, against, stats, n_params, peaks[ran_as], run_on
         )
         row.extra["first_perplexities"] = ppl[: len(reference)].tolist()
         if placement == "replicate" and not compiled and ran_as == dtype:
@@ -206,12 +197,10 @@ def throughput_row(
     )
 
 
-def oversized_batch(sizes: CheckSizes, device: torch.device, dtype: str) -> tuple[int, int]:
-    """(texts, logits bytes) of one full-context batch whose logits exceed the memory in play.
-
-    On a GPU that is the device's whole memory; on the CPU twin a simulated device of 64 texts.
-    """
-    element = torch.finfo(getattr(torch, dtype)).bits // 8
+def oversized_batch(sizes: CheckSizes, device: torch.device, element: int) -> tuple[int, int]:
+    """(texts, logits bytes) of one full-context batch whose logits (of `element` bytes) exceed
+    the memory in play: on a GPU the device's whole memory, on the CPU twin a simulated device
+    of 64 texts."""
     per_text = sizes.lm["n_positions"] * sizes.lm["vocab_size"] * element
     memory = (
         torch.cuda.get_device_properties(device).total_memory
@@ -251,24 +240,19 @@ def oom_row(
     on_gpu = device.type == "cuda"
     dtype = row_dtype("float16", devices)
     context = sizes.lm["n_positions"]
-    n_texts, batch_bytes = oversized_batch(sizes, device, dtype)
+    element = torch.finfo(getattr(torch, dtype)).bits // 8
+    n_texts, batch_bytes = oversized_batch(sizes, device, element)
     texts = random_texts(n_texts, context - 1, context - 1, sizes.lm["vocab_size"], 1)
     allowance = int(batch_bytes / sizes.oom_memory_factor)
-    element = torch.finfo(getattr(torch, dtype)).bits // 8
     wrap = None if on_gpu else device_memory_of(allowance, sizes.lm["vocab_size"], element)
     ppl, stats = score(folder, texts, [device], dtype, n_texts * context, context, wrap)
     reference, _ = score(folder, texts, [device], dtype, sizes.ppl_token_budget, context)
     deviation = max_relative_difference(ppl, reference)
+    path = f"perplexity {dtype} out-of-memory split ({n_texts} x {context} tokens in one batch)"
+    path += "" if on_gpu else " (CPU twin: simulated device memory)"
+    against = f"the same texts at token budget {sizes.ppl_token_budget}, and >= 1 split"
     row = throughput_row(
-        f"perplexity {dtype} out-of-memory split ({n_texts} x {context} tokens in one batch)"
-        + ("" if on_gpu else " (CPU twin: simulated device memory)"),
-        deviation,
-        OOM_TOLERANCE,
-        f"the same texts at token budget {sizes.ppl_token_budget}, and >= 1 split",
-        stats,
-        n_params,
-        peaks[dtype],
-        [device],
+        path, deviation, OOM_TOLERANCE, against, stats, n_params, peaks[dtype], [device]
     )
     row.ok = row.ok and stats["oom_splits"] >= 1
     row.extra["logits_gib_of_first_batch"] = round(batch_bytes / 2**30, 1)

@@ -19,16 +19,12 @@ from typing import Any
 
 import torch
 
+from gpuflow.cost.rates import slug as name_slug
 from gpuflow.job.atomic import write_json
 from gpuflow.job.devices import describe_device
 from gpuflow.ops.gpu_check.sections import SECTIONS, whole_run
 
 PREFIX = re.compile(r"^\d{4}-\d{2}-\d{2}-")
-
-
-def name_slug(name: str) -> str:
-    """A file-name part for a device name: 'NVIDIA H100 80GB HBM3' -> 'nvidia-h100-80gb-hbm3'."""
-    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
 
 
 def device_slug(devices: list[torch.device]) -> str:
@@ -81,17 +77,6 @@ def environment(devices: list[torch.device], folder: Path) -> dict[str, Any]:
         "cudnn": cudnn,
         "commit": git_commit(folder),
     }
-
-
-def make_record(
-    rows: list[dict[str, Any]],
-    env: dict[str, Any],
-    when: datetime.datetime,
-    sections: Sequence[str] = SECTIONS,
-) -> dict[str, Any]:
-    """The record of one run: its time (UTC), environment, sections and every row."""
-    created = when.isoformat(timespec="seconds")
-    return {"created": created, **env, "sections": list(sections), "rows": rows}
 
 
 def record_path(
@@ -166,7 +151,9 @@ def save_and_compare(
     path = record_path(folder, devices, when, sections)
     previous = latest_record(folder, device_slug(devices))
     earlier = json.loads(previous.read_text()) if previous is not None else None
-    write_json(path, make_record(rows, environment(devices, checkout), when, sections))
+    env = environment(devices, checkout)
+    created = when.isoformat(timespec="seconds")
+    write_json(path, {"created": created, **env, "sections": list(sections), "rows": rows})
     if earlier is None:
         return path, [f"no earlier record of {device_slug(devices)} in {folder} to compare with"]
     header = f"change against {previous.name} of {earlier['created']} (rate: now / then):"

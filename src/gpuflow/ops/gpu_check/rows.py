@@ -59,7 +59,5 @@ def failed_row(path: str, error: BaseException, seconds: float) -> CheckRow:
 
 def max_relative_difference(values: Any, reference: Any) -> float:
     """max |values - reference| / |reference| over paired numbers (0 for none)."""
-    pairs = list(zip(values, reference, strict=True))
-    if not pairs:
-        return 0.0
-    return max(abs(v - r) / max(abs(r), 1e-30) for v, r in pairs)
+    pairs = zip(values, reference, strict=True)
+    return max((abs(v - r) / max(abs(r), 1e-30) for v, r in pairs), default=0.0)

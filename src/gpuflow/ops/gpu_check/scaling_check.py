@@ -72,36 +72,21 @@ def torchrun(
     """
     out = folder / f"{name}.json"
     (configuration_name,) = settings["configurations"]
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        f"--nproc-per-node={world}",
-        "-m",
-        "gpuflow",
-        "scaling-train",
-        "--name",
-        configuration_name,
-        "--train",
-        str(inputs["train"]),
-        "--val",
-        str(inputs["val"]),
-        "--data-info",
-        str(inputs["info"]),
-        "--token-stats",
-        str(inputs["stats"]),
-        "--settings",
-        split_json("scaling", settings, "results"),
-        "--runtime",
-        split_json("scaling", settings, "runtime"),
-        "--cpu-slots",
-        str(world),
-        "--out-json",
-        str(out),
-        "--out-model",
-        str(folder / f"{name}.pt"),
-    ]
+    options = {
+        "--name": configuration_name,
+        "--train": inputs["train"],
+        "--val": inputs["val"],
+        "--data-info": inputs["info"],
+        "--token-stats": inputs["stats"],
+        "--settings": split_json("scaling", settings, "results"),
+        "--runtime": split_json("scaling", settings, "runtime"),
+        "--cpu-slots": world,
+        "--out-json": out,
+        "--out-model": folder / f"{name}.pt",
+    }
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    command = [*launcher, f"--nproc-per-node={world}", "-m", "gpuflow", "scaling-train"]
+    command += [str(word) for option in options.items() for word in option]
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
     if done.returncode != 0:

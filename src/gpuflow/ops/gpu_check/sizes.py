@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,6 @@ class CheckSizes:
     ssvae: dict[str, Any]
     scaling: dict[str, Any]
     sweep: dict[str, Any]
-    lock_jobs: int
 
 
 def full_sizes() -> CheckSizes:
@@ -69,7 +69,6 @@ def full_sizes() -> CheckSizes:
             "n_val": 1024,
         },
         sweep={"settings": sweep_settings(sweep), "seeds": 8},
-        lock_jobs=2,
     )
 
 
@@ -120,14 +119,12 @@ def tiny_sizes() -> CheckSizes:
             },
             "seeds": 3,
         },
-        lock_jobs=2,
     )
 
 
 def grid_runs(grid: dict[str, list[Any]]) -> int:
     """M2 runs of the SSVAE grid: fractions x corruption rates x alphas x seeds."""
-    sizes = [len(grid[k]) for k in ("fractions", "corruption_rates", "alphas", "seeds")]
-    return sizes[0] * sizes[1] * sizes[2] * sizes[3]
+    return math.prod(len(grid[k]) for k in ("fractions", "corruption_rates", "alphas", "seeds"))
 
 
 def sweep_settings(sweep: dict[str, Any]) -> dict[str, Any]:

@@ -126,11 +126,10 @@ def ssvae_rows(sizes_ssvae: dict[str, Any], device: torch.device, peak: float) -
     per_step = trainer.plan.labelled_batch + trainer.plan.unlabelled_batch
     timed_steps = s["steps"] - 1
     examples_per_run = trainer.plan.steps * per_step * s["epochs"]
-    rates = {
-        "one": per_step * timed_steps / one_seconds[0],
-        "sequential": per_step * timed_steps * len(seeds) / sum(one_seconds),
-        "stacked": per_step * timed_steps * len(seeds) / stacked_seconds,
-    }
+    timed = {"one": one_seconds[0], "sequential": sum(one_seconds), "stacked": stacked_seconds}
+    runs = {"one": 1, "sequential": len(seeds), "stacked": len(seeds)}
+    rates = {key: per_step * timed_steps * runs[key] / timed[key] for key in timed}
+    first_losses = {"one": sequential[0, :1], "sequential": sequential[0], "stacked": stacked[0]}
     deviation_one = max_relative_difference(sequential[:, 0], stacked[:, 0])
     deviation_all = max_relative_difference(sequential.ravel(), stacked.ravel())
     tolerance = (
@@ -163,16 +162,10 @@ def ssvae_rows(sizes_ssvae: dict[str, Any], device: torch.device, peak: float) -
                 unit="examples/s",
                 tflops=rates[key] * flops / 1e12,
                 peak_tflops=peak,
-                seconds=one_seconds[0]
-                if key == "one"
-                else sum(one_seconds)
-                if key == "sequential"
-                else stacked_seconds,
+                seconds=timed[key],
                 devices=[describe_device(device)],
                 extra={
-                    "first_step_loss": (stacked[0] if key == "stacked" else sequential[0]).tolist()[
-                        : 1 if key == "one" else None
-                    ],
+                    "first_step_loss": first_losses[key].tolist(),
                     "hidden": s["hidden"],
                     "latent": s["latent"],
                     "steps_per_epoch": trainer.plan.steps,
@@ -184,10 +177,7 @@ def ssvae_rows(sizes_ssvae: dict[str, Any], device: torch.device, peak: float) -
             )
         )
         if key != "sequential":
-            runs = 1 if key == "one" else len(seeds)
-            plan = trainer.plan
-            shape = ssvae_shape(
-                "m2", s["hidden"], s["latent"], runs, plan.unlabelled_batch, plan.labelled_batch
-            )
+            batches = (trainer.plan.unlabelled_batch, trainer.plan.labelled_batch)
+            shape = ssvae_shape("m2", s["hidden"], s["latent"], runs[key], *batches)
             rows[-1].rated("ssvae.m2.flop", shape)
     return rows

@@ -15,6 +15,7 @@ import torch
 
 from gpuflow.job.devices import describe_device
 from gpuflow.job.telemetry.sampler import Sampler
+from gpuflow.ops.gpu_check.peak import synchronize
 from gpuflow.ops.gpu_check.rows import CheckRow
 
 INTERVAL_S = 0.2
@@ -34,8 +35,7 @@ def _busy(device: torch.device, size: int) -> int:
     while time.perf_counter() < end:
         for _ in range(10):
             a = torch.tanh(a @ a)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+        synchronize(device)
         count += 10
     return count
 

@@ -110,11 +110,8 @@ def local_holder_alive(output: Path) -> float | None:
 
 
 def _failed_for(job: Job, failed: list[FailedJob]) -> FailedJob | None:
-    outputs = set(job.output)
-    for report in reversed(failed):
-        if report.rule == job.rule and outputs & set(report.output):
-            return report
-    return None
+    ours = (r for r in reversed(failed) if r.rule == job.rule and set(job.output) & set(r.output))
+    return next(ours, None)
 
 
 def recorded_failure(outputs: list[Path], seen: Seen) -> str | None:
@@ -164,7 +161,7 @@ KILLED = "failed (killed: its job record was never ended)"
 def classify(job: Job, seen: Seen) -> JobStatus:
     """The state of one job (see the module docstring for the order of the checks)."""
     root = seen.directory
-    paths = [Path(o) if os.path.isabs(o) else root / o for o in job.output]
+    paths = [root / o for o in job.output]
     marker = next((seen.markers[o] for o in job.output if o in seen.markers), None)
     slurm = seen.slurm.get(job_comment(job.rule, job.wildcards.values()))
     status = JobStatus(job, "todo", family_of(job.rule), slurm=slurm)
@@ -221,13 +218,9 @@ def last_error_line(paths: list[str], directory: str | Path) -> tuple[str | None
     line naming an error, else its last line) of the first readable log: a launcher's traceback
     after the step's own line (torchrun's SignalException on a scancel) does not hide it."""
     for name in paths:
-        path = Path(name) if os.path.isabs(name) else Path(directory) / name
         try:
-            lines = [
-                line.strip()
-                for line in path.read_text(encoding="utf-8", errors="replace").splitlines()
-                if line.strip()
-            ]
+            text = (Path(directory) / name).read_text(encoding="utf-8", errors="replace")
+            lines = [line.strip() for line in text.splitlines() if line.strip()]
         except OSError:
             continue
         own = [line for line in lines if GPUFLOW_ERROR.search(line)]
@@ -265,7 +258,7 @@ def telemetry_gpu_hours(record: dict[str, Any]) -> float | None:
     return float(gpu["gpu_hours"]) if gpu.get("count") else None
 
 
-def account(status: JobStatus, seen: Seen, planned: Planned, expected: Expected) -> None:
+def account(status: JobStatus, seen: Seen, expected: Expected) -> None:
     """Progress of a running job; GPU-hours spent; job-hours and GPU-hours still expected.
 
     Spent: a finished job's record, else GPUs x its wall time (job_hours), plus GPUs x the
@@ -303,6 +296,6 @@ def collect(planned: Planned, seen: Seen, expected: Expected) -> list[JobStatus]
         if not job.output:
             continue
         status = classify(job, seen)
-        account(status, seen, planned, expected)
+        account(status, seen, expected)
         statuses.append(status)
     return statuses

@@ -9,7 +9,6 @@ step's output changes nothing here. Units already done when a resumed attempt st
 
 from __future__ import annotations
 
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -72,9 +71,5 @@ def job_progress(job: Job, directory: str | Path) -> Progress | None:
     Any of its outputs may be the one that names its job files (a step takes its outputs in
     argument order), so each is tried.
     """
-    root = Path(directory)
-    for output in job.output:
-        found = from_progress_file(Path(output) if os.path.isabs(output) else root / output)
-        if found is not None:
-            return found
-    return None
+    found = (from_progress_file(Path(directory) / output) for output in job.output)
+    return next((progress for progress in found if progress is not None), None)

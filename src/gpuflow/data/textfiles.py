@@ -20,10 +20,9 @@ def read_text_file(path: str | Path) -> pd.DataFrame:
     The index holds each record's row number: the line for JSONL, the data row (header = row 0)
     for CSV and TSV. A UTF-8 byte-order mark at the start is ignored.
 
-    CSV and TSV are read strictly (gpuflow.data.delimited.records): a CSV field may be quoted to
-    hold commas, line breaks and "" for a quote; TSV has no quoting (the text/tab-separated-values
-    convention), so a field cannot hold a tab or a line break. The header's column names must be
-    non-empty and unique. In JSONL a key a record lacks reads as None, like a JSON null.
+    CSV and TSV are read strictly (gpuflow.data.delimited.records: TSV has no quoting); the
+    header's column names must be non-empty and unique. In JSONL a key a record lacks reads as
+    None, like a JSON null.
     """
     file = Path(path)
     if not file.is_file():

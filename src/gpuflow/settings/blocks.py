@@ -204,8 +204,7 @@ def block_settings(family: str, block: tuple[str, ...], text: str) -> dict[str, 
     Keys left out take the schema's defaults; a bad value or an unknown key names its dotted key.
     """
     key = ".".join((family, *block))
-    values: dict[str, Any] = _parse(text, key)
-    nested = values
+    nested = _parse(text, key)
     for name in reversed(block):
         nested = {name: nested}
     defaulted(nested, family)

@@ -175,14 +175,10 @@ def lookup(config: dict[str, Any], path: str) -> dict[str, Any]:
     for part in path.split("."):
         step: dict[str, Any] = {}
         for label, node in found.items():
-            if not isinstance(node, dict):
-                continue
-            if part != ANY_NAME:
-                if part in node:
-                    step[label] = node[part]
-                continue
-            for name, value in node.items():
-                step[f"{label}{name}"] = value
+            if isinstance(node, dict) and part == ANY_NAME:
+                step.update({f"{label}{name}": value for name, value in node.items()})
+            elif isinstance(node, dict) and part in node:
+                step[label] = node[part]
         found = step
     return found
 

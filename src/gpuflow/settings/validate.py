@@ -117,11 +117,7 @@ def config_error(error: jsonschema.ValidationError) -> ConfigError:
     if error.validator == "additionalProperties":
         allowed = sorted(error.schema.get("properties", {}))
         return ConfigError(key, error.message, f"one of the known keys {allowed}")
-    return ConfigError(key, error.message, _one_line(expected) if expected else None)
-
-
-def _one_line(text: str) -> str:
-    return " ".join(str(text).split())
+    return ConfigError(key, error.message, " ".join(str(expected).split()) if expected else None)
 
 
 def load_config(*paths: str | Path) -> dict[str, Any]:

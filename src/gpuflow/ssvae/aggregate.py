@@ -64,19 +64,17 @@ def run_row(path: str | Path, metrics: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def curve_rows(metrics: dict[str, Any]) -> list[dict[str, Any]]:
-    """One row per evaluated epoch of one run: test (and validation) accuracy."""
-    run = {key: metrics[key] for key in ("model", "frac", "n_labelled", "corrupt", "alpha", "seed")}
-    return [
-        {**run, "epoch": point["epoch"], **{k: point[k] for k in CURVE if k in point}}
-        for point in metrics["curve"]
-        if "test_accuracy" in point
-    ]
-
-
 def tidy_curves(metrics: dict[str, dict[str, Any]]) -> pd.DataFrame:
-    """The evaluated epochs of all runs (their metrics by path)."""
-    return pd.DataFrame([row for run in metrics.values() for row in curve_rows(run)])
+    """One row per evaluated epoch of all runs (by path): test (and validation) accuracy."""
+    rows = []
+    for run in metrics.values():
+        ids = {key: run[key] for key in ("model", "frac", "n_labelled", "corrupt", "alpha", "seed")}
+        rows += [
+            {**ids, "epoch": point["epoch"], **{k: point[k] for k in CURVE if k in point}}
+            for point in run["curve"]
+            if "test_accuracy" in point
+        ]
+    return pd.DataFrame(rows)
 
 
 def tidy_runs(metrics: dict[str, dict[str, Any]]) -> pd.DataFrame:

@@ -124,6 +124,7 @@ class Batches:
                 "persistent_workers": persistent_workers and num_workers > 0,
             }
         self._loader: DataLoader | None = None
+        # The DataLoader's sampler: the current epoch's step keys, replaced in place each epoch.
         self._steps: list[dict[str, torch.Tensor]] = []
 
     def epoch(
@@ -135,26 +136,13 @@ class Batches:
             for step in range(plan.steps):
                 yield _gather(self.images, _step(on_device, plan, step))
             return
-        self._steps = [_step(indices, plan, step) for step in range(plan.steps)]
+        self._steps[:] = [_step(indices, plan, step) for step in range(plan.steps)]
         if self._loader is None:
             self._loader = DataLoader(
                 _StepDataset(self.images),
                 batch_size=None,
-                sampler=_ListSampler(self),
+                sampler=self._steps,
                 **self.loader_options,
             )
         for batch in self._loader:
             yield {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
-
-
-class _ListSampler:
-    """Hands the DataLoader the current epoch's step keys (re-read at every epoch)."""
-
-    def __init__(self, owner: Batches):
-        self.owner = owner
-
-    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
-        return iter(self.owner._steps)
-
-    def __len__(self) -> int:
-        return len(self.owner._steps)

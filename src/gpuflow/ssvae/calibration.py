@@ -45,7 +45,7 @@ def step_trial(need: Need) -> Trial:
     hidden, latent = ssvae["model"]["hidden"], ssvae["model"]["latent"]
     labelled = max(10, labelled)
     n_train = labelled + train["batch_size"] * STEPS  # an epoch of STEPS steps
-    runs = runs_per_job(ssvae) if model == "m2" else len(ssvae["grid"]["seeds"])
+    runs = runs_per_job(ssvae, model)
     fraction = labelled / n_train
     stack = [Run(model, fraction, 0.0, 1.0 if model == "m2" else None, s) for s in range(runs)]
     trainer = StackTrainer(stack, synthetic_data(n_train), settings, [torch.device(need.device)])

@@ -114,10 +114,8 @@ def load_idx_mnist(folder: str | Path) -> dict[str, np.ndarray]:
             )
         if labels.max(initial=0) >= N_CLASSES:
             raise DataError(files[f"y_{split}"], f"label {labels.max()}", expected="0-9")
-    return {
-        key: (value.astype(np.int64) if key.startswith("y") else value)
-        for key, value in arrays.items()
-    }
+        arrays[f"y_{split}"] = labels.astype(np.int64)
+    return arrays
 
 
 def split_embedded(test_fraction: float, seed: int) -> dict[str, np.ndarray]:
@@ -130,10 +128,8 @@ def split_embedded(test_fraction: float, seed: int) -> dict[str, np.ndarray]:
         n_test = round(test_fraction * len(members))
         test.append(members[:n_test])
         train.append(members[n_test:])
-    train_idx, test_idx = (
-        rng.permutation(np.concatenate(train)),
-        rng.permutation(np.concatenate(test)),
-    )
+    train_idx = rng.permutation(np.concatenate(train))
+    test_idx = rng.permutation(np.concatenate(test))
     return {
         "x_train": images[train_idx],
         "y_train": labels[train_idx].astype(np.int64),

@@ -188,8 +188,6 @@ class StackedM2(nn.Module):
             "labelled": self.bound_weight * labelled["neg_elbo"] + self.alpha * labelled["ce"],
             "unlabelled": unlabelled["neg_bound"],
             "ce": labelled["ce"],
-            "recon_l": labelled["recon"],
-            "kl_l": labelled["kl"],
         }
 
     def labelled_terms(

@@ -220,16 +220,15 @@ class StackTrainer:
         return self.epoch
 
     # --- training ------------------------------------------------------------------------
-    def _noise(self, *shape: int) -> torch.Tensor:
-        return torch.stack(
-            [torch.randn(shape, generator=g, device=self.device) for g in self.noise_rng]
-        )
+    def _noise(self, rng: list[torch.Generator], *shape: int) -> torch.Tensor:
+        """[R, *shape] standard normal noise, run r's drawn from rng[r]."""
+        return torch.stack([torch.randn(shape, generator=g, device=self.device) for g in rng])
 
     def step_noise(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(eps_l, eps_u): the noise of one M2 step, [R, labelled, latent] and
         [R, unlabelled, 10, latent], drawn from the runs' noise streams."""
-        eps_l = self._noise(self.plan.labelled_batch, self.latent)
-        return eps_l, self._noise(self.plan.unlabelled_batch, 10, self.latent)
+        eps_l = self._noise(self.noise_rng, self.plan.labelled_batch, self.latent)
+        return eps_l, self._noise(self.noise_rng, self.plan.unlabelled_batch, 10, self.latent)
 
     def train_step(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """One Adam step of every run; returns [4, R] loss, labelled, unlabelled, CE (detached).
@@ -261,47 +260,44 @@ class StackTrainer:
             mark = time.perf_counter()
         means = (sums / self.plan.steps).cpu().numpy()
         self.epoch += 1
-        return dict(
-            zip(
-                ("train_loss", "train_labelled", "train_unlabelled", "train_ce"), means, strict=True
-            )
-        )
+        names = ("train_loss", "train_labelled", "train_unlabelled", "train_ce")
+        return dict(zip(names, means, strict=True))
+
+    def _accuracy(self, images: torch.Tensor, labels: torch.Tensor) -> np.ndarray:
+        """[R] share of `images` [N, D] whose `labels` [N] each run's classifier predicts."""
+        classifier = self.model.classifier if self.m2 else self.model
+        correct = torch.zeros(len(self.runs), device=self.device)
+        size = self.train_config["eval_batch_size"]
+        for start in range(0, len(labels), size):
+            x = images[start : start + size].expand(len(self.runs), -1, -1)
+            correct += (classifier.logits(x).argmax(-1) == labels[start : start + size]).sum(1)
+        return (correct / len(labels)).cpu().numpy()
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, np.ndarray]:
         """Test accuracy per run; for M2 also the test ELBO terms (one seeded z sample)."""
         self.model.eval()
+        out = {"test_accuracy": self._accuracy(self.x_test, self.y_test)}
+        if not self.m2:
+            return out
         runs, n_test = len(self.runs), len(self.y_test)
         rng = generators([r.seed for r in self.runs], EVAL_STREAM, self.device)
+        # drawn for the whole test set, so the batch size cannot change a sample
+        noise_l = self._noise(rng, n_test, self.latent)
+        noise_u = self._noise(rng, n_test, 10, self.latent)
         keys = ("labelled_neg_elbo", "recon", "kl", "unlabelled_neg_bound")
         sums = {key: torch.zeros(runs, device=self.device) for key in keys}
-        correct = torch.zeros(runs, device=self.device)
         size = self.train_config["eval_batch_size"]
-        classifier = self.model.classifier if self.m2 else self.model
-        if self.m2:  # drawn for the whole test set, so the batch size cannot change a sample
-            noise_l = torch.stack(
-                [torch.randn(n_test, self.latent, generator=g, device=self.device) for g in rng]
-            )
-            noise_u = torch.stack(
-                [torch.randn(n_test, 10, self.latent, generator=g, device=self.device) for g in rng]
-            )
         for start in range(0, n_test, size):
             x = self.x_test[start : start + size].expand(runs, -1, -1)
             y = self.y_test[start : start + size].expand(runs, -1)
-            correct += (classifier.logits(x).argmax(-1) == y).sum(1)
-            if self.m2:
-                eps_l = noise_l[:, start : start + size]
-                eps_u = noise_u[:, start : start + size]
-                lab = self.model.labelled_terms(x, y, eps_l)
-                sums["labelled_neg_elbo"] += lab["neg_elbo"].sum(1)
-                sums["recon"] += lab["recon"].sum(1)
-                sums["kl"] += lab["kl"].sum(1)
-                sums["unlabelled_neg_bound"] += self.model.unlabelled_terms(x, eps_u)[
-                    "neg_bound"
-                ].sum(1)
-        out = {"test_accuracy": (correct / n_test).cpu().numpy()}
-        if self.m2:
-            out.update({f"test_{k}": (v / n_test).cpu().numpy() for k, v in sums.items()})
+            lab = self.model.labelled_terms(x, y, noise_l[:, start : start + size])
+            unlab = self.model.unlabelled_terms(x, noise_u[:, start : start + size])
+            sums["labelled_neg_elbo"] += lab["neg_elbo"].sum(1)
+            sums["recon"] += lab["recon"].sum(1)
+            sums["kl"] += lab["kl"].sum(1)
+            sums["unlabelled_neg_bound"] += unlab["neg_bound"].sum(1)
+        out.update({f"test_{k}": (v / n_test).cpu().numpy() for k, v in sums.items()})
         return out
 
     @torch.no_grad()
@@ -310,15 +306,7 @@ class StackTrainer:
         if self.validation is None:
             return {}
         self.model.eval()
-        x_val, y_val = self.validation
-        classifier = self.model.classifier if self.m2 else self.model
-        correct = torch.zeros(len(self.runs), device=self.device)
-        size = self.train_config["eval_batch_size"]
-        for start in range(0, len(y_val), size):
-            x = x_val[start : start + size]
-            y = y_val[start : start + len(x)]
-            correct += (classifier.logits(x.expand(len(self.runs), -1, -1)).argmax(-1) == y).sum(1)
-        return {"val_accuracy": (correct / len(y_val)).cpu().numpy()}
+        return {"val_accuracy": self._accuracy(*self.validation)}
 
     def examples_per_epoch(self) -> int:
         """Examples one run processes per epoch (labelled + unlabelled)."""

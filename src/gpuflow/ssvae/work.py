@@ -69,9 +69,7 @@ def job_work(
     runs: int,
 ) -> Work:
     """The work of `runs` stacked runs of `model` ('m2' or 'baseline') with `n_labelled` labels
-    of `n_sizes` (train, validation, test) examples; `settings` holds config['ssvae']'s model
-    (hidden, latent) and train blocks (epochs, batch_size, labelled_batch_size,
-    eval_frequency)."""
+    of `n_sizes` (train, validation, test) examples; `settings`: config['ssvae'] (model, train)."""
     n_train, n_val, n_test = n_sizes
     hidden, latent = settings["model"]["hidden"], settings["model"]["latent"]
     train = settings["train"]
@@ -117,9 +115,10 @@ def job_work(
     )
 
 
-def runs_per_job(ssvae: dict[str, Any]) -> int:
-    """Runs one job stacks: every seed (stack: seeds), else one."""
-    return len(ssvae["grid"]["seeds"]) if ssvae["train"]["stack"] == "seeds" else 1
+def runs_per_job(ssvae: dict[str, Any], model: str) -> int:
+    """Runs one job of `model` stacks: every seed (baseline; M2 with stack: seeds), else one."""
+    stacked = model == "baseline" or ssvae["train"]["stack"] == "seeds"
+    return len(ssvae["grid"]["seeds"]) if stacked else 1
 
 
 def planned(model: str):
@@ -130,9 +129,8 @@ def planned(model: str):
         sizes = data_sizes(ssvae["data"])
         if sizes is None:
             return None
-        runs = runs_per_job(ssvae) if model == "m2" else len(ssvae["grid"]["seeds"])
         n_labelled = round(float(wildcards["frac"]) * sizes[0])
-        return job_work(model, sizes, n_labelled, ssvae, runs)
+        return job_work(model, sizes, n_labelled, ssvae, runs_per_job(ssvae, model))
 
     return work
 

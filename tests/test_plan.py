@@ -416,22 +416,47 @@ def test_the_plan_shows_what_earlier_jobs_of_a_rule_used_and_flags_low_use(run_g
     assert rows["probe_cpu"]["telemetry"]["jobs_measured"] == 0
 
 
-def test_the_paper_plan_on_slurm_fits_the_example_site_and_imports_no_torch(tmp_path):
-    """The plan stays as quick as a dry run: the placement line alone would import torch. Every
-    job of the paper config fits a partition of the example site file."""
+def paper_plan(hf_home: Path) -> str:
+    """`gpuflow plan` of config/paper.yaml under the SLURM profile, in-process, and whether it
+    imported torch (its last line)."""
     code = (
         "import sys; from gpuflow.cli import main; "
         "main(['plan', '--profile', 'profiles/slurm', '--configfile', 'config/paper.yaml']); "
         "print('torch imported:', 'torch' in sys.modules)"
     )
-    env = {**workflow_env(), "HF_HOME": str(tmp_path)}  # an empty Hugging Face cache
+    env = {**workflow_env(), "HF_HOME": str(hf_home)}  # an empty Hugging Face cache
     result = subprocess.run(
         [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "Perplexity placement: auto: model 'gpt2-large' is not readable here" in result.stdout
-    assert "ask for more than any partition" not in result.stdout
-    assert result.stdout.rstrip().endswith("torch imported: False")
+    return result.stdout
+
+
+def test_the_paper_plan_on_slurm_fits_the_example_site_and_imports_no_torch(tmp_path):
+    """The plan stays as quick as a dry run: the placement line alone would import torch. Every
+    job of the paper config fits a partition of the example site file."""
+    out = paper_plan(tmp_path)
+    assert "Perplexity placement: auto: model 'gpt2-large' is not readable here" in out
+    assert "ask for more than any partition" not in out
+    assert out.rstrip().endswith("torch imported: False")
+
+
+def test_a_rule_whose_inputs_are_not_here_names_them_as_the_reason_for_its_limit(tmp_path):
+    """Work is counted from a job's inputs: where the paper's texts, model and data are not on
+    this machine, the plan falls back to the limit (`r`) and names what is missing."""
+    out = paper_plan(tmp_path)
+    block = out.split("\nSources:\n", 1)[1].split("\n\n", 1)[0]
+    sources: dict[str, str] = {}
+    for line in block.splitlines():  # each rule's source first, then notes on its benchmarks
+        rule, _, source = line.partition(": ")
+        sources.setdefault(rule, source)
+    perplexity = "r (not here: data/fluency/generations.csv, model 'gpt2-large')"
+    assert sources["fluency_perplexity"] == perplexity
+    assert sources["fluency_toxicity"] == "r (not here: data/fluency/generations.csv)"
+    assert sources["scaling_train"] == (
+        "r (not here: data/scaling/aclImdb;"
+        " not here: data/scaling/ag_news/train.csv, data/scaling/ag_news/test.csv)"
+    )
 
 
 def test_a_run_in_another_folder_reads_the_workflow_s_site_file(tmp_path):

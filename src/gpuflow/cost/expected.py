@@ -21,8 +21,8 @@ from typing import Any
 
 from gpuflow.cost.predict import Missing, Prediction, from_benchmarks, predict
 from gpuflow.cost.rates import RateBook, books
-from gpuflow.cost.rules import has_work_model, params_fix_work, planned_work
-from gpuflow.cost.work import STARTUP, Work
+from gpuflow.cost.rules import counted_work, has_work_model, params_fix_work
+from gpuflow.cost.work import STARTUP, NotHere, Work
 from gpuflow.errors import GpuflowError
 from gpuflow.ops.snakemake_adapter import Dag, DagJob
 from gpuflow.ops.timings import measured
@@ -106,7 +106,10 @@ class Expected:
         key = (job.rule, tuple(sorted(job.wildcards.items())))
         if key not in self.works:
             try:
-                self.works[key] = planned_work(job.rule, self.dag.config, job.wildcards)
+                self.works[key] = counted_work(job.rule, self.dag.config, job.wildcards)
+            except NotHere as error:
+                self.reasons[job.rule] = str(error)
+                self.works[key] = None
             except (GpuflowError, OSError) as error:
                 self.reasons[job.rule] = f"its work could not be counted: {error}"
                 self.works[key] = None

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from functools import cache
 from typing import Any
 
-from gpuflow.cost.work import Work
+from gpuflow.cost.work import NotHere, Work
 from gpuflow.registry import family_modules
 
 Planned = Callable[[dict[str, Any], dict[str, str]], "Work | None"]
@@ -28,7 +28,15 @@ def registry() -> tuple[dict[str, Planned], dict[str, Done]]:
 
 def planned_work(rule: str, config: dict[str, Any], wildcards: dict[str, str]) -> Work | None:
     """The work a job of `rule` will do; None where the rule has no work model or its inputs
-    (data files, model) are not on this machine."""
+    (data files, model) are not on this machine (counted_work names them)."""
+    try:
+        return counted_work(rule, config, wildcards)
+    except NotHere:
+        return None
+
+
+def counted_work(rule: str, config: dict[str, Any], wildcards: dict[str, str]) -> Work | None:
+    """planned_work, raising NotHere where a family names the inputs that are not here."""
     function = registry()[0].get(rule)
     return function(config, wildcards) if function else None
 

@@ -12,8 +12,18 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from gpuflow.errors import GpuflowError
+
 # A process start: Python, gpuflow's command line and the imports its shape names.
 STARTUP = "startup"
+
+
+class NotHere(GpuflowError):
+    """A job's work cannot be counted here: the inputs it is counted from (`missing`: files, a
+    model) are not on this machine."""
+
+    def __init__(self, missing: list[str]):
+        super().__init__(f"not here: {', '.join(missing)}")
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from gpuflow.cost.calibrate import Need, Trial, texts_trial
+from gpuflow.cost.work import NotHere
 from gpuflow.fluency.work import DTYPE_BYTES, LM, embedded_lm, folder_lm, shard_texts
 
 TRIAL_S = 0.4  # aim of one scoring trial
@@ -24,14 +25,11 @@ BOS = 0
 
 def planned_lm(fluency: dict[str, Any], shard: int) -> tuple[LM, list[int]]:
     """The LM a job scores with and the token counts of its shard's texts."""
-    found = shard_texts(fluency, shard)
-    if found is None:
-        raise FileNotFoundError("the texts files of fluency.texts are not here")
-    texts, originals = found
+    texts, originals = shard_texts(fluency, shard)
     path = fluency["lm"]["path"]
     lm = folder_lm(path) if path else embedded_lm(fluency["lm"]["train"], originals)
     if lm is None:
-        raise FileNotFoundError(f"model {path!r} is not readable here")
+        raise NotHere([f"model {path!r}"])
     return lm, lm.token_counts(texts)
 
 
@@ -165,10 +163,7 @@ def toxicity_trial(need: Need) -> Trial | None:
     fluency = need.config["fluency"]
     if fluency["toxicity"]["scorer"] != "profanity-check":
         return None
-    found = shard_texts(fluency, int(need.wildcards["shard"]))
-    if found is None:
-        raise FileNotFoundError("the texts files of fluency.texts are not here")
-    texts = found[0][:200]
+    texts = shard_texts(fluency, int(need.wildcards["shard"]))[0][:200]
     score, _ = profanity_scorer()
     score(texts[:8])
     return texts_trial(need, texts, f"scoring {len(texts)} texts", lambda: score(texts))

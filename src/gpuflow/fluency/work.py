@@ -18,7 +18,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from gpuflow.cost.work import Term, Work, count, startup
+from gpuflow.cost.work import NotHere, Term, Work, count, startup
 from gpuflow.data.modelref import cached_snapshot
 from gpuflow.fluency.ppl_segments import windows
 
@@ -149,11 +149,18 @@ def _texts(texts_json: str, shards: int) -> tuple[tuple[tuple[str, ...], ...], t
     return dealt, tuple(originals)
 
 
-def shard_texts(fluency: dict[str, Any], shard: int) -> tuple[list[str], tuple[str, ...]] | None:
-    """The texts of one shard and the scored originals; None where the text files are absent."""
+def missing_texts(fluency: dict[str, Any]) -> list[str]:
+    """The text files of fluency.texts that are not on this machine."""
     texts = fluency["texts"]
-    if texts["source"] == "files" and not all(Path(f).is_file() for f in texts["files"]):
-        return None
+    files = texts["files"] if texts["source"] == "files" else []
+    return [name for name in files if not Path(name).is_file()]
+
+
+def shard_texts(fluency: dict[str, Any], shard: int) -> tuple[list[str], tuple[str, ...]]:
+    """The texts of one shard and the scored originals (NotHere where text files are absent)."""
+    texts = fluency["texts"]
+    if missing := missing_texts(fluency):
+        raise NotHere(missing)
     dealt, originals = _texts(json.dumps(texts, sort_keys=True), fluency["perplexity"]["shards"])
     return list(dealt[shard]), originals
 
@@ -192,17 +199,16 @@ def scoring_work(
     )
 
 
-def perplexity(config: dict[str, Any], wildcards: dict[str, str]) -> Work | None:
+def perplexity(config: dict[str, Any], wildcards: dict[str, str]) -> Work:
     """The work of one perplexity shard."""
     fluency = config["fluency"]
-    found = shard_texts(fluency, int(wildcards["shard"]))
-    if found is None:
-        return None
-    texts, originals = found
     path = fluency["lm"]["path"]
-    lm = folder_lm(path) if path else embedded_lm(fluency["lm"]["train"], originals)
-    if lm is None:
-        return None
+    lm = folder_lm(path) if path else None
+    unreadable = [f"model {path!r}"] if path and lm is None else []
+    if missing := missing_texts(fluency) + unreadable:
+        raise NotHere(missing)
+    texts, originals = shard_texts(fluency, int(wildcards["shard"]))
+    lm = lm or embedded_lm(fluency["lm"]["train"], originals)
     dtype = fluency["perplexity"]["dtype"]
     return scoring_work(
         lm,
@@ -225,22 +231,19 @@ def toxicity_work(scorer: str, texts: list[str]) -> Work:
     )
 
 
-def toxicity(config: dict[str, Any], wildcards: dict[str, str]) -> Work | None:
+def toxicity(config: dict[str, Any], wildcards: dict[str, str]) -> Work:
     """The work of one toxicity shard."""
     fluency = config["fluency"]
-    found = shard_texts(fluency, int(wildcards["shard"]))
-    return None if found is None else toxicity_work(fluency["toxicity"]["scorer"], found[0])
+    texts = shard_texts(fluency, int(wildcards["shard"]))[0]
+    return toxicity_work(fluency["toxicity"]["scorer"], texts)
 
 
-def train_lm(config: dict[str, Any], wildcards: dict[str, str]) -> Work | None:
+def train_lm(config: dict[str, Any], wildcards: dict[str, str]) -> Work:
     """The work of training the embedded LM: its tokenizer, then steps x batch x context tokens
     at 6 x parameters FLOP each."""
     fluency = config["fluency"]
-    found = shard_texts(fluency, 0)
-    if found is None:
-        return None
     train = fluency["lm"]["train"]
-    lm = embedded_lm(train, found[1])
+    lm = embedded_lm(train, shard_texts(fluency, 0)[1])
     tokens = train["steps"] * train["batch_size"] * lm.context
     return Work(
         (

@@ -16,7 +16,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from gpuflow.cost.work import Term, Work, count, startup
+from gpuflow.cost.work import NotHere, Term, Work, count, startup
 from gpuflow.scaling.layout import batch_plan, process_threads
 
 STATE_COPIES = 3  # weights, AdamW's two moments
@@ -79,9 +79,18 @@ def planned_tokens(chosen: dict[str, Any]) -> Tokens:
     )
 
 
-def data_here(data: dict[str, Any]) -> bool:
-    """Whether the configuration's data can be read here (embedded, or its files exist)."""
-    return data["source"] == "embedded" or bool(data.get("path") and Path(data["path"]).exists())
+def check_data_here(data: dict[str, Any]) -> None:
+    """NotHere naming a configuration's data files where they are not on this machine."""
+    if data["source"] == "embedded":
+        return
+    wanted = [data.get("path") or "", data.get("val_path")]
+    missing = [
+        path or "no data path"
+        for path in wanted
+        if path is not None and not (path and Path(path).exists())
+    ]
+    if missing:
+        raise NotHere(missing)
 
 
 @dataclass(frozen=True)
@@ -195,8 +204,7 @@ def train(config: dict[str, Any], wildcards: dict[str, str]) -> Work | None:
     scaling = config["scaling"]
     name = wildcards["cfg"]
     chosen = scaling["configurations"][name]
-    if not data_here(chosen["data"]):
-        return None
+    check_data_here(chosen["data"])
     world = int(wildcards.get("world") or 0)
     nodes = int(wildcards.get("nodes", 1))
     if not world:
@@ -210,8 +218,7 @@ def baseline(config: dict[str, Any], wildcards: dict[str, str]) -> Work | None:
     """The work of one scaling_baseline job: TF-IDF and a linear classifier on the train split."""
     scaling = config["scaling"]
     chosen = scaling["configurations"][wildcards["cfg"]]
-    if not data_here(chosen["data"]):
-        return None
+    check_data_here(chosen["data"])
     from gpuflow.scaling.data import build_splits
 
     train_split, val, _ = build_splits(chosen["data"])

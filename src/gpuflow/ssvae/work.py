@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from gpuflow.cost.work import Term, Work, count, startup
+from gpuflow.cost.work import NotHere, Term, Work, count, startup
 from gpuflow.ssvae.flops import (
     classifier_flops,
     classifier_parameters,
@@ -124,11 +124,11 @@ def runs_per_job(ssvae: dict[str, Any], model: str) -> int:
 def planned(model: str):
     """The work function of the rule training `model`: (config, wildcards) -> Work or None."""
 
-    def work(config: dict[str, Any], wildcards: dict[str, str]) -> Work | None:
+    def work(config: dict[str, Any], wildcards: dict[str, str]) -> Work:
         ssvae = config["ssvae"]
         sizes = data_sizes(ssvae["data"])
         if sizes is None:
-            return None
+            raise NotHere([f"MNIST IDX files in {ssvae['data']['path'] or '.'}"])
         n_labelled = round(float(wildcards["frac"]) * sizes[0])
         return job_work(model, sizes, n_labelled, ssvae, runs_per_job(ssvae, model))
 

@@ -26,7 +26,7 @@ export PATH := $(BIN):$(PATH)
 # The tiny configs in .test/<name>/config.yaml (the tests use them) are linted and dry-run too.
 TEST_CONFIGS := $(wildcard .test/*/config.yaml)
 
-.PHONY: run test lint dry-runs config-doc gpu-check install wheelhouse clean
+.PHONY: run test lint dry-runs config-doc gpu-check gpu-pilot install wheelhouse clean
 
 install: $(STAMP)
 
@@ -68,6 +68,13 @@ test: $(STAMP)
 # Every CUDA path at paper sizes against references (tiny sizes on CPU): results/gpu_check.json.
 gpu-check: $(STAMP)
 	gpuflow gpu-check --out results/gpu_check.json --record-dir benchmarks/records $(GPU_CHECK)
+
+# On a GPU node: calibrate the node, plan one job per GPU family at paper sizes (config/pilot.yaml),
+# run them and print predicted against measured; the rates and the comparison go to
+# benchmarks/records/ (about 6 minutes on one H100).
+gpu-pilot: $(STAMP)
+	python benchmarks/plan_accuracy.py --configfile config/pilot.yaml --folder results/pilot \
+		--cores $(CORES) --save-records
 
 lint: $(STAMP)
 	ruff check .

@@ -1,13 +1,18 @@
 """Predictions that hold: each job's expected time from `gpuflow plan` against the time it took.
 
 Usage: python benchmarks/plan_accuracy.py [--folder DIR] [--cores 2] [--skip-run]
+                                          [--configfile FILE ...] [--save-records]
 
-1. This CPU, the embedded default, in a fresh folder: `gpuflow calibrate` (into the folder's own
-   records, so nothing measured earlier is used), the plan's expected time of every job (read
-   in-process: work model x the calibrated rates, `w`), then the whole run (`snakemake --cores
-   2`, as `make run`), then every job's benchmark file against its prediction. Per rule: the
-   median of predicted / actual over its jobs, with its range; goal: each family's main rules
-   within +-35%. Beside it the baseline, the plan before this change: the rule's runtime limit.
+1. This machine, the embedded default (or it with --configfile's files merged over it), in a
+   fresh folder: `gpuflow calibrate` (into the folder's own records, so nothing measured
+   earlier is used), the plan's expected time of every job (read in-process: work model x the
+   calibrated rates, `w`), then the whole run (`snakemake --cores 2`, as `make run`; with
+   `--resources gpu=N` where this machine has N GPUs), then every job's benchmark file against
+   its prediction. Per rule: the median of predicted / actual over its jobs, with its range;
+   goal: each family's main rules within +-35%. Beside it the baseline, the plan before this
+   change: the rule's runtime limit. On a GPU node, `make gpu-pilot` runs this with
+   config/pilot.yaml (one job per GPU family at the paper's model sizes) and --save-records:
+   the node's calibrated rates and this comparison go to benchmarks/records/.
 2. The H100, from the committed records: the Kingma M2 job (config/kingma.yaml at 100 labels,
    alpha 5000, 150 epochs: 248.9 s) and one paper grid point (100 labels, 75 epochs: 121.6 s)
    predicted from gpu-check's rates alone: the timings records, which hold these two jobs, are
@@ -19,6 +24,7 @@ Run from the repository root; part 1 takes about 7 minutes on 2 cores (calibrati
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import statistics
 import subprocess
@@ -26,10 +32,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from gpuflow.cost.expected import Expected
 from gpuflow.cost.predict import Prediction, predict
-from gpuflow.cost.rates import HOST_KINDS, RateBook, books
+from gpuflow.cost.rates import HOST_KINDS, RATES_SUFFIX, RateBook, books
 from gpuflow.cost.rules import planned_work
 from gpuflow.ops.plan import plan_jobs
 from gpuflow.ops.timings import benchmark_seconds
@@ -44,7 +51,7 @@ MAIN_RULES = {
     "scaling": ("scaling_train", "scaling_baseline"),
     "sweep": ("sweep_shard",),
 }
-CPU_GOAL, H100_GOAL = 0.35, 0.25
+GOAL, H100_GOAL = 0.35, 0.25
 
 
 def run(command: list[str], folder: Path) -> float:
@@ -55,29 +62,36 @@ def run(command: list[str], folder: Path) -> float:
     return time.perf_counter() - started
 
 
-def workflow_args(folder: Path) -> argparse.Namespace:
-    config = [str(REPO / "config" / "config.yaml")]
+def workflow_args(folder: Path, configs: list[str]) -> argparse.Namespace:
     return argparse.Namespace(
         directory=str(folder), profile=[], snakefile=str(REPO / "Snakefile"),
-        configfile=config, targets=[],
+        configfile=configs, targets=[],
     )  # fmt: skip
 
 
-def cpu_part(folder: Path, cores: int, skip_run: bool) -> bool:
-    """Calibrate, predict, run and compare; True where every main rule met the goal."""
+def this_machine(
+    folder: Path, cores: int, skip_run: bool, overlays: list[str]
+) -> tuple[bool, dict[str, Any]]:
+    """Calibrate, predict, run and compare: (every main rule met the goal, rows by rule)."""
+    import torch
+
     records = folder / "records"
     options = ["--snakefile", str(REPO / "Snakefile"), "--directory", str(folder)]
-    config = ["--configfile", str(REPO / "config" / "config.yaml")]
+    configs = [str(REPO / "config" / "config.yaml"), *(str(Path(f).resolve()) for f in overlays)]
+    config = ["--configfile", *configs]
+    gpus = torch.cuda.device_count()
+    resources = ["--resources", f"gpu={gpus}"] if gpus else []
     if not skip_run:
         took = run(
             [str(BIN / "gpuflow"), "calibrate", *options, "--out", str(records), *config], folder
         )
         print(f"gpuflow calibrate: {took:.0f} s")
-    dag = plan_jobs(workflow_args(folder), every_job=True)
+    dag = plan_jobs(workflow_args(folder, configs), every_job=True)
     expected = Expected(dag, str(folder), str(records), own=False)  # as before the run
     predicted = {job.benchmark: (job, expected.predict(job)) for job in dag.jobs if job.benchmark}
     if not skip_run:
-        took = run([str(BIN / "snakemake"), *options, *config, "--cores", str(cores)], folder)
+        command = [str(BIN / "snakemake"), *options, *config, "--cores", str(cores), *resources]
+        took = run(command, folder)
         print(f"snakemake --cores {cores}: {took:.0f} s")
     by_rule: dict[str, list[tuple[float, float, float, str]]] = {}
     for path, (job, guess) in predicted.items():
@@ -100,7 +114,7 @@ def cpu_part(folder: Path, cores: int, skip_run: bool) -> bool:
             ratios = [guess / actual for guess, actual, _, _ in found]
             middle = statistics.median(ratios)
             old = statistics.median(limit / actual for _, actual, limit, _ in found)
-            met = abs(middle - 1) <= CPU_GOAL
+            met = abs(middle - 1) <= GOAL
             ok &= met
             sources = "/".join(sorted({s for *_, s in found}))
             rows[rule] = {
@@ -118,7 +132,7 @@ def cpu_part(folder: Path, cores: int, skip_run: bool) -> bool:
             )
     if not by_rule:
         print("no job of the folder has a benchmark file: nothing to compare")
-        return False
+        return False, rows
     main = [
         found for rules in MAIN_RULES.values() for rule in rules for found in by_rule.get(rule, [])
     ]
@@ -127,19 +141,21 @@ def cpu_part(folder: Path, cores: int, skip_run: bool) -> bool:
     print(
         f"\nthe {len(main)} jobs of these rules: predicted {total:.0f} s, actual {spent:.0f} s"
         f" ({total / spent:.2f}x); the old plan's limits {limits:.0f} s ({limits / spent:.0f}x)."
-        f" Goal: each main rule's median within +-{CPU_GOAL:.0%}."
+        f" Goal: each main rule's median within +-{GOAL:.0%}."
     )
-    (folder / "plan_accuracy.json").write_text(json.dumps(rows, indent=2))
-    return ok
+    return ok, rows
 
 
-def h100_part(host_records: Path) -> bool:
-    """The two measured H100 jobs predicted from gpu-check's rates alone; then, as a diagnosis,
-    with this machine's host rates (start-up, state writes: never measured on the H100) in place
-    of the missing ones."""
+def h100_part(host_records: Path) -> tuple[bool, list[dict[str, Any]]]:
+    """The two measured H100 jobs predicted from gpu-check's rates alone; then with the host
+    rates (start-up, state writes: never measured on the H100) this machine's calibration just
+    measured in place of the missing ones: a measurement of the H100's host only where this
+    machine is an H100 node. (goal met, a row per job)."""
     _, gpu = books(RECORDS, "h100", whole_jobs=False)
-    cpu, _ = books(host_records, whole_jobs=False)
-    host = RateBook(gpu.device, [*gpu.rates, *(r for r in cpu.rates if r.kind in HOST_KINDS)])
+    cpu, node = books(host_records, whole_jobs=False)
+    measured = node if node.device else cpu  # a GPU node's calibration is named by its GPU
+    hosted = [rate for rate in measured.rates if rate.kind in HOST_KINDS]
+    host = RateBook(gpu.device, [*gpu.rates, *hosted])
     kingma = json.loads((RECORDS / "2026-11-26-nvidia-h100-80gb-hbm3-kingma.json").read_text())
     timings = json.loads((RECORDS / "2026-11-26-nvidia-h100-80gb-hbm3-timings.json").read_text())
     point = "results/ssvae/benchmarks/train/frac~0.002/corrupt~0.0/alpha~1.tsv"
@@ -165,7 +181,7 @@ def h100_part(host_records: Path) -> bool:
         ),
     ]
     print(f"\nH100 ({gpu.device}), from gpu-check's rates alone:")
-    ok = True
+    ok, rows = True, []
     for name, config, alpha, actual in jobs:
         work = planned_work(
             "ssvae_train", config, {"frac": "0.002", "corrupt": "0.0", "alpha": alpha}
@@ -183,14 +199,28 @@ def h100_part(host_records: Path) -> bool:
             f" ({'ok' if abs(error) <= H100_GOAL else 'MISS'}; goal +-{H100_GOAL:.0%})\n"
             f"    work: {terms}\n    rests on: {', '.join(guess.basis)}; {'; '.join(guess.notes)}"
         )
+        row = {"job": name, "measured_s": actual, "predicted_s": guess.seconds, "error": error}
         borrowed = predict(work, host)
         if isinstance(borrowed, Prediction) and borrowed.seconds != guess.seconds:
             print(
-                f"    with this machine's start-up and state-write rates in their place (not a"
-                f" measurement of the H100's host): {borrowed.seconds:.1f} s,"
-                f" {borrowed.seconds / actual - 1:+.1%}"
+                f"    with the start-up and state-write rates of {measured.device} in their place:"
+                f" {borrowed.seconds:.1f} s, {borrowed.seconds / actual - 1:+.1%}"
             )
-    return ok
+            row |= {"host_rates_of": measured.device, "with_host_rates_s": borrowed.seconds}
+        rows.append(row)
+    return ok, rows
+
+
+def save_records(folder: Path, summary: dict[str, Any]) -> None:
+    """Copy the calibration's rates record into benchmarks/records/ and write the comparison
+    beside it as <date>-<device>-pilot.json."""
+    import shutil
+
+    for rates in sorted((folder / "records").glob(f"*{RATES_SUFFIX}.json")):
+        shutil.copy2(rates, RECORDS / rates.name)
+        pilot = RECORDS / rates.name.replace(f"{RATES_SUFFIX}.json", "-pilot.json")
+        pilot.write_text(json.dumps(summary, indent=2) + "\n")
+        print(f"saved {RECORDS / rates.name} and {pilot}")
 
 
 def main() -> int:
@@ -200,13 +230,30 @@ def main() -> int:
     )
     parser.add_argument("--cores", type=int, default=2)
     parser.add_argument("--skip-run", action="store_true", help="compare a folder that ran already")
+    parser.add_argument(
+        "--configfile", nargs="*", default=[], help="config files merged over config/config.yaml"
+    )
+    parser.add_argument(
+        "--save-records",
+        action="store_true",
+        help="copy the calibrated rates and this comparison into benchmarks/records/",
+    )
     args = parser.parse_args()
     folder = Path(args.folder or tempfile.mkdtemp(prefix="plan-accuracy-"))
     folder.mkdir(parents=True, exist_ok=True)
     print(f"folder: {folder}")
-    cpu_ok = cpu_part(folder, args.cores, args.skip_run)
-    h100_ok = h100_part(folder / "records")
-    return 0 if cpu_ok and h100_ok else 1
+    machine_ok, rules = this_machine(folder, args.cores, args.skip_run, args.configfile)
+    h100_ok, h100 = h100_part(folder / "records")
+    summary = {
+        "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "configfiles": ["config/config.yaml", *args.configfile],
+        "rules": rules,
+        "h100_retrodiction": h100,
+    }
+    (folder / "plan_accuracy.json").write_text(json.dumps(summary, indent=2) + "\n")
+    if args.save_records:
+        save_records(folder, summary)
+    return 0 if machine_ok and h100_ok else 1
 
 
 if __name__ == "__main__":

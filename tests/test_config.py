@@ -39,6 +39,27 @@ def test_paper_scale_merges_over_the_default_and_is_valid():
     assert config["fluency"]["resources"]["fluency_perplexity"]["gpu"] == 4
 
 
+def test_the_gpu_pilot_runs_each_gpu_family_on_one_gpu_with_the_paper_s_models():
+    """`make gpu-pilot` checks the paper plan's predictions on a GPU node: its jobs are the
+    paper's models and precisions (less data and fewer epochs), each GPU rule on one GPU."""
+    base = REPO / "config" / "config.yaml"
+    pilot = load_config(base, REPO / "config" / "pilot.yaml")
+    paper = load_config(base, REPO / "config" / "paper.yaml")
+    lm = pilot["fluency"]["lm"]["train"]
+    assert (lm["n_layer"], lm["n_embd"], lm["n_head"], lm["n_positions"]) == (36, 1280, 20, 1024)
+    assert pilot["fluency"]["perplexity"]["dtype"] == paper["fluency"]["perplexity"]["dtype"]
+    assert pilot["ssvae"]["model"] == paper["ssvae"]["model"]
+    imdb = pilot["scaling"]["configurations"]["imdb"], paper["scaling"]["configurations"]["imdb"]
+    assert imdb[0]["model"] == imdb[1]["model"]
+    assert pilot["scaling"]["amp"] == paper["scaling"]["amp"]
+    assert pilot["sweep"]["gnc"] == paper["sweep"]["gnc"]
+    devices = [pilot[f]["device"] for f in ("fluency", "scaling", "sweep")]
+    assert [*devices, pilot["ssvae"]["train"]["device"]] == ["cuda"] * 4
+    gpu_rules = [("fluency", "fluency_perplexity"), ("ssvae", "ssvae_train")]
+    gpu_rules += [("scaling", "scaling_train"), ("sweep", "sweep_shard")]
+    assert [pilot[family]["resources"][rule]["gpu"] for family, rule in gpu_rules] == [1] * 4
+
+
 @pytest.mark.parametrize(
     ("change", "key", "words"),
     [

@@ -86,7 +86,7 @@ def device_of(name: str) -> str | None:
     if match is None:
         return None
     rest = match[2]
-    for suffix in (RATES_SUFFIX, "-timings", "-kingma"):
+    for suffix in (RATES_SUFFIX, "-timings", "-kingma", "-pilot"):
         if rest.endswith(suffix):
             return rest[: -len(suffix)] if suffix == RATES_SUFFIX else None
     from gpuflow.ops.gpu_check.sections import SECTIONS

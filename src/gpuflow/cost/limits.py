@@ -24,6 +24,7 @@ from gpuflow.cost.predict import Prediction, predict
 from gpuflow.cost.rates import books
 from gpuflow.cost.rules import planned_work
 from gpuflow.cost.work import Work
+from gpuflow.slurm.site import stop_warning_minutes
 
 AUTO = "auto"
 WARNING_EARLY_MINUTES = 1.0  # SLURM sends --signal's warning up to 60 s before its time
@@ -46,7 +47,7 @@ class Policy:
             margin=float(auto.get("margin", cls.margin)),
             startup_minutes=float(auto.get("startup_minutes", cls.startup_minutes)),
             unknown_minutes=float(auto.get("unknown_minutes", cls.unknown_minutes)),
-            warning_minutes=float(site.get("stop_warning_minutes") or 0),
+            warning_minutes=stop_warning_minutes(site),
             cap_minutes=cap_minutes,
         )
 

@@ -362,9 +362,9 @@ def unwarned_limits(planned: Planned, rows: list[dict[str, Any]]) -> str | None:
     if not planned.partition_config:
         return None
     from gpuflow.cost.limits import WARNING_EARLY_MINUTES, unwarned
-    from gpuflow.slurm.site import read_site
+    from gpuflow.slurm.site import read_site, stop_warning_minutes
 
-    warning = float(read_site(planned.partition_config).get("stop_warning_minutes") or 0)
+    warning = stop_warning_minutes(read_site(planned.partition_config))
     short = {
         row["rule"]: min(row["limits_min"])
         for row in rows

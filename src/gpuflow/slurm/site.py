@@ -84,11 +84,16 @@ def charges(site: dict[str, Any]) -> dict[str, float]:
     return {str(name): float(units) for name, units in (site.get("charges") or {}).items()}
 
 
+def stop_warning_minutes(site: dict[str, Any]) -> float:
+    """How long before a job's time limit the site warns it (`stop_warning_minutes`; 0: never)."""
+    return float(site.get("stop_warning_minutes") or 0)
+
+
 def warning_signal(site: dict[str, Any]) -> str | None:
     """sbatch's option for the site's stop warning: SIGUSR1 `stop_warning_minutes` before a
     job's time limit, to every process of its step; None where the site wants none."""
-    minutes = site.get("stop_warning_minutes")
-    return f"--signal=USR1@{round(float(minutes) * 60)}" if minutes else None
+    minutes = stop_warning_minutes(site)
+    return f"--signal=USR1@{round(minutes * 60)}" if minutes else None
 
 
 def check_partitions(config: dict[str, Any], site_file: str | Path) -> None:

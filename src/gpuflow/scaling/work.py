@@ -80,15 +80,10 @@ def planned_tokens(chosen: dict[str, Any]) -> Tokens:
 
 
 def check_data_here(data: dict[str, Any]) -> None:
-    """NotHere naming a configuration's data files where they are not on this machine."""
-    if data["source"] == "embedded":
-        return
-    wanted = [data.get("path") or "", data.get("val_path")]
-    missing = [
-        path or "no data path"
-        for path in wanted
-        if path is not None and not (path and Path(path).exists())
-    ]
+    """NotHere naming a configuration's data files that are not on this machine (a checked
+    config names a path for every source but the embedded one: gpuflow.scaling.checks)."""
+    paths = [] if data["source"] == "embedded" else [data["path"], data.get("val_path")]
+    missing = [path for path in paths if path and not Path(path).exists()]
     if missing:
         raise NotHere(missing)
 

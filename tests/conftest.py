@@ -245,11 +245,20 @@ def wait_for(
     condition: Callable[[], Any], what: str, timeout: float, interval: float = 0.2
 ) -> None:
     """Poll `condition()` every `interval` seconds until it holds; fail naming `what` after
-    `timeout` seconds."""
+    `timeout` seconds. A path that vanishes while `condition` reads a live tree (a job's
+    atomic write, Snakemake removing empty output folders) counts as not yet."""
     deadline = time.monotonic() + timeout
-    while not condition():
+    while not holds_now(condition):
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(interval)
+
+
+def holds_now(condition: Callable[[], Any]) -> bool:
+    """Whether `condition()` holds now; False when a path it reads vanished mid-check."""
+    try:
+        return bool(condition())
+    except FileNotFoundError:
+        return False
 
 
 def wait_for_file(path: Path, process: subprocess.Popen, timeout: float) -> None:

@@ -25,6 +25,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -34,7 +35,7 @@ import torch
 
 from gpuflow.job.paths import RECORD, job_file
 from gpuflow.settings.blocks import schema_families
-from tests.conftest import BIN, REPO, snakemake, tiny_config, workflow_env
+from tests.conftest import BIN, REPO, holds_now, snakemake, tiny_config, workflow_env
 from tests.slurm import grid_faults
 from tests.test_scaling_ddp import assert_same_weights
 from tests.test_ssvae_train import comparable
@@ -205,7 +206,7 @@ def run_with_faults(
         fired: list[Fault] = []
         while process.poll() is None and not (fired and fired[-1].target is None):
             for fault in (f for f in faults if not f.fired):
-                if not fault.ready(workdir):
+                if not holds_now(partial(fault.ready, workdir)):
                     continue
                 pids = (
                     [process.pid]

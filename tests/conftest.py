@@ -253,6 +253,17 @@ def wait_for(
         time.sleep(interval)
 
 
+def alive(pid: int) -> bool:
+    """Whether process `pid` still exists (another user's counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def holds_now(condition: Callable[[], Any]) -> bool:
     """Whether `condition()` holds now; False when a path it reads vanished mid-check."""
     try:

@@ -10,7 +10,6 @@ import os
 import re
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pandas as pd
@@ -21,7 +20,7 @@ from gpuflow.cli import main as gpuflow_main
 from gpuflow.data.embedded import load_movie_reviews
 from gpuflow.job.paths import STATE, job_file
 from gpuflow.job.progress import progress_path, read_progress
-from tests.conftest import BIN, REPO, wait_for_file, workflow_env
+from tests.conftest import BIN, REPO, wait_for, wait_for_file, workflow_env
 from tests.test_perplexity import reviews, tiny_lm
 
 pytestmark = pytest.mark.usefixtures("one_thread_per_job")
@@ -182,8 +181,10 @@ def test_a_killed_perplexity_worker_hands_its_batches_to_the_other_and_the_outpu
         )
     wait_for_file(state_path(out), process, 300)  # the first chunk is scored
     ready = re.compile(r"worker (\d+) ready \(pid (\d+), cpu\)")
-    while not (match := ready.search(log.read_text())) and process.poll() is None:
-        time.sleep(0.01)
+    wait_for(
+        lambda: ready.search(log.read_text()) or process.poll() is not None, "a worker", 300, 0.01
+    )
+    match = ready.search(log.read_text())
     assert match, log.read_text()
     os.kill(int(match[2]), signal.SIGKILL)
     assert process.wait(timeout=300) == 0, log.read_text()

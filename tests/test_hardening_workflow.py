@@ -35,7 +35,15 @@ import torch
 
 from gpuflow.job.paths import RECORD, job_file
 from gpuflow.settings.blocks import schema_families
-from tests.conftest import BIN, REPO, holds_now, snakemake, tiny_config, workflow_env
+from tests.conftest import (
+    BIN,
+    REPO,
+    holds_now,
+    snakemake,
+    tiny_config,
+    wait_for,
+    workflow_env,
+)
 from tests.slurm import grid_faults
 from tests.test_scaling_ddp import assert_same_weights
 from tests.test_ssvae_train import comparable
@@ -437,10 +445,9 @@ def test_a_second_instance_in_the_same_folder_gets_the_lock_message(reference, t
     held = grid_faults.install(tmp_path / "faulty-bin", {"shard~0.csv": f"hold-until:{release}"})
     first = start(workdir, shard, "--forcerun", "sweep_shard", env=held)
     try:
-        deadline = time.monotonic() + 120
-        while not list((workdir / ".snakemake" / "locks").glob("*.lock")):
-            assert first.poll() is None and time.monotonic() < deadline, "no lock taken"
-            time.sleep(0.02)
+        locks = lambda: list((workdir / ".snakemake" / "locks").glob("*.lock"))  # noqa: E731
+        wait_for(lambda: locks() or first.poll() is not None, "the first run's lock", 120, 0.02)
+        assert locks(), "no lock taken"
         second = snakemake(workdir, TINY_ALL, shard, "--forcerun", "sweep_shard", check=False)
     finally:
         release.touch()

@@ -134,10 +134,8 @@ def test_a_job_killed_with_its_run_is_left_incomplete_behind_a_stale_lock(tmp_pa
     command = run_command(tmp_path, config, backend, "--cores", "1", "results/out/slow.txt")
     run = subprocess.Popen(command, env=workflow_env(), start_new_session=True)
     progress = progress_path(tmp_path / "results" / "out" / "slow.txt")
-    deadline = time.monotonic() + 60
-    while not progress.exists():
-        assert run.poll() is None and time.monotonic() < deadline
-        time.sleep(0.5)
+    wait_for(lambda: progress.exists() or run.poll() is not None, "slow's progress", 60, 0.5)
+    assert run.poll() is None, "the run ended before its slow step reported progress"
     os.killpg(run.pid, signal.SIGKILL)  # kill -9 of Snakemake and its step
     run.wait(timeout=30)
     args = ("results/out/slow.txt", "--configfile", str(config))

@@ -14,7 +14,6 @@ import os
 import re
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -25,7 +24,7 @@ from gpuflow.job.paths import UNITS, job_file
 from gpuflow.settings.blocks import family_settings
 from gpuflow.sweep.shard import seed_log_key
 from tests import sweep_faults
-from tests.conftest import BIN, REPO, workflow_env
+from tests.conftest import BIN, REPO, alive, wait_for, workflow_env
 
 # Guess-and-check that can never reach its threshold: every seed does the same, fixed work.
 SETTINGS = {
@@ -129,24 +128,16 @@ def test_a_shard_killed_midway_reruns_only_the_missing_seeds_and_ends_identical(
             start_new_session=True,
         )
     try:
-        deadline = time.monotonic() + 120
-        while len(unit_log_lines(out)) < 3 and time.monotonic() < deadline:  # header + 2 seeds
-            assert job.poll() is None, log_path.read_text()
-            time.sleep(0.02)
+        two_seeds = lambda: len(unit_log_lines(out)) >= 3  # header + 2 seeds  # noqa: E731
+        wait_for(lambda: two_seeds() or job.poll() is not None, "two seeds done", 120, 0.02)
+        assert job.poll() is None, log_path.read_text()
         job.send_signal(signal.SIGKILL)
         job.wait()
         done_before = {line["unit"] for line in unit_log_lines(out)[1:]}
         assert 2 <= len(done_before) < 6, "the kill must land midway"
         assert not out.exists(), "no table before every seed is done"
         for pid in worker_pids(log_path.read_text()):  # workers die with their job
-            for _ in range(100):
-                try:
-                    os.kill(pid, 0)
-                except ProcessLookupError:
-                    break
-                time.sleep(0.05)
-            else:
-                pytest.fail(f"worker {pid} outlived its killed job")
+            wait_for(lambda pid=pid: not alive(pid), f"worker {pid} to die with its job", 5, 0.05)
     finally:
         if job.poll() is None:
             os.killpg(job.pid, signal.SIGKILL)

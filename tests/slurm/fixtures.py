@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import alive
 from tests.slurm import cluster
 
 USERS = Path(f"{cluster.STATE}.users")  # one file per pytest process using the cluster
@@ -53,16 +54,6 @@ def cluster_use(alone: bool) -> Iterator[None]:
         with locked(TURNSTILE, fcntl.LOCK_EX):
             fcntl.flock(use, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
         yield
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def users() -> list[Path]:

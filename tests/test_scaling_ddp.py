@@ -18,7 +18,7 @@ import torch
 
 from gpuflow.job.paths import STATE, job_file
 from gpuflow.settings.blocks import split_json
-from tests.conftest import BIN, gpuflow, wait_for, workflow_env
+from tests.conftest import BIN, gpuflow, wait_for_file, workflow_env
 
 TINY_MODEL = {
     "d_model": 16, "n_heads": 2, "n_layers": 1, "ffn_dim": 32, "max_seq_len": 24, "dropout": 0.0,
@@ -124,7 +124,7 @@ def kill_after_a_checkpoint(data: Path, out: Path, config: dict[str, Any], world
         train_command(data, out, config, world), env=workflow_env(),
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
-    wait_for(lambda: state.exists() or process.poll() is not None, "a resume state", 240, 0.02)
+    wait_for_file(state, process, 240)
     kill_tree(process)
     assert state.exists() and not (out / "run.json").exists(), "the run was not killed mid-way"
     return torch.load(state, weights_only=True)["data"]["epoch"]
@@ -252,7 +252,7 @@ def test_a_crashed_rank_is_restarted_by_torchrun_and_resumes_from_the_last_epoch
     launcher = subprocess.Popen(
         command, env=workflow_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     )
-    wait_for(lambda: state.exists() or launcher.poll() is not None, "a resume state", 240, 0.02)
+    wait_for_file(state, launcher, 240)
     victim = worker_of_rank(launcher, 1)
     assert victim is not None and not (out / "run.json").exists(), "no rank 1 to crash mid-run"
     finished = torch.load(state, weights_only=True)["data"]["epoch"]

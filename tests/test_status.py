@@ -40,7 +40,7 @@ from gpuflow.ops.status.main import run_state
 from gpuflow.ops.status.progress import Progress, job_progress
 from gpuflow.ops.status.report import as_dict, render
 from gpuflow.slurm.queue import SlurmJob
-from tests.conftest import BIN, REPO, wait_for, workflow_env
+from tests.conftest import BIN, REPO, wait_for, wait_for_file, workflow_env
 
 SNAKEFILE = REPO / "tests" / "slurm" / "status" / "Snakefile"
 BACKENDS = pytest.mark.parametrize("backend", ["file", "db"])
@@ -134,8 +134,7 @@ def test_a_job_killed_with_its_run_is_left_incomplete_behind_a_stale_lock(tmp_pa
     command = run_command(tmp_path, config, backend, "--cores", "1", "results/out/slow.txt")
     run = subprocess.Popen(command, env=workflow_env(), start_new_session=True)
     progress = progress_path(tmp_path / "results" / "out" / "slow.txt")
-    wait_for(lambda: progress.exists() or run.poll() is not None, "slow's progress", 60, 0.5)
-    assert run.poll() is None, "the run ended before its slow step reported progress"
+    wait_for_file(progress, run, 60)
     os.killpg(run.pid, signal.SIGKILL)  # kill -9 of Snakemake and its step
     run.wait(timeout=30)
     args = ("results/out/slow.txt", "--configfile", str(config))

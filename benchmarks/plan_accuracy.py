@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -214,8 +215,6 @@ def h100_part(host_records: Path) -> tuple[bool, list[dict[str, Any]]]:
 def save_records(folder: Path, summary: dict[str, Any]) -> None:
     """Copy the calibration's rates record into benchmarks/records/ and write the comparison
     beside it as <date>-<device>-pilot.json."""
-    import shutil
-
     for rates in sorted((folder / "records").glob(f"*{RATES_SUFFIX}.json")):
         shutil.copy2(rates, RECORDS / rates.name)
         pilot = RECORDS / rates.name.replace(f"{RATES_SUFFIX}.json", "-pilot.json")

@@ -58,48 +58,40 @@ class WorkerJob:
     shard_over: tuple[str, ...] = ()
 
 
-class Scorer:
-    """A loaded model that scores batches; after out-of-memory its token budget stays lower."""
+def open_scorer(
+    job: WorkerJob, device_name: str, wrap_forward: Callable[[Forward], Forward] | None = None
+) -> Callable[[Sequence[Segment]], SegmentScores]:
+    """In a worker: the model of `job` loaded on `device_name`, as a function scoring a batch;
+    after out-of-memory its token budget stays lower."""
+    started = time.perf_counter()
+    torch.set_num_threads(job.threads)
+    device = torch.device(device_name)
+    dtype = job.settings["dtype"]
+    if job.shard_over:
+        shard = [torch.device(d) for d in job.shard_over]
+        model = load_sharded(job.model, dtype, shard, job.trust_remote_code)
+        device = input_device(model)
+    else:
+        model = load_causal_lm(job.model, dtype, device, job.trust_remote_code)
+    model = prepare_for_scoring(model, job.settings["attn_implementation"])
+    if job.settings["compile"]:
+        forward, seconds = compiled_forward(model, device)
+        print(f"perplexity worker on {device}: compiled in {seconds:.1f} s", file=sys.stderr)
+    else:
+        forward = model_forward(model)
+    if wrap_forward is not None:
+        forward = wrap_forward(forward)
+    token_budget, load_seconds = job.settings["token_budget"], time.perf_counter() - started
 
-    def __init__(
-        self,
-        job: WorkerJob,
-        device_name: str,
-        wrap_forward: Callable[[Forward], Forward] | None = None,
-    ):
-        started = time.perf_counter()
-        torch.set_num_threads(job.threads)
-        device = torch.device(device_name)
-        dtype = job.settings["dtype"]
-        if job.shard_over:
-            shard = [torch.device(d) for d in job.shard_over]
-            model = load_sharded(job.model, dtype, shard, job.trust_remote_code)
-            device = input_device(model)
-        else:
-            model = load_causal_lm(job.model, dtype, device, job.trust_remote_code)
-        model = prepare_for_scoring(model, job.settings["attn_implementation"])
-        if job.settings["compile"]:
-            forward, seconds = compiled_forward(model, device)
-            print(f"perplexity worker on {device}: compiled in {seconds:.1f} s", file=sys.stderr)
-        else:
-            forward = model_forward(model)
-        self.forward = forward if wrap_forward is None else wrap_forward(forward)
-        self.device, self.token_budget = device, job.settings["token_budget"]
-        self.load_seconds = time.perf_counter() - started
-
-    def score(self, segments: Sequence[Segment]) -> SegmentScores:
+    def score(segments: Sequence[Segment]) -> SegmentScores:
         """Scores of one batch (split further only when the device runs out of memory)."""
-        scores = score_segments(segments, self.forward, self.device, self.token_budget)
-        self.token_budget = scores.token_budget
-        scores.load_seconds, self.load_seconds = self.load_seconds, 0.0
+        nonlocal token_budget, load_seconds
+        scores = score_segments(segments, forward, device, token_budget)
+        token_budget = scores.token_budget
+        scores.load_seconds, load_seconds = load_seconds, 0.0
         return scores
 
-
-def open_scorer(
-    job: WorkerJob, device: str, wrap_forward: Callable[[Forward], Forward] | None = None
-) -> Callable[[Sequence[Segment]], SegmentScores]:
-    """In a worker: the model of `job` loaded on `device`, as a function scoring a batch."""
-    return Scorer(job, device, wrap_forward).score
+    return score
 
 
 def score_batches(

@@ -8,7 +8,6 @@ means and their intervals are read from binned.csv. Fit lines are drawn, never p
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 import matplotlib
 
@@ -20,8 +19,7 @@ import seaborn as sns
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from gpuflow.errors import DataError
-from gpuflow.fluency.report import is_proxy
+from gpuflow.fluency.report import is_proxy, read_table
 from gpuflow.fluency.stats import BINNED_COLUMNS, load_scores, point_estimates
 from gpuflow.job import save_figure
 
@@ -93,18 +91,6 @@ def scatter_figure(scores: pd.DataFrame) -> Figure:
     if ax.get_legend_handles_labels()[0]:
         ax.legend(loc="upper right", fontsize=8)
     return figure
-
-
-def read_binned(path: str | Path) -> pd.DataFrame:
-    """binned.csv as written by `gpuflow fluency-stats`; DataError names a missing column."""
-    try:
-        binned = pd.read_csv(path)
-    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as error:
-        raise DataError(path, f"cannot read binned means ({error})") from None
-    for column in BINNED_COLUMNS:
-        if column not in binned.columns:
-            raise DataError(path, f"missing column '{column}'", expected="fluency-stats columns")
-    return binned
 
 
 def binned_figure(binned: pd.DataFrame, scorer: str) -> Figure:
@@ -181,7 +167,7 @@ def main(args: argparse.Namespace) -> int:
     """`gpuflow fluency-figures`: the scatter, binned-means and per-group figures."""
     group_columns = list(args.group_columns)
     scores = load_scores(args.scores, group_columns)
-    binned = read_binned(args.binned)
+    binned = read_table(args.binned, BINNED_COLUMNS, "binned means")
     with sns.axes_style("whitegrid"):
         figures = {
             args.out_scatter: scatter_figure(scores),

@@ -93,8 +93,9 @@ def read_summary(path: str | Path) -> dict[str, Any]:
     return summary
 
 
-def read_table(path: str | Path, columns: list[str]) -> pd.DataFrame:
-    """A CSV written by fluency-stats; DataError names a missing column."""
+def read_table(path: str | Path, columns: list[str], what: str = "table") -> pd.DataFrame:
+    """A CSV written by fluency-stats (`what` it holds, for errors); DataError names a missing
+    column."""
     try:
         table = pd.read_csv(
             path,
@@ -103,7 +104,7 @@ def read_table(path: str | Path, columns: list[str]) -> pd.DataFrame:
             dtype={"group": str, "group_column": str, "reason": str},
         )
     except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as error:
-        raise DataError(path, f"cannot read table ({error})") from None
+        raise DataError(path, f"cannot read {what} ({error})") from None
     for column in columns:
         if column not in table.columns:
             raise DataError(path, f"missing column '{column}'", expected="fluency-stats columns")

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch.nn.utils.rnn import pad_sequence
 
 from gpuflow.errors import GpuflowError
 from gpuflow.fluency.ppl_segments import Segment, batch_size_for
@@ -73,12 +74,9 @@ def pad_right(
     segments: Sequence[Segment], device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """ids and attention mask padded on the right to the batch's longest row, and `first`s."""
-    longest = max(len(s.ids) for s in segments)
-    ids = torch.zeros((len(segments), longest), dtype=torch.long)
-    mask = torch.zeros((len(segments), longest), dtype=torch.long)
-    for row, segment in enumerate(segments):
-        ids[row, : len(segment.ids)] = torch.tensor(segment.ids, dtype=torch.long)
-        mask[row, : len(segment.ids)] = 1
+    rows = [torch.tensor(s.ids, dtype=torch.long) for s in segments]
+    ids = pad_sequence(rows, batch_first=True)
+    mask = pad_sequence([torch.ones_like(row) for row in rows], batch_first=True)
     first = torch.tensor([s.first for s in segments], dtype=torch.long)
     return ids.to(device), mask.to(device), first.to(device)
 

@@ -92,10 +92,8 @@ def scored_positions(mask: torch.Tensor, first: torch.Tensor) -> torch.Tensor:
     return (mask * real_next).bool() & (following[None, :] >= first[:, None])
 
 
-def target_nll(
-    logits: torch.Tensor, targets: torch.Tensor, chunk_tokens: int = LOSS_CHUNK_TOKENS
-) -> torch.Tensor:
-    """-log p(target) of each logits row in fp32, `chunk_tokens` rows at a time, so each fp32
+def target_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """-log p(target) of each logits row in fp32, LOSS_CHUNK_TOKENS rows at a time, so each fp32
     chunk (upcast from half precision) stays small: in cache on a CPU, little memory on a GPU.
 
     (Fused cross-entropy beats logsumexp minus the gathered logit on a CPU: 2x in fp32.)
@@ -103,21 +101,17 @@ def target_nll(
     return torch.cat(
         [
             F.cross_entropy(
-                logits[start : start + chunk_tokens].float(),
-                targets[start : start + chunk_tokens],
+                logits[start : start + LOSS_CHUNK_TOKENS].float(),
+                targets[start : start + LOSS_CHUNK_TOKENS],
                 reduction="none",
             )
-            for start in range(0, len(targets), chunk_tokens)
+            for start in range(0, len(targets), LOSS_CHUNK_TOKENS)
         ]
     )
 
 
 def batch_nll(
-    forward: Forward,
-    ids: torch.Tensor,
-    mask: torch.Tensor,
-    first: torch.Tensor,
-    chunk_tokens: int = LOSS_CHUNK_TOKENS,
+    forward: Forward, ids: torch.Tensor, mask: torch.Tensor, first: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """NLL sum (float64) and target count of each row of a right-padded batch (the targets
     predicted at scored_positions)."""
@@ -125,9 +119,7 @@ def batch_nll(
     targets = ids[:, 1:][scored[:, :-1]]
     logits = forward(ids, scored)
     losses = torch.zeros(ids.shape, dtype=torch.float64, device=ids.device)
-    losses[scored] = target_nll(logits, targets.to(logits.device), chunk_tokens).to(
-        losses.device, torch.float64
-    )
+    losses[scored] = target_nll(logits, targets.to(logits.device)).to(losses.device, torch.float64)
     return losses.sum(dim=1), scored.sum(dim=1)
 
 

@@ -16,21 +16,10 @@ from typing import Any
 import numpy as np
 
 from gpuflow.cost.calibrate import Need, Trial, texts_trial
-from gpuflow.cost.work import NotHere
-from gpuflow.fluency.work import DTYPE_BYTES, LM, embedded_lm, folder_lm, shard_texts
+from gpuflow.fluency.work import DTYPE_BYTES, LM, planned_lm, shard_texts
 
 TRIAL_S = 0.4  # aim of one scoring trial
 BOS = 0
-
-
-def planned_lm(fluency: dict[str, Any], shard: int) -> tuple[LM, list[int]]:
-    """The LM a job scores with and the token counts of its shard's texts."""
-    texts, originals = shard_texts(fluency, shard)
-    path = fluency["lm"]["path"]
-    lm = folder_lm(path) if path else embedded_lm(fluency["lm"]["train"], originals)
-    if lm is None:
-        raise NotHere([f"model {path!r}"])
-    return lm, lm.token_counts(texts)
 
 
 def random_gpt2(fluency: dict[str, Any], lm: LM, **extra: Any) -> Any:

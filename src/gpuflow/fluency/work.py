@@ -199,20 +199,27 @@ def scoring_work(
     )
 
 
-def perplexity(config: dict[str, Any], wildcards: dict[str, str]) -> Work:
-    """The work of one perplexity shard."""
-    fluency = config["fluency"]
+def planned_lm(fluency: dict[str, Any], shard: int) -> tuple[LM, list[int]]:
+    """The LM a perplexity job scores with and the token counts of its shard's texts (NotHere
+    naming the text files and the model that are not on this machine)."""
     path = fluency["lm"]["path"]
     lm = folder_lm(path) if path else None
     unreadable = [f"model {path!r}"] if path and lm is None else []
     if missing := missing_texts(fluency) + unreadable:
         raise NotHere(missing)
-    texts, originals = shard_texts(fluency, int(wildcards["shard"]))
+    texts, originals = shard_texts(fluency, shard)
     lm = lm or embedded_lm(fluency["lm"]["train"], originals)
+    return lm, lm.token_counts(texts)
+
+
+def perplexity(config: dict[str, Any], wildcards: dict[str, str]) -> Work:
+    """The work of one perplexity shard."""
+    fluency = config["fluency"]
+    lm, token_counts = planned_lm(fluency, int(wildcards["shard"]))
     dtype = fluency["perplexity"]["dtype"]
     return scoring_work(
         lm,
-        lm.token_counts(texts),
+        token_counts,
         dtype,
         fluency["perplexity"]["stride"],
         workers(fluency, "fluency_perplexity"),

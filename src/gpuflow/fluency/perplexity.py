@@ -215,7 +215,7 @@ def main(args: argparse.Namespace) -> int:
     stride = check_stride(perplexity["stride"], context)
     tokenizer = load_tokenizer(args.model, trust_remote_code)
     bos_id = start_token_id(tokenizer, args.model)
-    placement = choose_placement(
+    placement, placement_reason = choose_placement(
         perplexity["placement"], config, devices, dtype, perplexity["token_budget"]
     )
     token_budget, budget_reason = sized_token_budget(
@@ -224,13 +224,13 @@ def main(args: argparse.Namespace) -> int:
         config,
         devices,
         dtype,
-        placement.mode,
+        placement,
     )
     token_ids = tokenize(tokenizer, frame["text"].tolist())
     reject_empty(token_ids, frame["text_id"], args.texts)
     print(
         f"scoring {len(frame)} texts with {args.model} (context {context}, stride {stride}, "
-        f"{dtype}, {placement.mode}) on {', '.join(map(str, devices))}",
+        f"{dtype}, {placement}) on {', '.join(map(str, devices))}",
         file=sys.stderr,
     )
     stats: dict[str, Any] = {"segments": 0, "oom_splits": 0, "final_token_budget": 0}
@@ -255,7 +255,7 @@ def main(args: argparse.Namespace) -> int:
             context=context,
             stride=stride,
             devices=devices,
-            settings={**perplexity, "token_budget": token_budget, "placement": placement.mode},
+            settings={**perplexity, "token_budget": token_budget, "placement": placement},
             trust_remote_code=trust_remote_code,
             out=args.out,
             state_fingerprint=state_fingerprint,
@@ -276,7 +276,8 @@ def main(args: argparse.Namespace) -> int:
         "token_budget_reason": budget_reason,
         "attn_implementation": perplexity["attn_implementation"],
         "compile": perplexity["compile"],
-        **placement.record(),
+        "placement": placement,
+        "placement_reason": placement_reason,
         **stats,
     }
     write_json(Path(args.out).with_suffix(".run.json"), record)

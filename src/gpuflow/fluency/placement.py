@@ -11,7 +11,6 @@ On the CPU the shard path runs with a device map onto the CPU (its twin).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpuflow.errors import ConfigError, GpuflowError
@@ -22,17 +21,6 @@ if TYPE_CHECKING:  # torch is imported where a placement is computed, not by `gp
 PLACEMENTS = ("auto", "replicate", "shard")
 HEADROOM = 0.9  # share of a GPU's free memory the model and a batch may fill
 ACTIVATIONS_PER_TOKEN = 16  # hidden-size vectors alive per token in a forward (estimate)
-
-
-@dataclass(frozen=True)
-class Placement:
-    """The chosen placement and why, as recorded in the run record."""
-
-    mode: str
-    reason: str
-
-    def record(self) -> dict[str, str]:
-        return {"placement": self.mode, "placement_reason": self.reason}
 
 
 def model_bytes(config: Any, dtype: str) -> int:
@@ -61,23 +49,24 @@ def batch_bytes(config: Any, token_budget: int, dtype: str) -> int:
 
 def choose_placement(
     requested: str, config: Any, devices: list[torch.device], dtype: str, token_budget: int
-) -> Placement:
-    """`requested`, or for auto: replicate when model + batch fit one GPU, else shard."""
+) -> tuple[str, str]:
+    """(placement, why): `requested`, or for auto: replicate when model + batch fit one GPU,
+    else shard."""
     if requested not in PLACEMENTS:
         raise ConfigError(
             "fluency.perplexity.placement", f"unknown placement {requested!r}", str(PLACEMENTS)
         )
     if requested != "auto":
-        return Placement(requested, "as configured")
+        return requested, "as configured"
     if devices[0].type != "cuda":
-        return Placement("replicate", "auto: CPU workers each hold a copy")
+        return "replicate", "auto: CPU workers each hold a copy"
     import torch
 
     need = model_bytes(config, dtype) + batch_bytes(config, token_budget, dtype)
     free = min(torch.cuda.mem_get_info(d)[0] for d in devices)
     fits = need <= HEADROOM * free
     gib = f"{need / 2**30:.1f} GiB model + batch, {free / 2**30:.1f} GiB free per GPU"
-    return Placement("replicate" if fits else "shard", f"auto: {gib}")
+    return "replicate" if fits else "shard", f"auto: {gib}"
 
 
 def device_map(devices: list[torch.device]) -> str | dict[str, str]:
@@ -142,10 +131,10 @@ def fluency_placement(fluency: dict[str, Any]) -> str:
         return f"{requested} ({size})"
     if torch.cuda.is_available():
         devices = [torch.device("cuda", i) for i in range(min(gpus, torch.cuda.device_count()))]
-        chosen = choose_placement(
+        chosen, reason = choose_placement(
             "auto", config, devices, perplexity["dtype"], perplexity["token_budget"]
         )
-        return f"auto -> {chosen.mode} on this machine ({chosen.reason})"
+        return f"auto -> {chosen} on this machine ({reason})"
     return (
         f"auto: replicate on GPUs with {need / HEADROOM / 2**30:.1f} GiB free, else shard ({size})"
     )

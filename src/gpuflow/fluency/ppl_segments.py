@@ -41,15 +41,12 @@ def windows(n_ids: int, context: int, stride: int) -> list[tuple[int, int, int]]
         raise ValueError(f"stride must be in [1, {context - 1}], got {stride}")
     if n_ids <= context:
         return [(0, n_ids, 1)]
-    spans: list[tuple[int, int, int]] = []
-    begin, scored_until = 0, 1
-    while True:
-        end = min(begin + context, n_ids)
-        spans.append((begin, end, scored_until - begin))
-        if end == n_ids:
-            return spans
-        scored_until = end
-        begin += stride
+    # A later window starts `stride` ids after the previous one, which ended `context` ids after
+    # its start; the last is the first to reach the end.
+    return [
+        (begin, min(begin + context, n_ids), context - stride if begin else 1)
+        for begin in range(0, n_ids - context + stride, stride)
+    ]
 
 
 def make_segments(

@@ -7,7 +7,7 @@ import itertools
 import time
 
 from gpuflow.cost.calibrate import Need, Trial
-from gpuflow.sweep.work import seed_settings
+from gpuflow.sweep.work import cell_settings
 
 SEEDS = 2  # per trial
 FIRST_SEED = 1_000_000  # far from the seeds the sweep itself runs
@@ -19,14 +19,9 @@ def seed_trial(need: Need) -> Trial:
 
     from gpuflow.sweep.experiment import run_seed
 
-    sweep = need.config["sweep"]
     method = need.wildcards["method"]
-    settings = {
-        "method": method,
-        "teacher_rank": int(need.wildcards["rank"]),
-        "student_width": int(need.wildcards["width"]),
-        **seed_settings(sweep, method),
-    }
+    rank, width = int(need.wildcards["rank"]), int(need.wildcards["width"])
+    settings = cell_settings(need.config["sweep"], method, rank, width)
     device = torch.device(need.device)
     seeds = itertools.count(FIRST_SEED)
     run_seed(settings, next(seeds), device)

@@ -26,6 +26,7 @@ from gpuflow.sweep.checks import check_rank
 from gpuflow.sweep.columns import COLUMNS
 from gpuflow.sweep.experiment import METHODS
 from gpuflow.sweep.pool import Outcome, SeedPool
+from gpuflow.sweep.work import cell_settings, seed_settings
 
 TARGET = "gpuflow.sweep.experiment:run_seed"
 
@@ -41,19 +42,6 @@ def parse_seeds(text: str) -> list[int]:
     return list(range(start, stop))
 
 
-def shard_settings(args: argparse.Namespace, sweep: dict[str, Any]) -> dict[str, Any]:
-    """What each seed's computation reads."""
-    data = sweep["data"]
-    check_rank(args.teacher_rank, data)
-    return {
-        "method": args.method,
-        "teacher_rank": args.teacher_rank,
-        "student_width": args.student_width,
-        "data": data,
-        args.method: sweep[args.method],
-    }
-
-
 def seed_log_key(
     args: argparse.Namespace, sweep: dict[str, Any], device_type: str
 ) -> dict[str, Any]:
@@ -61,7 +49,7 @@ def seed_log_key(
     and method, the shard's cell, and the device type (guesses and student weights are drawn
     on the device: seeds of one device type only)."""
     cell = {"method": args.method, "rank": args.teacher_rank, "width": args.student_width}
-    results = results_of("sweep", {"data": sweep["data"], args.method: sweep[args.method]})
+    results = results_of("sweep", seed_settings(sweep, args.method))
     return {"settings": results, "identity": {**cell, "device_type": device_type}}
 
 
@@ -87,7 +75,8 @@ def main(args: argparse.Namespace) -> int:
         raise ConfigError("--method", f"unknown method {args.method!r}", f"one of {METHODS}")
     seeds = parse_seeds(args.seeds)
     sweep = family_settings("sweep", args.settings, args.runtime)
-    settings = shard_settings(args, sweep)
+    check_rank(args.teacher_rank, sweep["data"])
+    settings = cell_settings(sweep, args.method, args.teacher_rank, args.student_width)
     devices = worker_devices(sweep["device"], sweep["cpu_workers"])
     job = current([args.out, args.run_out])
     seed_log = job.unit_log(**seed_log_key(args, sweep, devices[0].type)).open()

@@ -28,6 +28,16 @@ def seed_settings(sweep: dict[str, Any], method: str) -> dict[str, Any]:
     return {"data": sweep["data"], method: sweep[method]}
 
 
+def cell_settings(sweep: dict[str, Any], method: str, rank: int, width: int) -> dict[str, Any]:
+    """What each seed of a cell (method, teacher rank, student width) computes from."""
+    return {
+        "method": method,
+        "teacher_rank": rank,
+        "student_width": width,
+        **seed_settings(sweep, method),
+    }
+
+
 def workers(sweep: dict[str, Any]) -> int:
     """Worker processes of a shard: its GPUs on a GPU, else config cpu_workers."""
     gpus = sweep["resources"]["sweep_shard"]["gpu"]

@@ -67,20 +67,16 @@ def applies(child: dict[str, Any], siblings: dict[str, Any], schema: dict[str, A
 
 
 def select(
-    values: dict[str, Any], schema: dict[str, Any], kind: str, applicable_only: bool = True
-) -> dict[str, Any]:
-    """The part of `values` whose keys the schema marks `kind` (nested objects kept nested),
-    without the keys that do not apply (see `applies`) unless `applicable_only` is False."""
-    return _select(values, schema, kind, schema.get("x-affects", "results"), applicable_only)
-
-
-def _select(
     values: dict[str, Any],
     schema: dict[str, Any],
     kind: str,
-    inherited: str,
-    applicable_only: bool,
-) -> dict:
+    applicable_only: bool = True,
+    inherited: str = "results",
+) -> dict[str, Any]:
+    """The part of `values` whose keys the schema marks `kind` (nested objects kept nested),
+    without the keys that do not apply (see `applies`) unless `applicable_only` is False;
+    `inherited`: the mark of the object holding `schema`."""
+    inherited = schema.get("x-affects", inherited)
     kept: dict[str, Any] = {}
     for name, value in values.items():
         child = _child(schema, name)
@@ -88,7 +84,7 @@ def _select(
             continue
         mark = child.get("x-affects", inherited)
         if _is_object(child) and isinstance(value, dict):
-            part = _select(value, child, kind, mark, applicable_only)
+            part = select(value, child, kind, applicable_only, mark)
             if part or (mark == kind and not value):
                 kept[name] = part
         elif mark == kind:

@@ -57,19 +57,6 @@ def _inline(node: Any, base: Path) -> Any:
     return {key: _inline(value, base) for key, value in node.items()}
 
 
-def _with_defaults(validator_class: type) -> type:
-    validate_properties = validator_class.VALIDATORS["properties"]
-
-    def set_defaults(validator, properties, instance, schema):  # type: ignore[no-untyped-def]
-        if isinstance(instance, dict):
-            for name, subschema in properties.items():
-                if "default" in subschema:
-                    instance.setdefault(name, copy.deepcopy(subschema["default"]))
-        yield from validate_properties(validator, properties, instance, schema)
-
-    return jsonschema.validators.extend(validator_class, {"properties": set_defaults})
-
-
 def _is_integer(_checker: Any, instance: Any) -> bool:
     """Only an int is an integer. JSON Schema also counts 2.0 (YAML's `2.0`, `1.0e+3`), which
     passed every check and then failed inside a job (`range(1000.0)`) or named outputs
@@ -81,7 +68,17 @@ _StrictIntegers = jsonschema.validators.extend(
     jsonschema.Draft202012Validator,
     type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_integer),
 )
-DefaultingValidator = _with_defaults(_StrictIntegers)
+
+
+def _set_defaults(validator, properties, instance, schema):  # type: ignore[no-untyped-def]
+    if isinstance(instance, dict):
+        for name, subschema in properties.items():
+            if "default" in subschema:
+                instance.setdefault(name, copy.deepcopy(subschema["default"]))
+    yield from _StrictIntegers.VALIDATORS["properties"](validator, properties, instance, schema)
+
+
+DefaultingValidator = jsonschema.validators.extend(_StrictIntegers, {"properties": _set_defaults})
 
 
 def validate_config(config: dict[str, Any], schema_path: str | Path | None = None) -> None:

@@ -29,14 +29,6 @@ class TrainingDivergedError(GpuflowError):
     """A loss term became NaN or infinite, or every step overflows at the lowest loss scale."""
 
 
-def first_bad_term(terms: Mapping[str, float]) -> tuple[str, float] | None:
-    """The first (name, value) in `terms` that is NaN or infinite, else None."""
-    for name, value in terms.items():
-        if not math.isfinite(float(value)):
-            return name, float(value)
-    return None
-
-
 def kept_state(epoch: int, state: Path | None) -> str:
     """What a stop at `epoch` leaves behind: the last good state, or none."""
     if state is not None and state.is_file():
@@ -46,14 +38,12 @@ def kept_state(epoch: int, state: Path | None) -> str:
 
 def check_finite(run: str, epoch: int, terms: Mapping[str, float], state: Path | None) -> None:
     """Raise TrainingDivergedError when a loss term of `run` at `epoch` is not finite."""
-    bad = first_bad_term(terms)
-    if bad is None:
-        return
-    name, value = bad
-    raise TrainingDivergedError(
-        f"run {run}: loss term '{name}' is {value} at epoch {epoch}; training stopped, "
-        f"{kept_state(epoch, state)}" + ADVICE
-    )
+    for name, value in terms.items():
+        if not math.isfinite(float(value)):
+            raise TrainingDivergedError(
+                f"run {run}: loss term '{name}' is {float(value)} at epoch {epoch}; training"
+                f" stopped, {kept_state(epoch, state)}" + ADVICE
+            )
 
 
 @dataclass

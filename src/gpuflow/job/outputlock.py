@@ -69,10 +69,6 @@ def read_holder(output: str | Path) -> dict[str, str] | None:
     return dict(part.split(" ", 1) for part in parts if " " in part)
 
 
-def _key(output: Path) -> Path:
-    return Path(os.path.abspath(output))
-
-
 @contextmanager
 def exclusive_output(output: str | Path) -> Iterator[None]:
     """Hold the lock of `output` (a no-op when this process holds it already).
@@ -80,7 +76,7 @@ def exclusive_output(output: str | Path) -> Iterator[None]:
     Raises OutputTakenError naming the holder when another process has it, and the one-line
     DataError of `cannot_write` when the lock file cannot be made (a full or read-only folder).
     """
-    key = _key(Path(output))
+    key = Path(os.path.abspath(output))
     if key in _held:
         yield
         return
@@ -101,7 +97,8 @@ def _take(path: Path, output: Path) -> IO[bytes]:
     """Open and lock `path`; retry when the file was removed by its last holder meanwhile."""
     while True:
         try:
-            handle = _open_lock_file(path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            handle = open(path, "a+b", buffering=0)  # noqa: SIM115 (held while the lock is)
         except OSError as error:
             if error.errno not in WRITE_ERRNOS:
                 raise
@@ -123,11 +120,6 @@ def _same_file(handle: IO[bytes], path: Path) -> bool:
         return os.fstat(handle.fileno()).st_ino == path.stat().st_ino
     except FileNotFoundError:
         return False
-
-
-def _open_lock_file(path: Path) -> IO[bytes]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return open(path, "a+b", buffering=0)
 
 
 def _record_holder(handle: IO[bytes]) -> None:

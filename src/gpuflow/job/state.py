@@ -145,10 +145,6 @@ class State:
             },
         )
 
-    def exists(self) -> bool:
-        """Whether a state file is there (matching or not)."""
-        return self.path.is_file()
-
 
 def load_optimizer_state(optimizer: Any, state: dict[str, Any]) -> None:
     """Load a saved optimizer state under this run's kernel choice.

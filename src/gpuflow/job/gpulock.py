@@ -139,10 +139,9 @@ def locking_applies(environ: dict[str, str] | None = None) -> bool:
     return slurm_job is None or slurm_job == env.get(LOCK_JOB_ENV)
 
 
-def lock_timeout(environ: dict[str, str] | None = None) -> float:
+def lock_timeout() -> float:
     """Seconds to wait for free devices: GPUFLOW_GPU_LOCK_TIMEOUT, else DEFAULT_TIMEOUT_S."""
-    env = os.environ if environ is None else environ
-    value = env.get(TIMEOUT_ENV, "").strip()
+    value = os.environ.get(TIMEOUT_ENV, "").strip()
     if not value:
         return DEFAULT_TIMEOUT_S
     try:

@@ -59,29 +59,21 @@ def read_progress(path: str | Path) -> dict[str, Any] | None:
 
 
 class ProgressWriter:
-    """Writes one job's progress at most every `every_s` seconds (and always the first time).
+    """Writes one job's progress at most every EVERY_S seconds (and always the first time).
 
     A writer without a path (a non-writing DDP rank, scoring outside a step) writes nothing.
     """
 
-    def __init__(
-        self,
-        path: Path | None,
-        total: float,
-        unit: str,
-        resumed_at: float = 0,
-        every_s: float | None = None,
-    ):
+    def __init__(self, path: Path | None, total: float, unit: str, resumed_at: float = 0):
         self.path, self.total, self.unit = path, total, unit
-        self.every_s = EVERY_S if every_s is None else every_s
         self.resumed_at = resumed_at
         self.started = time.time()
         self._last = -float("inf")
 
     def update(self, done: float, force: bool = False) -> None:
-        """Record `done` of `total`, unless the file was written less than `every_s` ago."""
+        """Record `done` of `total`, unless the file was written less than EVERY_S ago."""
         if self.path is None:
             return
-        if force or time.monotonic() - self._last >= self.every_s:
+        if force or time.monotonic() - self._last >= EVERY_S:
             write_progress(self.path, done, self.total, self.unit, self.started, self.resumed_at)
             self._last = time.monotonic()

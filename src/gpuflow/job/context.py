@@ -31,8 +31,8 @@ from gpuflow.job.progress import ProgressWriter, progress_path
 from gpuflow.job.record import job_record
 from gpuflow.job.state import State, make_fingerprint
 from gpuflow.job.telemetry.job import note
-from gpuflow.job.telemetry.settings import telemetry_settings
 from gpuflow.job.unitlog import UnitLog
+from gpuflow.settings.blocks import family_settings
 
 
 class Job:
@@ -53,7 +53,7 @@ class Job:
     ):
         self.step = step
         self.outputs = [Path(o) for o in outputs]
-        self.settings = dict(settings) if settings is not None else telemetry_settings()
+        self.settings = dict(settings) if settings is not None else family_settings("telemetry")
         self.writer = locks_this_process()  # False in torchrun ranks but 0: rank 0 writes
         self.telemetry: Any = None
         self._stack = ExitStack()

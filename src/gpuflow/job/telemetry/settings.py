@@ -17,11 +17,6 @@ from gpuflow.settings.blocks import family_settings
 BLOCK = "telemetry"
 
 
-def telemetry_settings(settings: str = "{}", runtime: str = "{}") -> dict[str, Any]:
-    """config `telemetry` from its results (`settings`) and runtime JSON, checked and defaulted."""
-    return family_settings(BLOCK, settings, runtime)
-
-
 def take_job_settings(args: argparse.Namespace) -> dict[str, Any]:
     """The job's settings from the `telemetry` part of `args.settings` and `args.runtime`,
     which is removed from them: the step reads only its family's keys.
@@ -34,7 +29,7 @@ def take_job_settings(args: argparse.Namespace) -> dict[str, Any]:
         if values is not None and BLOCK in values:
             parts[option] = json.dumps(values.pop(BLOCK))
             setattr(args, option, json.dumps(values, sort_keys=True))
-    return telemetry_settings(parts["settings"], parts["runtime"])
+    return family_settings(BLOCK, parts["settings"], parts["runtime"])
 
 
 def _object(text: str | None) -> dict[str, Any] | None:

@@ -9,13 +9,13 @@ atomically, at most every few seconds, and goes with the job's resume state.
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
 
 from gpuflow.job.atomic import write_json
 from gpuflow.job.paths import PROGRESS, job_file
+from gpuflow.job.record import read_record
 
 EVERY_S = 2.0
 KEYS = ("done", "total", "unit", "started", "updated", "resumed_at")
@@ -49,13 +49,8 @@ def write_progress(
 
 def read_progress(path: str | Path) -> dict[str, Any] | None:
     """The progress record at `path`, or None when there is none or it is not one."""
-    try:
-        record = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(record, dict) or not set(KEYS) <= record.keys():
-        return None
-    return record
+    record = read_record(path)  # any JSON object file, or None
+    return record if record is not None and set(KEYS) <= record.keys() else None
 
 
 class ProgressWriter:

@@ -25,7 +25,7 @@ from gpuflow.job.divergence import SkippedSteps, check_finite, check_skipped
 from gpuflow.job.finished_states import release
 from gpuflow.job.gpulock import gpus_for_this_process
 from gpuflow.job.loop import Ranks, Tally, run_loop
-from gpuflow.job.outputlock import exclusive_outputs, locks_this_process
+from gpuflow.job.outputlock import exclusive_output, locks_this_process
 from gpuflow.job.paths import PROGRESS, STATE, UNITS, job_file
 from gpuflow.job.progress import ProgressWriter, progress_path
 from gpuflow.job.record import job_record
@@ -70,8 +70,9 @@ class Job:
     def __enter__(self) -> Job:
         stopping.install()
         with ExitStack() as stack:
-            stack.enter_context(exclusive_outputs(self.outputs if self.writer else []))
             if self.writer and self.outputs:
+                for output in self.outputs:
+                    stack.enter_context(exclusive_output(output))
                 attempt.claim(self.first_output)
                 stack.callback(attempt.release)
             stack.enter_context(gpus_for_this_process())

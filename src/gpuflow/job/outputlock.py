@@ -20,8 +20,8 @@ import fcntl
 import os
 import socket
 import time
-from collections.abc import Iterable, Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
@@ -131,15 +131,6 @@ def _record_holder(handle: IO[bytes]) -> None:
     except OSError as error:
         if error.errno not in WRITE_ERRNOS:
             raise
-
-
-@contextmanager
-def exclusive_outputs(outputs: Iterable[str | Path]) -> Iterator[None]:
-    """Hold the locks of all `outputs` for the block (all or none)."""
-    with ExitStack() as stack:
-        for output in outputs:
-            stack.enter_context(exclusive_output(output))
-        yield
 
 
 def step_outputs(args: argparse.Namespace) -> list[Path]:

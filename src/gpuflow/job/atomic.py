@@ -61,11 +61,6 @@ def _remove(path: Path) -> None:
         path.unlink()
 
 
-def _fsync_file(path: Path) -> None:
-    with open(path, "rb") as handle:
-        os.fsync(handle.fileno())
-
-
 def _replace_folder(new: Path, target: Path) -> None:
     """Put folder `new` in the place of folder `target` (a folder cannot be renamed over a
     non-empty one): the old folder first moves aside under a temporary name, then `new` takes
@@ -91,7 +86,8 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
                     _remove(stale)
             yield tmp
             if tmp.is_file():
-                _fsync_file(tmp)
+                with open(tmp, "rb") as handle:
+                    os.fsync(handle.fileno())
             attempt.check()  # a newer attempt of this job writes from now on: leave it be
             if target.is_dir() and tmp.is_dir():
                 _replace_folder(tmp, target)

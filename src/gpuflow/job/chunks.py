@@ -62,9 +62,7 @@ class ChunkedScores:
         self.unit = unit
         self.batches, self.weights = list(batches), np.asarray(weights, dtype=np.int64)
         self.chunks = plan_chunks(weights, chunk_weight)
-        self.chunk_of = np.zeros(len(self.batches), dtype=np.int64)
-        for number, chunk in enumerate(self.chunks):
-            self.chunk_of[chunk.start : chunk.stop] = number
+        self.chunk_of = [number for number, chunk in enumerate(self.chunks) for _ in chunk]
         self.values = {name: np.zeros(n_items, dtype=dtype) for name, dtype in columns.items()}
         self.done = np.zeros(n_items, dtype=bool)
         self.batch_done = np.zeros(len(self.batches), dtype=bool)
@@ -100,7 +98,7 @@ class ChunkedScores:
             self.done, self.values = saved
         self.batch_done = np.array([bool(self.done[b].all()) for b in self.batches], dtype=bool)
         self.resumed_chunks = self.chunks_done()
-        self.resumed_weight = int(self.weights[self.batch_done].sum())
+        self.resumed_weight = self.weight_done()
         if self.state is not None:
             total = int(self.weights.sum())
             self.tally = self.job.tally(total, self.unit, done=self.resumed_weight)

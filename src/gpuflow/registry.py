@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
@@ -31,10 +32,8 @@ class LazyStep:
     def load(self) -> StepMain:
         """The step's function. Its module (and torch, for a step that uses it) is imported with
         stop requests and Ctrl-C held until the import is done: see `stopping.held`."""
-        module_name, function_name = self.target.split(":")
         with stopping.held():
-            module = importlib.import_module(module_name)
-        return getattr(module, function_name)
+            return pkgutil.resolve_name(self.target)
 
     def __call__(self, args: argparse.Namespace) -> int | None:
         return self.load()(args)

@@ -254,23 +254,17 @@ def build_dag(args: argparse.Namespace, every_job: bool = False) -> Dag:
             dag_api.execute_workflow(
                 executor=executor, pseudo_executor="dryrun", executor_settings=executor_settings
             )
-            return read_dag(workflow_api._workflow, backend)
+            return read_dag(workflow_api._workflow, backend, executor_settings)
 
     try:
         try:
-            dag = read_once()
+            return read_once()
         except Exception as error:
             if not changed_while_read(error):
                 raise
-            dag = read_once()  # a live run wrote a file while Snakemake read it: read again
+            return read_once()  # a live run wrote a file while Snakemake read it: read again
     except Exception as error:
         raise GpuflowError(f"Snakemake could not plan the run: {error}") from None
-    arrays = str(getattr(executor_settings, "array_jobs", None) or "").replace(";", ",")
-    dag.array_rules = {rule.strip() for rule in arrays.split(",") if rule.strip()}
-    dag.array_limit = int(getattr(executor_settings, "array_limit", None) or 1000)
-    partitions = getattr(executor_settings, "partition_config", None)
-    dag.partition_config = str(partitions) if partitions else None
-    return dag
 
 
 def import_slurm_plugin_quickly() -> None:
@@ -310,9 +304,10 @@ def params_digest(params: list[Any], wildcards: dict[str, Any] | None = None) ->
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def read_dag(workflow: Any, backend: str) -> Dag:
+def read_dag(workflow: Any, backend: str, executor_settings: Any) -> Dag:
     """The jobs of a built DAG (in job id order), the finished ones it holds (`done`, without
-    resources or logs), rule order, local rules, config, records."""
+    resources or logs), rule order, local rules, config, records, and the array rules, array
+    limit and site file of the executor's settings."""
     dag = workflow.dag
     jobs = sorted(dag.needrun_jobs(exclude_finished=False), key=dag.jobid)
     done = sorted((job for job in dag.jobs if not dag.needrun(job)), key=dag.jobid)
@@ -324,6 +319,8 @@ def read_dag(workflow: Any, backend: str) -> Dag:
         for rule in workflow.rules
         if rule.group is None and (rule.name in workflow._localrules or rule.norun)
     }
+    arrays = str(getattr(executor_settings, "array_jobs", None) or "").replace(";", ",")
+    partitions = getattr(executor_settings, "partition_config", None)
 
     def described(job: Any, **more: Any) -> DagJob:
         return DagJob(
@@ -352,9 +349,10 @@ def read_dag(workflow: Any, backend: str) -> Dag:
         done=[described(job, why="done") for job in done],
         rule_order=[rule.name for rule in workflow.rules],
         config=dict(workflow.config),
-        array_rules=set(),
-        array_limit=1000,
+        array_rules={rule.strip() for rule in arrays.split(",") if rule.strip()},
+        array_limit=int(getattr(executor_settings, "array_limit", None) or 1000),
         records=records,
+        partition_config=str(partitions) if partitions else None,
     )
 
 

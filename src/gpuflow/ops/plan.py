@@ -46,10 +46,7 @@ class Job(DagJob):
         return runtime_s(self) / 3600
 
 
-Planned = Dag
-
-
-def plan_jobs(args: argparse.Namespace, every_job: bool = False) -> Planned:
+def plan_jobs(args: argparse.Namespace, every_job: bool = False) -> Dag:
     """The DAG Snakemake would run for these options (gpuflow.ops.snakemake_adapter.build_dag;
     with `every_job`, every job of the targets, finished or not), its jobs as `Job`s."""
     dag = build_dag(args, every_job)
@@ -307,7 +304,7 @@ def main(args: argparse.Namespace) -> None:
                 print(warning)
 
 
-def site_gpu_model(planned: Planned) -> str | None:
+def site_gpu_model(planned: Dag) -> str | None:
     """The GPU model the SLURM profile's site file names, if any (its rates are used)."""
     if not planned.partition_config:
         return None
@@ -317,7 +314,7 @@ def site_gpu_model(planned: Planned) -> str | None:
     return str(model) if model else None
 
 
-def charge_of_job(planned: Planned) -> Callable[[Job], float | None] | None:
+def charge_of_job(planned: Dag) -> Callable[[Job], float | None] | None:
     """Allocation units per GPU-hour of a job's partition (site file `charges`), where the
     SLURM profile's site file has charges."""
     if not planned.partition_config:
@@ -337,7 +334,7 @@ def charge_of_job(planned: Planned) -> Callable[[Job], float | None] | None:
     return charge
 
 
-def unfit_partitions(planned: Planned) -> str | None:
+def unfit_partitions(planned: Dag) -> str | None:
     """Under a SLURM profile, the rules with a job that fits no partition of its site file
     (gpuflow.slurm.fit), else None."""
     if not planned.partition_config:
@@ -355,7 +352,7 @@ def submitted(job: Job) -> PlannedJob:
     return PlannedJob(job.rule, job.resources, int(job.resources.get("_cores", 1)), job.wildcards)
 
 
-def unwarned_limits(planned: Planned, rows: list[dict[str, Any]]) -> str | None:
+def unwarned_limits(planned: Dag, rows: list[dict[str, Any]]) -> str | None:
     """Under a SLURM profile whose site sends a stop warning, the GPU rules (gpuflow's long,
     resumable steps) with a job whose time limit is no longer than the warning
     (gpuflow.cost.limits.unwarned), else None."""

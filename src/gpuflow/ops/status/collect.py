@@ -32,8 +32,8 @@ from typing import Any
 from gpuflow.cost.expected import Expected
 from gpuflow.job.outputlock import SINCE_FORMAT, lock_path, read_holder
 from gpuflow.job.record import STARTED, record_of
-from gpuflow.ops.plan import Job, Planned
-from gpuflow.ops.snakemake_adapter import FailedJob, Marker
+from gpuflow.ops.plan import Job
+from gpuflow.ops.snakemake_adapter import Dag, FailedJob, Marker
 from gpuflow.ops.status.progress import Progress, job_progress
 from gpuflow.ops.timings import benchmark_seconds, earlier_attempts_s
 from gpuflow.slurm.queue import ENDED_BADLY, QUEUED, RUNNING, SlurmJob, job_comment
@@ -288,7 +288,7 @@ def account(status: JobStatus, seen: Seen, expected: Expected) -> None:
         status.gpu_h_left = gpus * status.hours_left
 
 
-def collect(planned: Planned, seen: Seen, expected: Expected) -> list[JobStatus]:
+def collect(planned: Dag, seen: Seen, expected: Expected) -> list[JobStatus]:
     """The status of every job with outputs (target-only rules such as `all` are left out);
     `expected` gives the expected time of jobs not yet running, as in `gpuflow plan`."""
     statuses = []

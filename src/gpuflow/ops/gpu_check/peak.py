@@ -6,13 +6,9 @@ import time
 
 import torch
 
+from gpuflow.scaling.distributed import synchronize
+
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-
-
-def synchronize(device: torch.device) -> None:
-    """Wait for the device's queued work (a no-op on the CPU)."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def matmul_tflops(device: torch.device, dtype: torch.dtype, size: int, repeats: int) -> float:

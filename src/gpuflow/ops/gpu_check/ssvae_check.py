@@ -16,9 +16,9 @@ import numpy as np
 import torch
 
 from gpuflow.job.devices import describe_device
-from gpuflow.ops.gpu_check.peak import synchronize
 from gpuflow.ops.gpu_check.rows import CheckRow, max_relative_difference
 from gpuflow.ops.gpu_check.ssvae_reference import m2_loss
+from gpuflow.scaling.distributed import synchronize
 from gpuflow.settings.validate import merge_config
 from gpuflow.ssvae.batches import epoch_indices
 from gpuflow.ssvae.flops import train_flops_per_example

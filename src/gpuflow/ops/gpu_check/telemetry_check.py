@@ -15,8 +15,8 @@ import torch
 
 from gpuflow.job.devices import describe_device
 from gpuflow.job.telemetry.sampler import Sampler
-from gpuflow.ops.gpu_check.peak import synchronize
 from gpuflow.ops.gpu_check.rows import CheckRow
+from gpuflow.scaling.distributed import synchronize
 
 INTERVAL_S = 0.2
 BUSY_S = {"cuda": 3.0, "cpu": 1.0}

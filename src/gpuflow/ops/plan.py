@@ -54,26 +54,17 @@ def plan_jobs(args: argparse.Namespace, every_job: bool = False) -> Dag:
     return dag
 
 
-class Telemetry:
-    """Earlier jobs' records per rule (their telemetry), read once."""
+def earlier_use(job: Job, directory: str, threshold: float) -> dict[str, Any]:
+    """GPU-hours used, mean utilisation and flag of the earlier jobs of `job`'s rule (their
+    job records, their telemetry), found from `job`'s outputs."""
+    from gpuflow.job.paths import RECORD, job_file
+    from gpuflow.job.record import ended, read_record
+    from gpuflow.job.telemetry.tables import rule_summary
 
-    def __init__(self, directory: str, threshold: float):
-        self.directory = Path(directory)
-        self.threshold = threshold
-        self.cache: dict[str, dict[str, Any]] = {}
-
-    def of_rule(self, job: Job) -> dict[str, Any]:
-        """GPU-hours used, mean utilisation and flag of the rule's earlier jobs."""
-        from gpuflow.job.paths import RECORD, job_file
-        from gpuflow.job.record import ended, read_record
-        from gpuflow.job.telemetry.tables import rule_summary
-
-        if job.rule not in self.cache:
-            globs = [wildcard_pattern(output, job.wildcards)[0] for output in job.output]
-            paths = {p for g in globs for p in glob.glob(str(job_file(self.directory / g, RECORD)))}
-            records = [r for r in map(read_record, sorted(paths)) if r is not None and ended(r)]
-            self.cache[job.rule] = rule_summary(records, self.threshold)
-        return self.cache[job.rule]
+    globs = [wildcard_pattern(output, job.wildcards)[0] for output in job.output]
+    paths = {p for g in globs for p in glob.glob(str(job_file(Path(directory) / g, RECORD)))}
+    records = [r for r in map(read_record, sorted(paths)) if r is not None and ended(r)]
+    return rule_summary(records, threshold)
 
 
 def summarise(
@@ -83,10 +74,11 @@ def summarise(
     array_limit: int,
     per_node: int,
     charge: Callable[[Job], float | None] | None = None,
-    telemetry: Telemetry | None = None,
+    telemetry: Callable[[Job], dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
     """One row per rule with counts, expected hours (with their sources, range and basis),
-    limits, GPU-hours, allocation units and submissions."""
+    limits, GPU-hours, allocation units, submissions and, with `telemetry`, what the rule's
+    earlier jobs used (asked of its first job)."""
     rows: dict[str, dict[str, Any]] = {}
     for job in jobs:
         if job.rule == "all" and not job.output:
@@ -154,8 +146,8 @@ def summarise(
             row["units_expected"] = row.get("units_expected", 0.0) + rate * gpu_h
     if telemetry is not None:
         for job in jobs:
-            if job.rule in rows:
-                rows[job.rule].setdefault("telemetry", telemetry.of_rule(job))
+            if job.rule in rows and "telemetry" not in rows[job.rule]:
+                rows[job.rule]["telemetry"] = telemetry(job)
     return list(rows.values())
 
 
@@ -279,6 +271,7 @@ def main(args: argparse.Namespace) -> None:
     planned = plan_jobs(args)
     gpu = args.gpu or site_gpu_model(planned)
     expected = Expected(planned, args.directory, args.timings, gpu)
+    threshold = low_utilisation(planned.config)
     rows = summarise(
         planned.jobs,
         expected,
@@ -286,7 +279,7 @@ def main(args: argparse.Namespace) -> None:
         planned.array_limit,
         args.gpus_per_node,
         charge_of_job(planned),
-        Telemetry(args.directory, low_utilisation(planned.config)),
+        lambda job: earlier_use(job, args.directory, threshold),
     )
     order = {name: index for index, name in enumerate(planned.rule_order)}
     rows.sort(key=lambda row: (order.get(row["rule"], len(order)), row["rule"]))

@@ -47,11 +47,6 @@ def read_partitions(site_file: str | Path) -> list[Any]:
     return read_partitions(Path(site_file))
 
 
-def fits(job: PlannedJob, partitions: list[Any]) -> bool:
-    """Whether the plugin would place `job` in one of `partitions`."""
-    return any(partition.score_job_fit(job) is not None for partition in partitions)
-
-
 def partition_of(job: PlannedJob, partitions: list[Any]) -> str | None:
     """The partition the plugin sends `job` to: the one it names, else the best fitting one
     (the plugin's highest score), else None (the cluster's default)."""
@@ -85,21 +80,16 @@ def exceeded(job: PlannedJob, partition: Any) -> str:
     return ", ".join(over) or "its GPU models, constraints or cluster"
 
 
-def first_unfit(jobs: Iterable[PlannedJob], partitions: list[Any]) -> list[PlannedJob]:
-    """The first job of each rule that fits none of `partitions`."""
+def unfit_report(jobs: Iterable[PlannedJob], site_file: str | Path) -> str | None:
+    """Every rule with a job that fits no partition of the site file (the plugin would place
+    it in none: the first such job of each rule), what it asks for and each partition's limit
+    it exceeds; None where all fit."""
+    partitions = read_partitions(site_file)
     unfit: dict[str, PlannedJob] = {}
     for job in jobs:
-        if job.name not in unfit and not fits(job, partitions):
+        if job.name not in unfit and all(p.score_job_fit(job) is None for p in partitions):
             unfit[job.name] = job
-    return list(unfit.values())
-
-
-def unfit_report(jobs: Iterable[PlannedJob], site_file: str | Path) -> str | None:
-    """Every rule with a job that fits no partition of the site file (the first such job of
-    each rule), what it asks for and each partition's limit it exceeds; None where all fit."""
-    partitions = read_partitions(site_file)
-    unfit = first_unfit(jobs, partitions)
-    return unfit_message(unfit, partitions, site_file) if unfit else None
+    return unfit_message(list(unfit.values()), partitions, site_file) if unfit else None
 
 
 def check_jobs_fit(jobs: Iterable[PlannedJob], site_file: str | Path) -> None:

@@ -51,18 +51,12 @@ def from_progress_file(output: Path) -> Progress | None:
     record = read_progress(path)
     if record is None:
         return None
+    numbers = ("done", "total", "started", "updated", "resumed_at")
     try:
-        return Progress(
-            done=float(record["done"]),
-            total=float(record["total"]),
-            unit=str(record["unit"]),
-            started=float(record["started"]),
-            updated=float(record["updated"]),
-            source=str(path),
-            resumed_at=float(record["resumed_at"]),
-        )
+        values = {key: float(record[key]) for key in numbers}
     except (ValueError, TypeError):
         return None
+    return Progress(**values, unit=str(record["unit"]), source=str(path))
 
 
 def job_progress(job: Job, directory: str | Path) -> Progress | None:

@@ -38,9 +38,6 @@ class Term:
     what: str = ""
     parallel: int = 1  # devices or processes that share the amount evenly
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
 class Work:
@@ -54,7 +51,7 @@ class Work:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "terms": [term.as_dict() for term in self.terms],
+            "terms": [asdict(term) for term in self.terms],
             "units": self.units,
             "unit": self.unit,
             "notes": list(self.notes),

@@ -105,14 +105,13 @@ class Expected:
         """The job's planned work (None: no work model, or its inputs are not here)."""
         key = (job.rule, tuple(sorted(job.wildcards.items())))
         if key not in self.works:
+            self.works[key] = None
             try:
                 self.works[key] = counted_work(job.rule, self.dag.config, job.wildcards)
             except NotHere as error:
                 self.reasons[job.rule] = str(error)
-                self.works[key] = None
             except (GpuflowError, OSError) as error:
                 self.reasons[job.rule] = f"its work could not be counted: {error}"
-                self.works[key] = None
             if self.works[key] is None and job.rule not in self.reasons:
                 self.reasons[job.rule] = (
                     "its inputs (data files, model) are not readable here"

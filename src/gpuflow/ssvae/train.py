@@ -386,7 +386,7 @@ def train(
             for k in trainer.curve[0][-1]
             if k.startswith("test_")
         }
-    metrics = write_metrics(job, trainer, runs, settings, outs, last_eval, started, devices)
+    metrics = write_metrics(job, trainer, settings, outs, last_eval, started)
     job.release(outputs=outs)
     return metrics
 
@@ -394,12 +394,10 @@ def train(
 def write_metrics(
     job: Job,
     trainer: StackTrainer,
-    runs: list[Run],
     settings: dict[str, Any],
     outs: list[str | Path],
     final: dict[str, np.ndarray],
     started: float,
-    devices: list[torch.device],
 ) -> list[dict[str, Any]]:
     examples = trainer.examples_per_epoch() * trainer.epoch
     per_run_rate = examples / trainer.train_time_s if trainer.train_time_s else None
@@ -408,9 +406,9 @@ def write_metrics(
         step_s=trainer.train_time_s / max(1, trainer.epoch * trainer.plan.steps),
         batch_size=trainer.plan.unlabelled_batch,
     )
-    record = run_record(devices)
+    record = run_record(trainer.devices)
     written = []
-    for r, (run, out) in enumerate(zip(runs, outs, strict=True)):
+    for r, (run, out) in enumerate(zip(trainer.runs, outs, strict=True)):
         split = trainer.splits[r]
         accuracy = float(final["test_accuracy"][r])
         metrics = {
@@ -437,8 +435,8 @@ def write_metrics(
                 "wall_time_s": time.perf_counter() - started,
                 "train_time_s": trainer.train_time_s,
                 "samples_per_s": per_run_rate,
-                "stack_size": len(runs),
-                "stack_samples_per_s": per_run_rate * len(runs) if per_run_rate else None,
+                "stack_size": len(trainer.runs),
+                "stack_samples_per_s": per_run_rate * len(trainer.runs) if per_run_rate else None,
                 "resumed_from_epoch": trainer.resumed_from,
             },
             "run_record": record,

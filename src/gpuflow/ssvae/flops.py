@@ -46,10 +46,9 @@ def classifier_flops(hidden: int) -> float:
 
 def m2_parameters(hidden: int, latent: int) -> int:
     """Parameters of one M2 run: classifier, encoder (x W_x, class rows, mu/logvar), decoder."""
-    classifier = PIXELS * hidden + hidden + hidden * CLASSES + CLASSES
     encoder = PIXELS * hidden + CLASSES * hidden + hidden + hidden * 2 * latent + 2 * latent
     decoder = latent * hidden + CLASSES * hidden + hidden + hidden * PIXELS + PIXELS
-    return classifier + encoder + decoder
+    return classifier_parameters(hidden) + encoder + decoder
 
 
 def classifier_parameters(hidden: int) -> int:

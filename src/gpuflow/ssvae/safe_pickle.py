@@ -29,7 +29,6 @@ class RefusedGlobal(pickle.UnpicklingError):
     """The pickle names a global outside ALLOWED."""
 
     def __init__(self, module: str, name: str):
-        self.module, self.name = module, name
         super().__init__(
             f"refused to unpickle {module}.{name}: only numpy array reconstruction is allowed "
             f"({', '.join(sorted(f'{m}.{n}' for m, n in ALLOWED))})"

@@ -32,7 +32,6 @@ from gpuflow.cost.work import STARTUP, Term
 from gpuflow.job.cores import threads_per_worker
 from gpuflow.registry import family_modules
 
-TRIALS = 3
 STATE_BYTES = 64 << 20  # a resume state of a mid-sized run
 
 
@@ -151,7 +150,7 @@ def state_write(need: Need) -> Trial:
     return Trial("state.write", "bytes/s", f"{STATE_BYTES >> 20} MB states saved", run)
 
 
-def measure(found: list[Need], trials: int = TRIALS) -> tuple[list[dict[str, Any]], list[str]]:
+def measure(found: list[Need], trials: int) -> tuple[list[dict[str, Any]], list[str]]:
     """Rows of every rate of `found` that can be measured here, and lines naming those that
     cannot (a kind with no measurement here, e.g. a GPU's on a CPU-only machine)."""
     import torch

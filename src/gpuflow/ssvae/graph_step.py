@@ -80,7 +80,6 @@ class GraphedStep:
         with torch.no_grad():
             for param, saved in zip(self.params, saved_params, strict=True):
                 param.copy_(saved)
-            for param in self.params:
                 for key, value in self.optimizer.state[param].items():
                     if not torch.is_tensor(value):
                         continue

@@ -173,10 +173,9 @@ def load_prepared(path: str | Path) -> dict[str, np.ndarray]:
     try:
         with np.load(path) as handle:
             keys = ARRAYS + (VALIDATION if VALIDATION[0] in handle.files else ())
-            arrays = {key: handle[key] for key in keys}
+            return {key: handle[key] for key in keys}
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as error:
         raise DataError(path, f"not a prepared SSVAE dataset: {error}") from error
-    return arrays
 
 
 def main(args: argparse.Namespace) -> None:

@@ -175,22 +175,20 @@ def measure(found: list[Need], trials: int) -> tuple[list[dict[str, Any]], list[
         else:
             trial.threads = trial.threads or need.threads
             plan.append(trial)
-    values: dict[tuple[str, str], list[float]] = {}
-    units: dict[tuple[str, str], tuple[str, str]] = {}
+    values: dict[tuple[str, str, str, str], list[float]] = {}  # (kind, shape, unit, what)
     try:
         for _ in range(trials):
             for trial in plan:
                 torch.set_num_threads(trial.threads or 1)
                 for shape, value in trial.run().items():
-                    values.setdefault((trial.kind, shape), []).append(value)
-                    units[(trial.kind, shape)] = (trial.unit, trial.what)
+                    values.setdefault((trial.kind, shape, trial.unit, trial.what), []).append(value)
     finally:
         for trial in plan:
             if trial.close is not None:
                 trial.close()
     rows = [
-        rate_row(kind, shape, units[(kind, shape)][0], rates, units[(kind, shape)][1])
-        for (kind, shape), rates in values.items()
+        rate_row(kind, shape, unit, rates, what)
+        for (kind, shape, unit, what), rates in values.items()
     ]
     return rows, skipped
 

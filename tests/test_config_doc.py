@@ -19,6 +19,7 @@ SCHEMA = {
             "x-affects": "results",
             "properties": {
                 "seed": {"type": "integer", "minimum": 0, "default": 0, "description": "Seed."},
+                "note": {"type": "string", "description": "No default."},
                 "workers": {
                     "type": "integer", "minimum": 1, "maximum": 8, "default": 1,
                     "x-affects": "runtime", "description": "Workers | processes.",
@@ -87,6 +88,7 @@ def test_every_key_is_a_row_with_type_range_default_config_values_kind_and_descr
     named = "| `fam.named.<name>.size` | integer or null | — | `null` | config.yaml: n1 `4` |"
     assert f"{named} results | Size. |" in rows
     assert "| `other` | enum | `x`, `y` | `x` |  | — | Unmarked. |" in rows
+    assert "| `fam.note` | string | — | — |  | results | No default. |" in rows
 
 
 def test_blocks_of_one_shape_are_one_row_each_and_their_keys_are_listed_once(tiny_readme):

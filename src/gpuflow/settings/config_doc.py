@@ -188,7 +188,7 @@ def default_of(key_path: str, schema: dict[str, Any], sources: Sources) -> Any:
     filled = lookup(sources.defaults, key_path)
     if "" in filled:
         return filled[""]
-    return copy.deepcopy(schema.get("default", UNSET))
+    return copy.deepcopy(schema["default"]) if "default" in schema else UNSET
 
 
 def set_in_files(key_path: str, default: Any, sources: Sources) -> str:

@@ -24,7 +24,7 @@ from gpuflow.job.telemetry.job import job_gpus, note
 from gpuflow.job.telemetry.nvml import Gpus
 from gpuflow.job.telemetry.processes import ProcessTree
 from gpuflow.job.telemetry.sampler import Sampler
-from gpuflow.job.telemetry.tables import jobs_section
+from gpuflow.job.telemetry.tables import jobs_section, rule_summary
 
 INTERVAL = 0.05
 BUSY_CPU_S = 0.6
@@ -277,6 +277,29 @@ def test_flags_name_data_loading_or_tiny_batches_from_the_jobs_own_timings(tmp_p
     assert "| loading | finished |" in section
     assert "LOW: data loading" in section
     assert "2 jobs" in section
+
+
+LOADING = {"cpu": {"util_percent_mean": 10.0}, "wall_s": 1.0, "timings": {"data_wait_s": 0.9}}
+TINY = {"cpu": {"util_percent_mean": 10.0}, "wall_s": 1.0, "timings": {"step_s": 0.001}}
+
+
+def test_a_rule_s_flag_is_its_jobs_most_common_one_and_a_tie_goes_to_the_first_job():
+    assert rule_summary([LOADING, TINY, TINY], 50)["flag"].startswith("LOW: tiny batches")
+    tie = (
+        "from gpuflow.job.telemetry.tables import rule_summary\n"
+        f"print(rule_summary([{LOADING!r}, {TINY!r}], 50)['flag'])"
+    )
+    flags = {  # set order follows the hash seed: the flag must not
+        subprocess.run(
+            [sys.executable, "-c", tie],
+            env={**os.environ, "PYTHONHASHSEED": str(seed)},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in range(8)
+    }
+    assert flags == {"LOW: data loading (90% of the time)\n"}
 
 
 def test_a_job_given_no_gpu_samples_none_though_nvml_may_see_the_nodes():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -87,7 +88,8 @@ def jobs_section(folder: str | Path, threshold: float) -> str:
 
 
 def rule_summary(summaries: list[dict[str, Any]], threshold: float) -> dict[str, Any]:
-    """Earlier jobs of one rule: count, GPU-hours used, mean utilisation and the flag."""
+    """Earlier jobs of one rule: count, GPU-hours used, mean utilisation and the flag (their
+    most common one; of equals, the first job's)."""
     utils = [(kind, u) for kind, u in map(utilisation, summaries) if u is not None]
     kinds = {kind for kind, _ in utils}
     mean = sum(u for _, u in utils) / len(utils) if utils else None
@@ -98,5 +100,5 @@ def rule_summary(summaries: list[dict[str, Any]], threshold: float) -> dict[str,
         "gpu_h_used": sum((s.get("gpu") or {}).get("gpu_hours", 0.0) for s in summaries),
         "util_mean": mean,
         "util_kind": "/".join(sorted(kinds)) or "-",
-        "flag": max(set(low), key=low.count) if mean is not None and mean < threshold else "",
+        "flag": Counter(low).most_common(1)[0][0] if mean is not None and mean < threshold else "",
     }

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from gpuflow.cost.calibrate import Need, Trial
-from gpuflow.ssvae.flops import classifier_flops, train_flops_per_example
+from gpuflow.ssvae.flops import step_flops
 from gpuflow.ssvae.work import runs_per_job
 
 STEPS = 8  # an epoch, per trial
@@ -50,10 +50,7 @@ def step_trial(need: Need) -> Trial:
     stack = [Run(model, fraction, 0.0, 1.0 if model == "m2" else None, s) for s in range(runs)]
     trainer = StackTrainer(stack, synthetic_data(n_train), settings, [torch.device(need.device)])
     bu, bl = trainer.plan.unlabelled_batch, trainer.plan.labelled_batch
-    if model == "m2":
-        per_step = train_flops_per_example(hidden, latent, bu, bl) * (bu + bl)
-    else:
-        per_step = 3 * classifier_flops(hidden) * bl
+    per_step = step_flops(model, hidden, latent, bu, bl)
 
     def run() -> dict[str, float]:
         began = time.perf_counter()

@@ -44,6 +44,16 @@ def classifier_flops(hidden: int) -> float:
     return 2.0 * (PIXELS * hidden + hidden * CLASSES)
 
 
+def step_flops(model: str, hidden: int, latent: int, unlabelled: int, labelled: int) -> float:
+    """Training matmul FLOPs of one step of one run of `model` ('m2', or the baseline, which
+    trains its classifier on the labelled batch alone)."""
+    if model == "m2":
+        return train_flops_per_example(hidden, latent, unlabelled, labelled) * (
+            unlabelled + labelled
+        )
+    return 3 * classifier_flops(hidden) * labelled
+
+
 def m2_parameters(hidden: int, latent: int) -> int:
     """Parameters of one M2 run: classifier, encoder (x W_x, class rows, mu/logvar), decoder."""
     encoder = PIXELS * hidden + CLASSES * hidden + hidden + hidden * 2 * latent + 2 * latent

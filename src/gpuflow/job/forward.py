@@ -21,8 +21,7 @@ import os
 import signal
 import subprocess
 import sys
-
-import psutil
+from pathlib import Path
 
 FORWARDED = (
     signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGINT, signal.SIGHUP, signal.SIGCONT,
@@ -30,11 +29,30 @@ FORWARDED = (
 PR_SET_CHILD_SUBREAPER = 36
 
 
+def descendants(root: int) -> list[int]:
+    """The processes below `root` (children, theirs, ...), from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(parent, []).append(int(entry.name))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
 def forward(signum: int) -> None:
     """Send `signum` to every process below this one."""
-    for process in psutil.Process().children(recursive=True):
+    for pid in descendants(os.getpid()):
         try:
-            os.kill(process.pid, signum)
+            os.kill(pid, signum)
         except ProcessLookupError:
             continue
 

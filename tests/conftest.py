@@ -272,11 +272,26 @@ def holds_now(condition: Callable[[], Any]) -> bool:
         return False
 
 
+def wait_while_running(
+    condition: Callable[[], Any],
+    process: subprocess.Popen,
+    what: str,
+    timeout: float,
+    interval: float = 0.01,
+    log: Path | None = None,
+) -> Any:
+    """Poll `condition()` while `process` runs until it holds, and return its value; fail naming
+    `what` (with `log`'s text) when the process ended first or `timeout` seconds passed."""
+    wait_for(lambda: condition() or process.poll() is not None, what, timeout, interval)
+    value = condition()
+    assert value, f"{what}: the process ended first" + (f"\n{log.read_text()}" if log else "")
+    return value
+
+
 def wait_for_file(path: Path, process: subprocess.Popen, timeout: float) -> None:
     """Wait until `process` has written `path` (polled every 0.01 s); fail when the process
     ended or `timeout` seconds passed without it."""
-    wait_for(lambda: path.exists() or process.poll() is not None, str(path), timeout, 0.01)
-    assert path.exists(), f"{path} never appeared"
+    wait_while_running(path.exists, process, f"{path} to appear", timeout)
 
 
 def files_left(folder: Path) -> list[str]:

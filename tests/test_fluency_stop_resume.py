@@ -20,7 +20,7 @@ from gpuflow.cli import main as gpuflow_main
 from gpuflow.data.embedded import load_movie_reviews
 from gpuflow.job.paths import STATE, job_file
 from gpuflow.job.progress import progress_path, read_progress
-from tests.conftest import BIN, REPO, wait_for, wait_for_file, workflow_env
+from tests.conftest import BIN, REPO, wait_for_file, wait_while_running, workflow_env
 from tests.test_perplexity import reviews, tiny_lm
 
 pytestmark = pytest.mark.usefixtures("one_thread_per_job")
@@ -181,11 +181,9 @@ def test_a_killed_perplexity_worker_hands_its_batches_to_the_other_and_the_outpu
         )
     wait_for_file(state_path(out), process, 300)  # the first chunk is scored
     ready = re.compile(r"worker (\d+) ready \(pid (\d+), cpu\)")
-    wait_for(
-        lambda: ready.search(log.read_text()) or process.poll() is not None, "a worker", 300, 0.01
+    match = wait_while_running(
+        lambda: ready.search(log.read_text()), process, "a worker ready", 300, log=log
     )
-    match = ready.search(log.read_text())
-    assert match, log.read_text()
     os.kill(int(match[2]), signal.SIGKILL)
     assert process.wait(timeout=300) == 0, log.read_text()
     died = rf"worker {match[1]} \(pid {match[2]}, cpu\) died with exit code -9"

@@ -40,7 +40,7 @@ from gpuflow.ops.status.main import run_state
 from gpuflow.ops.status.progress import Progress, job_progress
 from gpuflow.ops.status.report import as_dict, render
 from gpuflow.slurm.queue import SlurmJob
-from tests.conftest import BIN, REPO, wait_for, wait_for_file, workflow_env
+from tests.conftest import BIN, REPO, wait_for, wait_for_file, wait_while_running, workflow_env
 
 SNAKEFILE = REPO / "tests" / "slurm" / "status" / "Snakefile"
 BACKENDS = pytest.mark.parametrize("backend", ["file", "db"])
@@ -91,8 +91,8 @@ def test_status_during_and_after_a_local_run(tmp_path, backend):
     )
     run = subprocess.Popen(command, env=workflow_env(), stderr=subprocess.PIPE, text=True)
     try:
-        seen = lambda: slow_and_broken_seen(tmp_path) or run.poll() is not None  # noqa: E731
-        wait_for(seen, "slow's progress and broken's failure", timeout=120)
+        seen = "slow's progress and broken's failure"
+        wait_while_running(lambda: slow_and_broken_seen(tmp_path), run, seen, 120, 0.2)
         deadline = time.monotonic() + 60
         while True:
             during = status_json(tmp_path, *args)

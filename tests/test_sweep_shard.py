@@ -24,7 +24,7 @@ from gpuflow.job.paths import UNITS, job_file
 from gpuflow.settings.blocks import family_settings
 from gpuflow.sweep.shard import seed_log_key
 from tests import sweep_faults
-from tests.conftest import BIN, REPO, alive, wait_for, workflow_env
+from tests.conftest import BIN, REPO, alive, wait_for, wait_while_running, workflow_env
 
 # Guess-and-check that can never reach its threshold: every seed does the same, fixed work.
 SETTINGS = {
@@ -129,7 +129,7 @@ def test_a_shard_killed_midway_reruns_only_the_missing_seeds_and_ends_identical(
         )
     try:
         two_seeds = lambda: len(unit_log_lines(out)) >= 3  # header + 2 seeds  # noqa: E731
-        wait_for(lambda: two_seeds() or job.poll() is not None, "two seeds done", 120, 0.02)
+        wait_while_running(two_seeds, job, "two seeds done", 120, 0.02, log=log_path)
         assert job.poll() is None, log_path.read_text()
         job.send_signal(signal.SIGKILL)
         job.wait()

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -56,10 +57,14 @@ GOAL, H100_GOAL = 0.35, 0.25
 
 
 def run(command: list[str], folder: Path) -> float:
-    """Wall seconds of `command` run in `folder` (it must succeed; its output to a log)."""
+    """Wall seconds of `command` run in `folder` (it must succeed; its output to a log), with
+    this venv first on PATH: the workflow's rules call `gpuflow` by name."""
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
     started = time.perf_counter()
     with open(folder / f"{Path(command[0]).name}.log", "a") as log:
-        subprocess.run(command, cwd=folder, stdout=log, stderr=subprocess.STDOUT, check=True)
+        subprocess.run(
+            command, cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT, check=True
+        )
     return time.perf_counter() - started
 
 

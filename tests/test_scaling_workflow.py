@@ -90,7 +90,8 @@ def test_the_paper_plan_launches_torchrun_on_1_2_4_gpus_and_2_nodes(run_snakemak
     for block in single:
         world = int(re.search(r"world=(\d+)", block).group(1))
         assert (
-            f"torchrun --standalone --nproc-per-node={world} --max-restarts=1 -m gpuflow "
+            f"python -m torch.distributed.run --standalone --nproc-per-node={world}"
+            " --max-restarts=1 -m gpuflow "
             "scaling-train" in block
         )
         sbatch = sbatch_options(resources_of(block))
@@ -103,7 +104,10 @@ def test_the_paper_plan_launches_torchrun_on_1_2_4_gpus_and_2_nodes(run_snakemak
     for block in multi:
         assert "world=8" in block
         assert "srun --nodes=2 --ntasks-per-node=1" in block
-        assert "torchrun --nnodes=2 --nproc-per-node=4 --max-restarts=1" in block
+        assert (
+            "python -m torch.distributed.run --nnodes=2 --nproc-per-node=4 --max-restarts=1"
+            in block
+        )
         assert '--rdzv-backend=c10d --rdzv-endpoint="$head_node:29500"' in block
         assert 'scontrol show hostnames "$nodelist"' in block
         sbatch = sbatch_options(resources_of(block))

@@ -125,7 +125,7 @@ rule scaling_train:
         cpu_slots=max(SCALING_WORLDS),
     shell:
         "GPUFLOW_GPUS={resources.gpu} gpuflow with-gpus --"
-        " torchrun --standalone --nproc-per-node={wildcards.world}"
+        " python -m torch.distributed.run --standalone --nproc-per-node={wildcards.world}"
         " --max-restarts={resources.max_restarts}"
         " -m gpuflow scaling-train --name {wildcards.cfg}"
         " --train {input.train:q} --val {input.val:q} --data-info {input.info:q}"
@@ -162,7 +162,8 @@ rule scaling_train_multinode:
         " {resources.mpi} --nodes={resources.nodes} --ntasks-per-node=1"
         " --cpus-per-task={resources.cpus_per_task} --gpus-per-node={params.per_node}"
         " --kill-on-bad-exit=1"
-        " torchrun --nnodes={resources.nodes} --nproc-per-node={params.per_node}"
+        " python -m torch.distributed.run --nnodes={resources.nodes}"
+        " --nproc-per-node={params.per_node}"
         " --max-restarts={resources.max_restarts}"
         ' --rdzv-id="$SLURM_JOB_ID" --rdzv-backend=c10d --rdzv-endpoint="$head_node:{resources.port}"'
         " -m gpuflow scaling-train --name {wildcards.cfg}"

@@ -32,7 +32,9 @@ install: $(STAMP)
 
 # WHEELHOUSE=DIR (a GPU node with no registry; see `make wheelhouse`): .venv is made afresh with
 # PYTHON, sees PYTHON's own packages (its CUDA torch: a .pth file names PYTHON's site-packages
-# and user site, which also works where PYTHON is itself a venv) and installs from DIR alone.
+# and user site, which also works where PYTHON is itself a venv) and installs DIR's wheels and
+# gpuflow without resolving: on an H100 node (2026-11-27) pip did not count the torch it sees
+# through that file and stopped with "No matching distribution found for torch>=2.4".
 $(STAMP): pyproject.toml
 ifeq ($(WHEELHOUSE),)
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -43,7 +45,9 @@ else
 	$(PYTHON) -m venv --clear $(VENV)
 	$(PYTHON) -c 'import site; print(*site.getsitepackages(), site.getusersitepackages(), sep="\n")' \
 		> $$($(VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/node-python.pth
-	$(VENV)/bin/python -m pip install --quiet --no-index --find-links $(WHEELHOUSE) -e .
+	$(VENV)/bin/python -m pip install --quiet --no-index --no-deps $(WHEELHOUSE)/*.whl
+	$(VENV)/bin/python -m pip install --quiet --no-index --no-deps --no-build-isolation -e .
+	$(VENV)/bin/python -c 'import gpuflow.cli, snakemake, torch, transformers'
 endif
 	touch $(STAMP)
 
@@ -71,7 +75,7 @@ gpu-check: $(STAMP)
 
 # On a GPU node: calibrate the node, plan one job per GPU family at paper sizes (config/pilot.yaml),
 # run them and print predicted against measured; the rates and the comparison go to
-# benchmarks/records/ (about 6 minutes on one H100).
+# benchmarks/records/ (about 12 minutes on one H100 node: its calibration alone took 6.5).
 gpu-pilot: $(STAMP)
 	python benchmarks/plan_accuracy.py --configfile config/pilot.yaml --folder results/pilot \
 		--cores $(CORES) --save-records

@@ -4,11 +4,15 @@ spent, from its job records, beside what was planned."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
+from dataclasses import replace
 
 import pytest
 
+from gpuflow.cost.calibrate import Need, measure, needs
+from gpuflow.cost.work import STARTUP, Term
 from gpuflow.job.paths import RECORD, job_file
 from tests.conftest import BIN, REPO, tiny_config, workflow_env
 from tests.test_plan import SNAKEFILE, write_probe_config
@@ -50,6 +54,49 @@ def test_a_calibration_measures_every_rate_the_config_s_jobs_need(run_gpuflow, t
         low <= shard["expected_h_per_job"] <= high
         and high < before["sweep_shard"]["expected_h_per_job"]
     )
+
+
+def test_on_a_gpu_node_each_rate_goes_to_the_record_of_the_device_whose_jobs_need_it(tmp_path):
+    """The plan reads a job's rates from its device's record: a GPU node's CPU-only jobs (the
+    toxicity scorer, the baselines) from the node's CPU record. Host rates (start-ups, state
+    writes) are measured once and go to every device whose jobs need them. A GPU job's host
+    rates are measured on the CPU, so this runs here: the sweep's jobs plus start-ups and state
+    writes of GPU jobs, one shared with the CPU jobs."""
+    workdir = tmp_path / "run"
+    workdir.mkdir()
+    config = workdir / "config.yaml"
+    config.write_text(json.dumps(tiny_config("sweep")))
+    args = argparse.Namespace(
+        directory=str(workdir), profile=[], snakefile=str(REPO / "Snakefile"),
+        configfile=[str(config)], targets=[],
+    )  # fmt: skip
+    found = needs(args)
+    cpu_startup = next(need for need in found if need.term.kind == STARTUP)
+    gpu_only = Need(
+        Term(STARTUP, 1, "gpuflow.job.gpulock"), "probe_gpu", {}, {}, 1, "cuda", workdir
+    )
+    on_gpu = [
+        replace(cpu_startup, device="cuda"),
+        gpu_only,
+        replace(gpu_only, term=Term("state.write", 1)),
+    ]
+    rows, skipped = measure([*found, *on_gpu], trials=1)
+    kinds = {
+        device: {(row["rate"]["kind"], row["rate"]["shape"]) for row in found_rows}
+        for device, found_rows in rows.items()
+    }
+    assert not skipped
+    assert kinds["cuda"] == {
+        (STARTUP, cpu_startup.term.shape), (STARTUP, "gpuflow.job.gpulock"), ("state.write", ""),
+    }  # fmt: skip
+    assert kinds["cpu"] == {(need.term.kind, need.term.shape) for need in found}
+    shared = [
+        row["rate"]["trials"]
+        for device in ("cpu", "cuda")
+        for row in rows[device]
+        if row["rate"]["shape"] == cpu_startup.term.shape
+    ]
+    assert shared[0] == shared[1] and len(shared[0]) == 1, "one start-up measured, filed twice"
 
 
 def test_the_ledger_s_gpu_hours_are_the_job_records_wall_times_gpus(run_gpuflow, tmp_path):

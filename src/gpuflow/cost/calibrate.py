@@ -8,6 +8,9 @@ take turns round by round (three rounds), so a slow spell of a shared machine sl
 alike; each rate is their median, with the lowest and highest as its range. The record,
 `<date>-<device>-rates.json` in --out, holds one row per rate as gpu-check's rows do; `gpuflow
 plan` reads it (`w` rows). A second calibration on the same day and device adds to that record.
+On a GPU node the rates of the jobs that ask for no GPU go to a record of the node's CPU, which
+`gpuflow plan` reads for those jobs; the host's start-ups and state writes go to both records
+where jobs of both need them.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from gpuflow.job.cores import threads_per_worker
 from gpuflow.registry import family_modules
 
 STATE_BYTES = 64 << 20  # a resume state of a mid-sized run
+HOST_MEASURED = (STARTUP, "state.write")  # measured once on this host for every device
 
 
 @dataclass(frozen=True)
@@ -84,21 +88,21 @@ def measurers() -> dict[str, Callable[[Need], Trial | None]]:
 
 
 def needs(args: argparse.Namespace) -> list[Need]:
-    """Every (kind, shape) the planned jobs' work needs, once, with the first job needing it;
-    its device is a GPU where the job asks for one and this machine has one."""
+    """Every (kind, shape) the planned jobs' work needs on each device, once, with the first job
+    needing it; its device is a GPU where the job asks for one and this machine has one."""
     import torch
 
     from gpuflow.ops.plan import plan_jobs
 
     planned = plan_jobs(args, every_job=True)
-    found: dict[tuple[str, str], Need] = {}
+    found: dict[tuple[str, str, str], Need] = {}
     for job in planned.jobs:
         work = planned_work(job.rule, planned.config, job.wildcards)
+        device = "cuda" if job.gpus and torch.cuda.is_available() else "cpu"
         for term in work.terms if work else ():
-            key = (term.kind, term.shape)
+            key = (term.kind, term.shape, device)
             if key not in found:
                 threads = int(job.resources.get("_cores", 1) or 1)
-                device = "cuda" if job.gpus and torch.cuda.is_available() else "cpu"
                 found[key] = Need(
                     term, job.rule, planned.config, job.wildcards, threads, device,
                     Path(args.directory),
@@ -150,20 +154,27 @@ def state_write(need: Need) -> Trial:
     return Trial("state.write", "bytes/s", f"{STATE_BYTES >> 20} MB states saved", run)
 
 
-def measure(found: list[Need], trials: int) -> tuple[list[dict[str, Any]], list[str]]:
-    """Rows of every rate of `found` that can be measured here, and lines naming those that
-    cannot (a kind with no measurement here, e.g. a GPU's on a CPU-only machine)."""
+def measure(found: list[Need], trials: int) -> tuple[dict[str, list[dict[str, Any]]], list[str]]:
+    """Rows of every rate of `found` that can be measured here, by the device of the jobs that
+    need it ("cpu", "cuda"; a host rate goes to each device whose jobs need it), and lines
+    naming those that cannot be (a kind with no measurement here, e.g. a GPU's on a CPU-only
+    machine)."""
     import torch
 
     measuring = measurers()
-    plan: list[Trial] = []
+    users: dict[tuple[str, str], list[str]] = {}  # (kind, shape) -> devices of the jobs needing it
+    for need in found:
+        devices = users.setdefault((need.term.kind, need.term.shape), [])
+        devices += [] if need.device in devices else [need.device]
+    plan: list[tuple[Trial, str | None]] = []  # with its device; None: a host rate
     skipped = []
-    startups = sorted({need.term.shape for need in found if need.term.kind == STARTUP})
+    startups = sorted(shape for kind, shape in users if kind == STARTUP)
     if startups:
-        plan.append(startup_trial(startups))
+        plan.append((startup_trial(startups), None))
     for need in found:
         kind = need.term.kind
-        if kind == STARTUP:
+        host = kind in HOST_MEASURED
+        if kind == STARTUP or (host and need.device != users[(kind, need.term.shape)][0]):
             continue
         if kind not in measuring:
             skipped.append(f"{kind} at {need.term.shape}: no calibration measures it")
@@ -174,22 +185,23 @@ def measure(found: list[Need], trials: int) -> tuple[list[dict[str, Any]], list[
             skipped.append(f"{kind} at {need.term.shape}: not measurable on this machine")
         else:
             trial.threads = trial.threads or need.threads
-            plan.append(trial)
-    values: dict[tuple[str, str, str, str], list[float]] = {}  # (kind, shape, unit, what)
+            plan.append((trial, None if host else need.device))
+    values: dict[tuple[str, str, str, str, str | None], list[float]] = {}
     try:
         for _ in range(trials):
-            for trial in plan:
+            for trial, device in plan:
                 torch.set_num_threads(trial.threads or 1)
                 for shape, value in trial.run().items():
-                    values.setdefault((trial.kind, shape, trial.unit, trial.what), []).append(value)
+                    key = (trial.kind, shape, trial.unit, trial.what, device)
+                    values.setdefault(key, []).append(value)
     finally:
-        for trial in plan:
+        for trial, _ in plan:
             if trial.close is not None:
                 trial.close()
-    rows = [
-        rate_row(kind, shape, unit, rates, what)
-        for (kind, shape, unit, what), rates in values.items()
-    ]
+    rows: dict[str, list[dict[str, Any]]] = {}
+    for (kind, shape, unit, what, device), rates in values.items():
+        for each in [device] if device else users[(kind, shape)]:
+            rows.setdefault(each, []).append(rate_row(kind, shape, unit, rates, what))
     return rows, skipped
 
 
@@ -204,24 +216,16 @@ def device_class(device: str) -> str:
     return device_slug([torch.device("cuda", 0)])
 
 
-def main(args: argparse.Namespace) -> None:
-    """Measure the rates the config's jobs need; write or extend today's rates record."""
+def write_record(
+    args: argparse.Namespace, when: datetime.datetime, device: str, rows: list[dict[str, Any]]
+) -> Path:
+    """Write `rows` into the day's rates record of `device` ("cpu", "cuda") in --out, keeping
+    the rows of an earlier calibration that these do not measure again."""
+    import torch
+
     from gpuflow.job.atomic import write_json
     from gpuflow.ops.gpu_check.records import environment
 
-    started = time.monotonic()
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    from transformers.utils import logging as transformers_logging
-
-    transformers_logging.set_verbosity_error()
-    transformers_logging.disable_progress_bar()
-    found = needs(args)
-    device = "cuda" if any(need.device == "cuda" for need in found) else "cpu"
-    rows, skipped = measure(found, args.trials)
-    import torch
-
-    when = datetime.datetime.now(datetime.UTC)
     slug = device_class(device)
     out = Path(args.out) / f"{when.date().isoformat()}-{slug}{RATES_SUFFIX}.json"
     earlier = json.loads(out.read_text()) if out.exists() else {"rows": []}
@@ -243,11 +247,28 @@ def main(args: argparse.Namespace) -> None:
         "rows": kept + rows,
     }
     write_json(out, record)
-    print(f"calibrate: {len(rows)} rates on {slug} in {time.monotonic() - started:.0f} s -> {out}")
-    for row in rows:
-        rate = row["rate"]
-        spread = f"{min(rate['trials']):.3g}-{max(rate['trials']):.3g}"
-        shape = f" at {rate['shape']}" if rate["shape"] else ""
-        print(f"  {rate['kind']}{shape}: {rate['value']:.3g} {rate['unit']} ({spread})")
+    return out
+
+
+def main(args: argparse.Namespace) -> None:
+    """Measure the rates the config's jobs need; write or extend today's rates records."""
+    started = time.monotonic()
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.set_verbosity_error()
+    transformers_logging.disable_progress_bar()
+    rows_by_device, skipped = measure(needs(args), args.trials)
+    when = datetime.datetime.now(datetime.UTC)
+    took = time.monotonic() - started
+    for device, rows in rows_by_device.items():
+        out = write_record(args, when, device, rows)
+        print(f"calibrate: {len(rows)} rates on {device_class(device)} in {took:.0f} s -> {out}")
+        for row in rows:
+            rate = row["rate"]
+            spread = f"{min(rate['trials']):.3g}-{max(rate['trials']):.3g}"
+            shape = f" at {rate['shape']}" if rate["shape"] else ""
+            print(f"  {rate['kind']}{shape}: {rate['value']:.3g} {rate['unit']} ({spread})")
     for line in skipped:
         print(f"  not measured: {line}")

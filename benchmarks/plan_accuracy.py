@@ -15,8 +15,9 @@ Usage: python benchmarks/plan_accuracy.py [--folder DIR] [--cores 2] [--skip-run
    the node's calibrated rates and this comparison go to benchmarks/records/.
 2. The H100, from the committed records: the Kingma M2 job (config/kingma.yaml at 100 labels,
    alpha 5000, 150 epochs: 248.9 s) and one paper grid point (100 labels, 75 epochs: 121.6 s)
-   predicted from gpu-check's rates alone: the timings records, which hold these two jobs, are
-   left out (no whole-job rate, no benchmark). Goal: +-25%.
+   predicted from the committed rates alone (gpu-check's and the H100 node's calibration): the
+   timings records, which hold these two jobs, are left out (no whole-job rate, no benchmark).
+   Goal: +-25%.
 
 Run from the repository root; part 1 takes about 7 minutes on 2 cores (calibration 1, run 6).
 """
@@ -153,10 +154,10 @@ def this_machine(
 
 
 def h100_part(host_records: Path) -> tuple[bool, list[dict[str, Any]]]:
-    """The two measured H100 jobs predicted from gpu-check's rates alone; then with the host
-    rates (start-up, state writes: never measured on the H100) this machine's calibration just
-    measured in place of the missing ones: a measurement of the H100's host only where this
-    machine is an H100 node. (goal met, a row per job)."""
+    """The two measured H100 jobs predicted from the committed rates alone; then, where they
+    differ, with the host rates (start-ups, state writes) this machine's calibration just
+    measured: the H100 host's own only where this machine is an H100 node (the committed ones
+    are the H100 node's of 2026-11-27). (goal met, a row per job)."""
     _, gpu = books(RECORDS, "h100", whole_jobs=False)
     cpu, node = books(host_records, whole_jobs=False)
     measured = node if node.device else cpu  # a GPU node's calibration is named by its GPU
@@ -186,7 +187,7 @@ def h100_part(host_records: Path) -> tuple[bool, list[dict[str, Any]]]:
             timings["benchmarks"][point]["seconds"],
         ),
     ]
-    print(f"\nH100 ({gpu.device}), from gpu-check's rates alone:")
+    print(f"\nH100 ({gpu.device}), from the committed rates alone:")
     ok, rows = True, []
     for name, config, alpha, actual in jobs:
         work = planned_work(
@@ -203,7 +204,7 @@ def h100_part(host_records: Path) -> tuple[bool, list[dict[str, Any]]]:
         print(
             f"  {name}: predicted {guess.seconds:.1f} s, measured {actual:.1f} s: {error:+.1%}"
             f" ({'ok' if abs(error) <= H100_GOAL else 'MISS'}; goal +-{H100_GOAL:.0%})\n"
-            f"    work: {terms}\n    rests on: {', '.join(guess.basis)}; {'; '.join(guess.notes)}"
+            f"    work: {terms}\n    rests on: {'; '.join([', '.join(guess.basis), *guess.notes])}"
         )
         row = {"job": name, "measured_s": actual, "predicted_s": guess.seconds, "error": error}
         borrowed = predict(work, host)
@@ -218,13 +219,17 @@ def h100_part(host_records: Path) -> tuple[bool, list[dict[str, Any]]]:
 
 
 def save_records(folder: Path, summary: dict[str, Any]) -> None:
-    """Copy the calibration's rates record into benchmarks/records/ and write the comparison
-    beside it as <date>-<device>-pilot.json."""
-    for rates in sorted((folder / "records").glob(f"*{RATES_SUFFIX}.json")):
+    """Copy the calibration's rates records into benchmarks/records/ and write the comparison
+    beside the last, a GPU's where there is one (a CPU's name sorts first), as
+    <date>-<device>-pilot.json."""
+    found = sorted((folder / "records").glob(f"*{RATES_SUFFIX}.json"))
+    for rates in found:
         shutil.copy2(rates, RECORDS / rates.name)
-        pilot = RECORDS / rates.name.replace(f"{RATES_SUFFIX}.json", "-pilot.json")
+        print(f"saved {RECORDS / rates.name}")
+    if found:
+        pilot = RECORDS / found[-1].name.replace(f"{RATES_SUFFIX}.json", "-pilot.json")
         pilot.write_text(json.dumps(summary, indent=2) + "\n")
-        print(f"saved {RECORDS / rates.name} and {pilot}")
+        print(f"saved {pilot}")
 
 
 def main() -> int:

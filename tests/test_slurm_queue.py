@@ -221,7 +221,7 @@ def test_the_newest_job_of_each_rule_wins_and_squeue_is_read_over_sacct(bin_dir)
         f"9|gpuflow_capture|rule_broken|RUNNING|{SACCT_RUN}|2026-11-24T03:57:00|Unknown",
     ]
     fake_command(bin_dir, "squeue", None, "\n".join(squeue_now))
-    jobs = queue.run_jobs(SACCT_RUN)
+    jobs, _ = queue.status_jobs(SACCT_RUN)
     assert {comment: job.job_id for comment, job in jobs.items()} == {
         "": "3",
         "rule_quick": "6",
@@ -239,11 +239,11 @@ def test_an_ended_job_keeps_what_sacct_knows_over_squeue(bin_dir, sacct_json):
     fake_command(bin_dir, "sacct", sacct_out, captured("sacct-oom.txt"))
     line = f"1|gpuflow_12a1|{OOM_RULE}|FAILED|{OOM_RUN}|2026-11-24T17:33:19|2026-11-24T17:33:28"
     fake_command(bin_dir, "squeue", None, line)
-    assert queue.run_jobs(OOM_RUN)[OOM_RULE].state == "OUT_OF_MEMORY"
+    assert queue.status_jobs(OOM_RUN)[0][OOM_RULE].state == "OUT_OF_MEMORY"
 
 
 def test_without_slurm_commands_a_run_has_no_slurm_jobs(bin_dir):
-    assert queue.run_jobs(SACCT_RUN) == {}
+    assert queue.status_jobs(SACCT_RUN) == ({}, None)
     assert earlier_jobs(SACCT_RUN) == []
 
 
@@ -305,19 +305,19 @@ def test_a_command_that_cannot_contact_the_controller_names_it(bin_dir):
     unreachable_command(bin_dir, "squeue", 0)
     reason = "squeue: Unable to contact slurm controller (connect failure)"
     assert queue.status_jobs(SACCT_RUN) == ({}, reason)
-    assert queue.squeue_jobs(SACCT_RUN) == [] and queue.run_jobs(SACCT_RUN) == {}
+    assert queue.squeue_jobs(SACCT_RUN) == []
     assert "squeue" not in queue._json_fails, "its JSON was never answered"
 
 
-def test_status_jobs_are_run_jobs_where_squeue_answers(bin_dir):
-    """Also where sacct alone gets no answer (its database is down): squeue's jobs stand, as a
+def test_squeue_s_jobs_stand_also_where_sacct_gets_no_answer(bin_dir):
+    """Where sacct alone gets no answer (its database is down), squeue's jobs stand, as a
     failing squeue (jobs past MinJobAge) leaves sacct's."""
     fake_command(bin_dir, "sacct", captured("sacct.json"), "")
     line = f"9|gpuflow_capture|rule_broken|RUNNING|{SACCT_RUN}|2026-11-24T03:57:00|Unknown"
     fake_command(bin_dir, "squeue", None, line)
-    jobs = queue.run_jobs(SACCT_RUN)
+    jobs, unreachable = queue.status_jobs(SACCT_RUN)
     assert jobs["rule_broken"].job_id == "9" and jobs["rule_quick"].job_id == "6"
-    assert queue.status_jobs(SACCT_RUN) == (jobs, None)
+    assert unreachable is None
     unreachable_command(bin_dir, "sacct", 60)
     [job] = queue.status_jobs(SACCT_RUN, timeout=0.5)[0].values()
     assert job.job_id == "9"

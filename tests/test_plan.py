@@ -18,7 +18,7 @@ from gpuflow.cost.limits import WARNING_EARLY_MINUTES
 from gpuflow.errors import GpuflowError
 from gpuflow.job.paths import RECORD, job_file
 from gpuflow.ops import snakemake_adapter
-from gpuflow.ops.plan import Job, plan_jobs
+from gpuflow.ops.plan import Job, plan_jobs, source_lines
 from gpuflow.ops.snakemake_adapter import (
     SUPPORTED,
     check_version,
@@ -472,3 +472,17 @@ def test_a_run_in_another_folder_reads_the_workflow_s_site_file(tmp_path):
     assert rows["ssvae_train"]["source"] == "m", "the committed H100 records plan it"
     assert min(rows["ssvae_train"]["limits_min"]) > floor
     assert rows["ssvae_train"]["units_expected"] > 0, "the site's charges count"
+
+
+def test_a_rate_taken_for_other_shapes_is_said_once_per_rate():
+    """The paper plan's 72 sweep shards take one cell's rates for 8 other cells each: the
+    Sources line names each rate once, with how many shapes it stood in for."""
+    notes = [f"sweep.gd.seed measured at gd r8 w16, not gd r{r} w4" for r in (2, 4, 8)]
+    row = {"rule": "sweep_shard", "local": False, "source": "w", "basis": ["day-rates.json"]}
+    lines = source_lines([{**row, "notes": [*notes, "startup not measured on x: left out"]}])
+    assert lines[2] == (
+        "sweep_shard: w from day-rates.json (startup not measured on x: left out; "
+        "sweep.gd.seed measured at gd r8 w16, taken for 3 other shapes (gd r2 w4, gd r4 w4, ...))"
+    )
+    [one] = source_lines([{**row, "notes": notes[:1]}])[2:]
+    assert one.endswith("(sweep.gd.seed measured at gd r8 w16, not gd r2 w4)")

@@ -240,9 +240,27 @@ def source_lines(rows: list[dict[str, Any]]) -> list[str]:
         if row["local"] or not (row["basis"] or row["notes"]):
             continue
         rests = f"{row['source']} from {', '.join(row['basis'])}" if row["basis"] else row["source"]
-        notes = "; ".join(row["notes"])
+        notes = "; ".join(merged_notes(row["notes"]))
         lines.append(f"{row['rule']}: {rests}" + (f" ({notes})" if notes else ""))
     return ["", "Sources:", *lines] if lines else []
+
+
+def merged_notes(notes: list[str]) -> list[str]:
+    """`notes`, a rate taken for several shapes ("k measured at A, not B") said once: "k
+    measured at A, taken for 8 other shapes (B, C, ...)"."""
+    taken: dict[str, list[str]] = {}
+    merged = []
+    for note in notes:
+        rate, other, shape = note.partition(", not ")
+        if other and " measured at " in rate:
+            taken.setdefault(rate, []).append(shape)
+        else:
+            merged.append(note)
+    for rate, shapes in taken.items():
+        shown = ", ".join(shapes[:2]) + (", ..." if len(shapes) > 2 else "")
+        many = f"taken for {len(shapes)} other shapes ({shown})"
+        merged.append(f"{rate}, {many}" if len(shapes) > 1 else f"{rate}, not {shapes[0]}")
+    return merged
 
 
 def telemetry_lines(rows: list[dict[str, Any]]) -> list[str]:

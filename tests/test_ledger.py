@@ -8,11 +8,13 @@ import argparse
 import json
 import subprocess
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from gpuflow.cost.calibrate import Need, measure, needs
 from gpuflow.cost.work import STARTUP, Term
+from gpuflow.fluency import calibration as fluency_calibration
 from gpuflow.job.paths import RECORD, job_file
 from tests.conftest import BIN, REPO, tiny_config, workflow_env
 from tests.test_plan import SNAKEFILE, write_probe_config
@@ -56,6 +58,18 @@ def test_a_calibration_measures_every_rate_the_config_s_jobs_need(run_gpuflow, t
     )
 
 
+def planned_needs(workdir: Path, config: dict) -> list[Need]:
+    """What `gpuflow calibrate` would measure for `config`'s jobs planned in `workdir`."""
+    workdir.mkdir()
+    configfile = workdir / "config.yaml"
+    configfile.write_text(json.dumps(config))
+    args = argparse.Namespace(
+        directory=str(workdir), profile=[], snakefile=str(REPO / "Snakefile"),
+        configfile=[str(configfile)], targets=[],
+    )  # fmt: skip
+    return needs(args)
+
+
 def test_on_a_gpu_node_each_rate_goes_to_the_record_of_the_device_whose_jobs_need_it(tmp_path):
     """The plan reads a job's rates from its device's record: a GPU node's CPU-only jobs (the
     toxicity scorer, the baselines) from the node's CPU record. Host rates (start-ups, state
@@ -63,14 +77,7 @@ def test_on_a_gpu_node_each_rate_goes_to_the_record_of_the_device_whose_jobs_nee
     rates are measured on the CPU, so this runs here: the sweep's jobs plus start-ups and state
     writes of GPU jobs, one shared with the CPU jobs."""
     workdir = tmp_path / "run"
-    workdir.mkdir()
-    config = workdir / "config.yaml"
-    config.write_text(json.dumps(tiny_config("sweep")))
-    args = argparse.Namespace(
-        directory=str(workdir), profile=[], snakefile=str(REPO / "Snakefile"),
-        configfile=[str(config)], targets=[],
-    )  # fmt: skip
-    found = needs(args)
+    found = planned_needs(workdir, tiny_config("sweep"))
     cpu_startup = next(need for need in found if need.term.kind == STARTUP)
     gpu_only = Need(
         Term(STARTUP, 1, "gpuflow.job.gpulock"), "probe_gpu", {}, {}, 1, "cuda", workdir
@@ -97,6 +104,19 @@ def test_on_a_gpu_node_each_rate_goes_to_the_record_of_the_device_whose_jobs_nee
         if row["rate"]["shape"] == cpu_startup.term.shape
     ]
     assert shared[0] == shared[1] and len(shared[0]) == 1, "one start-up measured, filed twice"
+
+
+def test_a_slow_training_step_is_timed_once_per_trial_a_quick_one_twice(tmp_path, monkeypatch):
+    """GPT-2-large's training step takes 30 s on a CPU: on the H100 node the pilot's calibration
+    spent about 210 of its 393 s on seven of them. Its warm-up step says how slow a step is."""
+    config = {**tiny_config("all"), "families": ["fluency"]}
+    [need] = [n for n in planned_needs(tmp_path / "run", config) if n.term.kind == "lm.train.flop"]
+    assert fluency_calibration.train_trial(need).what.startswith("2 training steps of")
+    monkeypatch.setattr(fluency_calibration, "SLOW_STEP_S", 0.0)
+    slow = fluency_calibration.train_trial(need)
+    assert slow.what.startswith("1 training step of")
+    [rate] = slow.run().values()
+    assert rate > 0
 
 
 def test_the_ledger_s_gpu_hours_are_the_job_records_wall_times_gpus(run_gpuflow, tmp_path):

@@ -74,7 +74,3 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

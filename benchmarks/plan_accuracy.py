@@ -210,10 +210,11 @@ def h100_part(host_records: Path) -> tuple[bool, list[dict[str, Any]]]:
         error = guess.seconds / actual - 1
         ok &= abs(error) <= H100_GOAL
         terms = "; ".join(f"{t.what}" for t in work.terms if t.what)
+        rests = [", ".join(guess.basis), *guess.notes, *map(str, guess.stand_ins)]
         print(
             f"  {name}: predicted {guess.seconds:.1f} s, measured {actual:.1f} s: {error:+.1%}"
             f" ({'ok' if abs(error) <= H100_GOAL else 'MISS'}; goal +-{H100_GOAL:.0%})\n"
-            f"    work: {terms}\n    rests on: {'; '.join([', '.join(guess.basis), *guess.notes])}"
+            f"    work: {terms}\n    rests on: {'; '.join(rests)}"
         )
         row = {"job": name, "measured_s": actual, "predicted_s": guess.seconds, "error": error}
         borrowed = predict(work, host)

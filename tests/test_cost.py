@@ -10,7 +10,7 @@ import pytest
 
 from gpuflow.cost.limits import Policy, limit_minutes
 from gpuflow.cost.predict import Missing, Prediction, from_benchmarks, predict
-from gpuflow.cost.rates import Rate, RateBook, books, rate_row
+from gpuflow.cost.rates import Rate, RateBook, StandIn, books, rate_row
 from gpuflow.cost.rules import planned_work
 from gpuflow.cost.work import STARTUP, Term, Work
 from gpuflow.settings.validate import load_config
@@ -93,7 +93,8 @@ def test_work_shared_by_devices_and_a_rate_of_another_shape_are_said():
     work = Work((Term("k.flop", 8e11, "b16", parallel=4),))
     predicted = predict(work, RateBook("d", [rate("k.flop", "b32", 1e11)]))
     assert predicted.seconds == pytest.approx(2.0), "8e11 FLOP over 4 devices at 1e11 each"
-    assert predicted.notes == ("k.flop measured at b32, not b16",)
+    assert predicted.stand_ins == (StandIn("k.flop", "b32", "b16"),)
+    assert str(predicted.stand_ins[0]) == "k.flop measured at b32, not b16"
 
 
 def test_scaling_runs_split_training_over_processes_and_all_reduce_their_gradients():
@@ -171,6 +172,6 @@ def test_rates_come_from_the_newest_record_row_that_measured_them(tmp_path):
     )
     _, h100 = books(tmp_path, "h100")
     found, note = h100.find("k.flop", "s")
-    assert (found.value, found.low, found.high, note) == (10.0, 5.0, 15.0, "")
+    assert (found.value, found.low, found.high, note) == (10.0, 5.0, 15.0, None)
     assert found.source == "2026-01-01-nvidia-h100-80gb-hbm3-ssvae.json", "the later of a day"
     assert books(tmp_path)[1].device == "nvidia-a100-sxm4-40gb", "the newest GPU by default"

@@ -6,7 +6,7 @@ import argparse
 import json
 import subprocess
 import sys
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
@@ -15,6 +15,7 @@ from snakemake.jobs import Reason
 
 from gpuflow.cost.expected import size_of
 from gpuflow.cost.limits import WARNING_EARLY_MINUTES
+from gpuflow.cost.rates import StandIn
 from gpuflow.errors import GpuflowError
 from gpuflow.job.paths import RECORD, job_file
 from gpuflow.ops import snakemake_adapter
@@ -477,12 +478,13 @@ def test_a_run_in_another_folder_reads_the_workflow_s_site_file(tmp_path):
 def test_a_rate_taken_for_other_shapes_is_said_once_per_rate():
     """The paper plan's 72 sweep shards take one cell's rates for 8 other cells each: the
     Sources line names each rate once, with how many shapes it stood in for."""
-    notes = [f"sweep.gd.seed measured at gd r8 w16, not gd r{r} w4" for r in (2, 4, 8)]
+    stand_ins = [asdict(StandIn("sweep.gd.seed", "gd r8 w16", f"gd r{r} w4")) for r in (2, 4, 8)]
     row = {"rule": "sweep_shard", "local": False, "source": "w", "basis": ["day-rates.json"]}
-    lines = source_lines([{**row, "notes": [*notes, "startup not measured on x: left out"]}])
+    notes = ["startup not measured on x: left out"]
+    lines = source_lines([{**row, "notes": notes, "stand_ins": stand_ins}])
     assert lines[2] == (
         "sweep_shard: w from day-rates.json (startup not measured on x: left out; "
         "sweep.gd.seed measured at gd r8 w16, taken for 3 other shapes (gd r2 w4, gd r4 w4, ...))"
     )
-    [one] = source_lines([{**row, "notes": notes[:1]}])[2:]
+    [one] = source_lines([{**row, "notes": [], "stand_ins": stand_ins[:1]}])[2:]
     assert one.endswith("(sweep.gd.seed measured at gd r8 w16, not gd r2 w4)")

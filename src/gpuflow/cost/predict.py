@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from gpuflow.cost.rates import HOST_KINDS, RateBook
+from gpuflow.cost.rates import HOST_KINDS, RateBook, StandIn
 from gpuflow.cost.work import STARTUP, Work
 
 
@@ -13,7 +13,7 @@ from gpuflow.cost.work import STARTUP, Work
 class Prediction:
     """Seconds expected (between `low` and `high`; `startup` of them starting processes), from
     `source` (w, b, m or r), resting on `basis` (the records used) with `notes` (what was
-    estimated or borrowed)."""
+    estimated or left out) and `stand_ins` (rates taken from other shapes)."""
 
     seconds: float
     low: float
@@ -22,6 +22,7 @@ class Prediction:
     basis: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     startup: float = 0.0
+    stand_ins: tuple[StandIn, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -36,10 +37,11 @@ def predict(work: Work, book: RateBook) -> Prediction | Missing:
     seconds = low = high = started = 0.0
     basis: dict[str, None] = {}
     notes: dict[str, None] = dict.fromkeys(work.notes)
+    stand_ins: dict[StandIn, None] = {}
     missing: list[str] = []
     unmeasured: dict[str, None] = {}
     for term in work.terms:
-        rate, note = book.find(term.kind, term.shape)
+        rate, stand_in = book.find(term.kind, term.shape)
         if rate is None and term.kind in HOST_KINDS:
             unmeasured[term.kind] = None
             continue
@@ -52,13 +54,15 @@ def predict(work: Work, book: RateBook) -> Prediction | Missing:
         low += share / rate.high
         high += share / rate.low
         basis[rate.source] = None
-        if note:
-            notes[note] = None
+        if stand_in:
+            stand_ins[stand_in] = None
     if missing:
         return Missing(tuple(dict.fromkeys(missing)))
     if unmeasured:
         notes[f"{', '.join(unmeasured)} not measured on {book.device}: left out"] = None
-    return Prediction(seconds, low, high, "w", tuple(basis), tuple(notes), started)
+    return Prediction(
+        seconds, low, high, "w", tuple(basis), tuple(notes), started, tuple(stand_ins)
+    )
 
 
 def main_amount(work: Work) -> float:
@@ -89,6 +93,9 @@ def from_benchmarks(
     if not scaled:
         return None
     mean = sum(scaled) / len(scaled)
-    notes = mine.notes if isinstance(mine, Prediction) else ()
-    started = mine.startup if isinstance(mine, Prediction) else 0.0
-    return Prediction(mean, min(scaled), max(scaled), source, (name,), notes, started)
+    if not isinstance(mine, Prediction):
+        return Prediction(mean, min(scaled), max(scaled), source, (name,))
+    # the job's own work's notes, start-up share and stand-in rates hold for its benchmarks too
+    return replace(
+        mine, seconds=mean, low=min(scaled), high=max(scaled), source=source, basis=(name,)
+    )

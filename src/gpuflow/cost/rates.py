@@ -120,6 +120,18 @@ def read_rates(folder: str | Path) -> dict[str, list[Rate]]:
     return found
 
 
+@dataclass(frozen=True, order=True)
+class StandIn:
+    """A rate of `kind` measured at shape `measured`, taken for shape `wanted`."""
+
+    kind: str
+    measured: str
+    wanted: str
+
+    def __str__(self) -> str:
+        return f"{self.kind} measured at {self.measured}, not {self.wanted}"
+
+
 @dataclass
 class RateBook:
     """The rates of one device class, newest first."""
@@ -127,17 +139,17 @@ class RateBook:
     device: str | None
     rates: list[Rate]
 
-    def find(self, kind: str, shape: str) -> tuple[Rate | None, str]:
-        """The newest rate of `kind` at `shape`, else at another shape (a note says which);
-        (None, the kind) where none is known."""
+    def find(self, kind: str, shape: str) -> tuple[Rate | None, StandIn | None]:
+        """The newest rate of `kind` at `shape`, else at another shape (and the StandIn that
+        says which); None where none is known."""
         same_kind = [rate for rate in self.rates if rate.kind == kind]
         exact = [rate for rate in same_kind if rate.shape == shape]
         if exact:
-            return exact[0], ""
+            return exact[0], None
         if same_kind and kind != STARTUP:
             rate = max(same_kind, key=lambda rate: likeness(rate.shape, shape))
-            return rate, f"{kind} measured at {rate.shape}, not {shape}"
-        return None, kind
+            return rate, StandIn(kind, rate.shape, shape)
+        return None, None
 
 
 def likeness(measured: str, wanted: str) -> int:

@@ -23,6 +23,7 @@ import json
 import math
 import time
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -96,6 +97,7 @@ def summarise(
                 "sources": set(),
                 "basis": set(),
                 "notes": set(),
+                "stand_ins": set(),
                 "limits_min": set(),
                 "gpu_h_requested": 0.0,
                 "gpu_h_expected": 0.0,
@@ -111,6 +113,7 @@ def summarise(
         row["sources"].add(predicted.source)
         row["basis"].update(predicted.basis)
         row["notes"].update(note for note in predicted.notes if note)
+        row["stand_ins"].update(predicted.stand_ins)
         row["limits_min"].add(round(job.runtime_h * 60))
         row["gpu_h_requested"] += job.gpus * job.runtime_h
         row["gpu_h_expected"] += job.gpus * predicted.seconds / 3600
@@ -129,6 +132,7 @@ def summarise(
         )
         for key in ("basis", "notes", "limits_min"):
             row[key] = sorted(row[key])
+        row["stand_ins"] = [asdict(stand_in) for stand_in in sorted(row["stand_ins"])]
         row["gpus_per_job"] = "/".join(str(g) for g in sorted(row["gpus_per_job"]))
         row["sbatch"] = (
             0
@@ -237,30 +241,28 @@ def source_lines(rows: list[dict[str, Any]]) -> list[str]:
     """What each non-local rule's times rest on (records) or lack (a rate, its inputs)."""
     lines = []
     for row in rows:
-        if row["local"] or not (row["basis"] or row["notes"]):
+        if row["local"] or not (row["basis"] or row["notes"] or row["stand_ins"]):
             continue
         rests = f"{row['source']} from {', '.join(row['basis'])}" if row["basis"] else row["source"]
-        notes = "; ".join(merged_notes(row["notes"]))
+        notes = "; ".join([*row["notes"], *stand_in_notes(row["stand_ins"])])
         lines.append(f"{row['rule']}: {rests}" + (f" ({notes})" if notes else ""))
     return ["", "Sources:", *lines] if lines else []
 
 
-def merged_notes(notes: list[str]) -> list[str]:
-    """`notes`, a rate taken for several shapes ("k measured at A, not B") said once: "k
-    measured at A, taken for 8 other shapes (B, C, ...)"."""
-    taken: dict[str, list[str]] = {}
-    merged = []
-    for note in notes:
-        rate, other, shape = note.partition(", not ")
-        if other and " measured at " in rate:
-            taken.setdefault(rate, []).append(shape)
-        else:
-            merged.append(note)
-    for rate, shapes in taken.items():
+def stand_in_notes(stand_ins: list[dict[str, str]]) -> list[str]:
+    """Each rate taken for other shapes said once: "k measured at A, not B", or "k measured at
+    A, taken for 8 other shapes (B, C, ...)"."""
+    taken: dict[tuple[str, str], list[str]] = {}
+    for stand_in in stand_ins:
+        taken.setdefault((stand_in["kind"], stand_in["measured"]), []).append(stand_in["wanted"])
+    notes = []
+    for (kind, measured), shapes in taken.items():
         shown = ", ".join(shapes[:2]) + (", ..." if len(shapes) > 2 else "")
-        many = f"taken for {len(shapes)} other shapes ({shown})"
-        merged.append(f"{rate}, {many}" if len(shapes) > 1 else f"{rate}, not {shapes[0]}")
-    return merged
+        which = (
+            f"taken for {len(shapes)} other shapes ({shown})" if shapes[1:] else f"not {shapes[0]}"
+        )
+        notes.append(f"{kind} measured at {measured}, {which}")
+    return notes
 
 
 def telemetry_lines(rows: list[dict[str, Any]]) -> list[str]:

@@ -36,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,7 @@ from gpuflow.cost.expected import Expected
 from gpuflow.cost.predict import Prediction, predict
 from gpuflow.cost.rates import HOST_KINDS, RATES_SUFFIX, RateBook, books
 from gpuflow.cost.rules import planned_work
-from gpuflow.ops.plan import plan_jobs
+from gpuflow.ops.plan import plan_jobs, stand_in_notes
 from gpuflow.ops.timings import benchmark_seconds
 from gpuflow.settings.validate import load_config
 
@@ -210,7 +211,11 @@ def h100_part(host_records: Path) -> tuple[bool, list[dict[str, Any]]]:
         error = guess.seconds / actual - 1
         ok &= abs(error) <= H100_GOAL
         terms = "; ".join(f"{t.what}" for t in work.terms if t.what)
-        rests = [", ".join(guess.basis), *guess.notes, *map(str, guess.stand_ins)]
+        rests = [
+            ", ".join(guess.basis),
+            *guess.notes,
+            *stand_in_notes([asdict(s) for s in guess.stand_ins]),
+        ]
         print(
             f"  {name}: predicted {guess.seconds:.1f} s, measured {actual:.1f} s: {error:+.1%}"
             f" ({'ok' if abs(error) <= H100_GOAL else 'MISS'}; goal +-{H100_GOAL:.0%})\n"

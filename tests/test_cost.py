@@ -94,7 +94,6 @@ def test_work_shared_by_devices_and_a_rate_of_another_shape_are_said():
     predicted = predict(work, RateBook("d", [rate("k.flop", "b32", 1e11)]))
     assert predicted.seconds == pytest.approx(2.0), "8e11 FLOP over 4 devices at 1e11 each"
     assert predicted.stand_ins == (StandIn("k.flop", "b32", "b16"),)
-    assert str(predicted.stand_ins[0]) == "k.flop measured at b32, not b16"
 
 
 def test_scaling_runs_split_training_over_processes_and_all_reduce_their_gradients():

@@ -128,9 +128,6 @@ class StandIn:
     measured: str
     wanted: str
 
-    def __str__(self) -> str:
-        return f"{self.kind} measured at {self.measured}, not {self.wanted}"
-
 
 @dataclass
 class RateBook:

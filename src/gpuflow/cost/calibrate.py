@@ -165,7 +165,8 @@ def measure(found: list[Need], trials: int) -> tuple[dict[str, list[dict[str, An
     users: dict[tuple[str, str], list[str]] = {}  # (kind, shape) -> devices of the jobs needing it
     for need in found:
         devices = users.setdefault((need.term.kind, need.term.shape), [])
-        devices += [] if need.device in devices else [need.device]
+        if need.device not in devices:
+            devices.append(need.device)
     plan: list[tuple[Trial, str | None]] = []  # with its device; None: a host rate
     skipped = []
     startups = sorted(shape for kind, shape in users if kind == STARTUP)

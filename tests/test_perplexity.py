@@ -24,8 +24,12 @@ from gpuflow.errors import ConfigError, GpuflowError
 from gpuflow.fluency import ppl_workers
 from gpuflow.fluency.merge import corpus_perplexity
 from gpuflow.fluency.perplexity import score_token_ids, scoring_settings, tokenize
-from gpuflow.fluency.placement import batch_bytes, model_bytes
-from gpuflow.fluency.ppl_budget import budget_for_memory, sized_token_budget
+from gpuflow.fluency.placement import (
+    batch_bytes,
+    budget_for_memory,
+    model_bytes,
+    sized_token_budget,
+)
 from gpuflow.fluency.ppl_model import prepare_for_scoring
 from gpuflow.fluency.ppl_scoring import batch_nll, model_forward, pad_right
 from gpuflow.fluency.ppl_segments import Segment, windows

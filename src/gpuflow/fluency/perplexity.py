@@ -27,8 +27,7 @@ from tqdm import tqdm
 from gpuflow.errors import ConfigError, DataError
 from gpuflow.fluency.identity import model_identity, texts_digest
 from gpuflow.fluency.merge import PERPLEXITY_COLUMNS, corpus_perplexity
-from gpuflow.fluency.placement import choose_placement
-from gpuflow.fluency.ppl_budget import sized_token_budget
+from gpuflow.fluency.placement import choose_placement, sized_token_budget
 from gpuflow.fluency.ppl_model import (
     check_dtype,
     load_config,

@@ -69,25 +69,47 @@ def choose_placement(
     return "replicate" if fits else "shard", f"auto: {gib}"
 
 
-def device_map(devices: list[torch.device]) -> str | dict[str, str]:
-    """An accelerate device map over the job's devices: balanced over GPUs, or onto the CPU."""
-    return "balanced" if devices[0].type == "cuda" else {"": "cpu"}
+def budget_for_memory(
+    free_bytes: int, model_bytes: int, bytes_per_token: int, share: float, floor: int
+) -> int:
+    """Padded tokens one batch may hold so that the model plus the batch fill `share` of
+    `free_bytes`; never below `floor` (the configured budget)."""
+    room = share * free_bytes - model_bytes
+    return max(floor, int(room // bytes_per_token))
+
+
+def sized_token_budget(
+    token_budget: int,
+    share: float,
+    config: Any,
+    devices: list[torch.device],
+    dtype: str,
+    placement: str,
+) -> tuple[int, str]:
+    """(budget, why): `token_budget`, or on GPUs with `share` > 0 the budget that fills that
+    share of the smallest GPU's free memory (a sharded model's weights split over the GPUs).
+    `share` is config fluency.perplexity.fill_free_memory, checked by its schema: [0, 1)."""
+    if share == 0:
+        return token_budget, "as configured"
+    if devices[0].type != "cuda":
+        return token_budget, "as configured (CPU workers: sized for cache, not memory)"
+    import torch
+
+    free = min(torch.cuda.mem_get_info(d)[0] for d in devices)
+    weights = model_bytes(config, dtype) // (len(devices) if placement == "shard" else 1)
+    budget = budget_for_memory(free, weights, batch_bytes(config, 1, dtype), share, token_budget)
+    return budget, f"{share:.0%} of {free / 2**30:.1f} GiB free per GPU"
 
 
 def load_sharded(
     reference: str, dtype: str, devices: list[torch.device], trust_remote_code: bool = False
 ) -> torch.nn.Module:
-    """One copy of the causal LM spread over `devices` by accelerate, in eval mode."""
+    """One copy of the causal LM spread over `devices` by an accelerate device map (balanced
+    over GPUs, or onto the CPU), in eval mode."""
     from gpuflow.fluency.ppl_model import load_causal_lm
 
-    return load_causal_lm(
-        reference, dtype, devices[0], trust_remote_code, device_map=device_map(devices)
-    )
-
-
-def input_device(model: torch.nn.Module) -> torch.device:
-    """Where a sharded model takes its input ids: the device of its input embeddings."""
-    return model.get_input_embeddings().weight.device
+    device_map = "balanced" if devices[0].type == "cuda" else {"": "cpu"}
+    return load_causal_lm(reference, dtype, devices[0], trust_remote_code, device_map=device_map)
 
 
 def config_file_here(model_path: str) -> bool:

@@ -111,14 +111,6 @@ def check_dtype(dtype: str, devices: list[torch.device]) -> None:
         )
 
 
-def attention_choices() -> list[str]:
-    """The values `fluency.perplexity.attn_implementation` takes (the schema lists them)."""
-    from gpuflow.settings.blocks import family_schema
-
-    perplexity = family_schema("fluency")["properties"]["perplexity"]
-    return list(perplexity["properties"]["attn_implementation"]["enum"])
-
-
 def prepare_for_scoring(model: torch.nn.Module, attn_implementation: str) -> torch.nn.Module:
     """The loaded model made fast to score with, computing the same function.
 
@@ -129,7 +121,10 @@ def prepare_for_scoring(model: torch.nn.Module, attn_implementation: str) -> tor
     """
     from transformers.activations import GELUTanh, NewGELUActivation
 
-    choices = attention_choices()
+    from gpuflow.settings.blocks import family_schema
+
+    perplexity = family_schema("fluency")["properties"]["perplexity"]
+    choices = list(perplexity["properties"]["attn_implementation"]["enum"])  # the schema's values
     if attn_implementation not in choices:
         raise ConfigError(
             "fluency.perplexity.attn_implementation",

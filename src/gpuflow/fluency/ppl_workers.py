@@ -18,15 +18,17 @@ from typing import Any
 
 import torch
 
-from gpuflow.errors import GpuflowError
-from gpuflow.fluency.placement import input_device, load_sharded
-from gpuflow.fluency.ppl_compile import compiled_forward
+from gpuflow.errors import ConfigError, GpuflowError
+from gpuflow.fluency.placement import load_sharded
 from gpuflow.fluency.ppl_model import load_causal_lm, prepare_for_scoring
 from gpuflow.fluency.ppl_scoring import Forward, SegmentScores, model_forward, score_segments
 from gpuflow.fluency.ppl_segments import Segment
 from gpuflow.job import Done, WorkerPool, threads_per_worker
 
 Scored = Callable[[int, SegmentScores, int], None]  # batch, its scores, the worker's id
+# Dummy batch sizes no model dimension is likely to equal: dynamic shapes take sizes that are
+# equal in the example for one symbol (duck sizing), and a later batch would compile again.
+WARMUP_ROWS, WARMUP_LENGTH = 3, 7
 
 
 def worker_threads(n_workers: int) -> int:
@@ -43,11 +45,46 @@ def worker_threads(n_workers: int) -> int:
     return threads
 
 
+def compiled_forward(model: torch.nn.Module, device: torch.device) -> tuple[Forward, float]:
+    """`model`'s scoring forward (see model_forward) through torch.compile (config
+    fluency.perplexity.compile), already compiled on `device`, and the seconds compiling took.
+
+    Inductor compiles the model for dynamic shapes (one compile serves every batch shape) and
+    fuses its elementwise work (bias, GELU, layer norm, residual adds) into few kernels:
+    memory-bound work on a GPU. Compiling runs on small dummy batches here, so it is neither
+    timed as scoring nor first met in the middle of a job, and a node that cannot compile (no
+    C++ compiler on a CPU node) fails at once, naming the key. The weights stay inputs of the
+    compiled graph (not frozen constants), so a compiled graph reused for another model in the
+    same process computes with that model's weights.
+
+    Dynamic shapes still specialise sizes 0 and 1, so two dummy batches compile every graph a
+    job meets: several rows with every position scored, and one row with one position scored
+    (a batch of one long window; a head that sees one position).
+    """
+    started = time.perf_counter()
+    forward = model_forward(torch.compile(model, dynamic=True))
+    try:
+        with torch.inference_mode():  # as scoring runs: the guards check for inference tensors
+            ids = torch.zeros((WARMUP_ROWS, WARMUP_LENGTH), dtype=torch.long, device=device)
+            forward(ids, torch.ones_like(ids, dtype=torch.bool))
+            one_scored = torch.zeros((1, WARMUP_LENGTH), dtype=torch.bool, device=device)
+            one_scored[0, 0] = True
+            forward(ids[:1].clone(), one_scored)
+    except Exception as error:  # Inductor's errors have no common base class
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise ConfigError(
+            "fluency.perplexity.compile",
+            f"torch.compile could not compile the scoring model on {device}: {reason}",
+            "false, or a C++ compiler on CPU nodes (Triton on GPUs)",
+        ) from error
+    return forward, time.perf_counter() - started
+
+
 @dataclass(frozen=True)
 class WorkerJob:
     """What each worker needs besides its device: the model, its CPU threads and the job's
     `fluency.perplexity` settings (`token_budget` sized; `dtype`, `attn_implementation` for
-    gpuflow.fluency.ppl_model.prepare_for_scoring, `compile` for gpuflow.fluency.ppl_compile).
+    gpuflow.fluency.ppl_model.prepare_for_scoring, `compile` for compiled_forward).
     `shard_over` (placement shard) names the devices one copy of the model is spread over.
     """
 
@@ -70,7 +107,7 @@ def open_scorer(
     if job.shard_over:
         shard = [torch.device(d) for d in job.shard_over]
         model = load_sharded(job.model, dtype, shard, job.trust_remote_code)
-        device = input_device(model)
+        device = model.get_input_embeddings().weight.device  # where it takes its input ids
     else:
         model = load_causal_lm(job.model, dtype, device, job.trust_remote_code)
     model = prepare_for_scoring(model, job.settings["attn_implementation"])

@@ -117,15 +117,11 @@ def folder_lm(reference: str) -> LM | None:
     return LM(parameters, context, layers, width, vocab, tokenizer, model_type)
 
 
-def embedded_lm(train: dict[str, Any], scored: tuple[str, ...]) -> LM:
-    """See _embedded_lm (trained once per settings and texts)."""
-    return _embedded_lm(json.dumps(train, sort_keys=True), scored)
-
-
 @cache
-def _embedded_lm(train_json: str, scored: tuple[str, ...]) -> LM:
+def embedded_lm(train_json: str, scored: tuple[str, ...]) -> LM:
     """The embedded LM fluency-train-lm will train: its tokenizer trained here the same way on
-    the same reviews (those not scored), its parameters from its shape."""
+    the same reviews (those not scored), its parameters from its shape. Trained once per
+    settings (`fluency.lm.train` as JSON, sorted keys) and texts."""
     from gpuflow.fluency.lm_tokens import train_bpe, training_texts
 
     train = json.loads(train_json)
@@ -178,27 +174,6 @@ def ids_through(token_counts: list[int], context: int, stride: int | None) -> in
     return sum(end - begin for n in token_counts for begin, end, _ in windows(n + 1, context, step))
 
 
-def scoring_work(
-    lm: LM, token_counts: list[int], dtype: str, stride: int | None, parallel: int, model_bytes: int
-) -> Work:
-    """Scoring texts of `token_counts` tokens with `lm` on `parallel` workers."""
-    ids = ids_through(token_counts, lm.context, stride)
-    return Work(
-        (
-            *lm.startups(parallel),
-            Term("lm.load", model_bytes, "", f"load {count(model_bytes)}B of weights"),
-            Term(
-                "lm.forward.flop",
-                lm.forward_flops(ids, sum(token_counts)),
-                lm.shape(dtype),
-                f"{count(ids)} ids through a {count(lm.parameters)}-parameter model"
-                f" ({len(token_counts)} texts, {count(sum(token_counts))} tokens)",
-                parallel,
-            ),
-        ),
-    )
-
-
 def planned_lm(fluency: dict[str, Any], shard: int) -> tuple[LM, list[int]]:
     """The LM a perplexity job scores with and the token counts of its shard's texts (NotHere
     naming the text files and the model that are not on this machine)."""
@@ -208,22 +183,32 @@ def planned_lm(fluency: dict[str, Any], shard: int) -> tuple[LM, list[int]]:
     if missing := missing_texts(fluency) + unreadable:
         raise NotHere(missing)
     texts, originals = shard_texts(fluency, shard)
-    lm = lm or embedded_lm(fluency["lm"]["train"], originals)
+    lm = lm or embedded_lm(json.dumps(fluency["lm"]["train"], sort_keys=True), originals)
     return lm, lm.token_counts(texts)
 
 
 def perplexity(config: dict[str, Any], wildcards: dict[str, str]) -> Work:
-    """The work of one perplexity shard."""
+    """The work of one perplexity shard: loading the model, then its texts' ids through it on
+    the job's workers."""
     fluency = config["fluency"]
     lm, token_counts = planned_lm(fluency, int(wildcards["shard"]))
-    dtype = fluency["perplexity"]["dtype"]
-    return scoring_work(
-        lm,
-        token_counts,
-        dtype,
-        fluency["perplexity"]["stride"],
-        workers(fluency, "fluency_perplexity"),
-        lm.parameters * DTYPE_BYTES.get(dtype, 4),
+    dtype, parallel = fluency["perplexity"]["dtype"], workers(fluency, "fluency_perplexity")
+    model_bytes = lm.parameters * DTYPE_BYTES.get(dtype, 4)
+    ids = ids_through(token_counts, lm.context, fluency["perplexity"]["stride"])
+    tokens = sum(token_counts)
+    return Work(
+        (
+            *lm.startups(parallel),
+            Term("lm.load", model_bytes, "", f"load {count(model_bytes)}B of weights"),
+            Term(
+                "lm.forward.flop",
+                lm.forward_flops(ids, tokens),
+                lm.shape(dtype),
+                f"{count(ids)} ids through a {count(lm.parameters)}-parameter model"
+                f" ({len(token_counts)} texts, {count(tokens)} tokens)",
+                parallel,
+            ),
+        ),
     )
 
 
@@ -250,7 +235,7 @@ def train_lm(config: dict[str, Any], wildcards: dict[str, str]) -> Work:
     at 6 x parameters FLOP each."""
     fluency = config["fluency"]
     train = fluency["lm"]["train"]
-    lm = embedded_lm(train, shard_texts(fluency, 0)[1])
+    lm = embedded_lm(json.dumps(train, sort_keys=True), shard_texts(fluency, 0)[1])
     tokens = train["steps"] * train["batch_size"] * lm.context
     return Work(
         (

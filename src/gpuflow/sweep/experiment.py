@@ -55,12 +55,6 @@ def make_problem(data: dict[str, Any], rank: int, seed: int, device: torch.devic
     return Problem(teacher.to(device), inputs.to(device), labels.to(device))
 
 
-def student_generator(settings: dict[str, Any], rank: int, width: int, seed: int, device):
-    """The generator of a student's initialisation or guesses, on `device`."""
-    key = stable_seed("student", settings["method"], settings["data"]["seed"], rank, width, seed)
-    return torch.Generator(device=device).manual_seed(key)
-
-
 def draw_weights(
     shape_batch: tuple[int, ...], width: int, problem: Problem, scale: float, generator
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -157,7 +151,8 @@ def run_seed(settings: dict[str, Any], seed: int, device: torch.device) -> dict[
         raise ValueError(f"unknown method {method!r}, expected one of {METHODS}")
     start = time.perf_counter()
     problem = make_problem(settings["data"], rank, seed, device)
-    generator = student_generator(settings, rank, width, seed, device)
+    key = stable_seed("student", method, settings["data"]["seed"], rank, width, seed)
+    generator = torch.Generator(device=device).manual_seed(key)  # the student's init or guesses
     solve = gradient_descent if method == "gd" else guess_and_check
     result = solve(problem, width, settings[method], generator)
     if device.type == "cuda":

@@ -74,12 +74,6 @@ def step_trial(need: Need) -> Trial:
     return Trial(need.term.kind, "FLOP/s", what, run, threads=threads)
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def reduce_helper(rank: int, world: int, port: int, backend: str) -> None:
     """A helper rank: join the group, then all-reduce as many elements as rank 0 broadcasts
     (REDUCES times) until it broadcasts 0."""
@@ -118,7 +112,9 @@ def allreduce_trial(need: Need) -> Trial | None:
     tokens = planned_tokens(chosen)
     step_bytes = 4 * parameters(chosen["model"], tokens.vocab, tokens.classes)[0]
     elements = min(step_bytes, MAX_REDUCE_BYTES) // 4
-    port = free_port()
+    with socket.socket() as probe:  # a free port
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])
     context = multiprocessing.get_context("spawn")
     helpers = [
         context.Process(target=reduce_helper, args=(rank, world, port, backend), daemon=True)

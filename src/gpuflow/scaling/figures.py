@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from typing import Any
 
 import matplotlib
 
@@ -33,12 +32,11 @@ def run_label(world_size: int, nodes: int, device_type: str) -> str:
     return f"{world_size} {unit}{plural}" + (f", {nodes} nodes" if nodes > 1 else "")
 
 
-def labels_of(group: pd.DataFrame) -> list[str]:
-    """Run labels of the rows of a summary group."""
-    return [
-        run_label(w, n, d)
-        for w, n, d in zip(group["world_size"], group["nodes"], group["device_type"], strict=True)
-    ]
+def runs_of(runs: pd.DataFrame, name: str) -> tuple[pd.DataFrame, np.ndarray, list[str]]:
+    """Configuration `name`'s runs by nodes and world size, their bar positions and labels."""
+    group = runs[runs["configuration"] == name].sort_values(["nodes", "world_size"])
+    columns = zip(group["world_size"], group["nodes"], group["device_type"], strict=True)
+    return group, np.arange(len(group)), [run_label(w, n, d) for w, n, d in columns]
 
 
 def epoch_lines(
@@ -60,12 +58,13 @@ def epoch_lines(
 
 
 def panels(configurations: list[str], draw: Callable[[Axes, str], None]) -> Figure:
-    """One panel per configuration, side by side."""
+    """One panel per configuration, side by side, each with its legend."""
     figure, axes = plt.subplots(
         1, len(configurations), figsize=(4.6 * len(configurations), 3.6), squeeze=False
     )
     for ax, name in zip(axes[0], configurations, strict=True):
         draw(ax, name)
+        ax.legend(fontsize=8)
         ax.set_title(name)
         ax.grid(alpha=0.3)
     figure.tight_layout()
@@ -79,7 +78,6 @@ def epoch_time_figure(epochs: pd.DataFrame, configurations: list[str]) -> Figure
         epoch_lines(ax, epochs, name, "train_seconds", 1, warmup=True)
         ax.set_xlabel("epoch (hollow = warm-up, not in means)")
         ax.set_ylabel("training time per epoch (s)")
-        ax.legend(fontsize=8)
 
     return panels(configurations, draw)
 
@@ -90,9 +88,8 @@ def speedup_figure(runs: pd.DataFrame, configurations: list[str]) -> Figure:
         2, len(configurations), figsize=(4.6 * len(configurations), 6.4), squeeze=False
     )
     for column, name in enumerate(configurations):
-        group = runs[runs["configuration"] == name].sort_values(["nodes", "world_size"])
+        group, x, labels = runs_of(runs, name)
         ideal = group["world_size"] / group["reference_world_size"]
-        x = np.arange(len(group))
         top, bottom = axes[0][column], axes[1][column]
         top.bar(x, group["speedup"], color="tab:blue", label="measured")
         top.plot(x, ideal, "k--", marker="_", label="ideal")
@@ -103,7 +100,7 @@ def speedup_figure(runs: pd.DataFrame, configurations: list[str]) -> Figure:
         bottom.axhline(100, color="k", linestyle="--", label="ideal")
         bottom.set_ylabel("efficiency (%)")
         for ax in (top, bottom):
-            ax.set_xticks(x, labels_of(group), fontsize=8)
+            ax.set_xticks(x, labels, fontsize=8)
             ax.grid(alpha=0.3, axis="y")
     figure.tight_layout()
     return figure
@@ -113,15 +110,13 @@ def throughput_figure(runs: pd.DataFrame, configurations: list[str]) -> Figure:
     """Training samples per second at each world size, with linear scaling from the reference."""
 
     def draw(ax: Axes, name: str) -> None:
-        group = runs[runs["configuration"] == name].sort_values(["nodes", "world_size"])
-        x = np.arange(len(group))
+        group, x, labels = runs_of(runs, name)
         base = group[group["world_size"] == group["reference_world_size"]]["samples_per_second"]
         ideal = base.iloc[0] * group["world_size"] / group["reference_world_size"]
         ax.bar(x, group["samples_per_second"], color="tab:green", label="measured")
         ax.plot(x, ideal, "k--", marker="_", label="linear")
-        ax.set_xticks(x, labels_of(group), fontsize=8)
+        ax.set_xticks(x, labels, fontsize=8)
         ax.set_ylabel("training samples / s")
-        ax.legend(fontsize=8)
 
     return panels(configurations, draw)
 
@@ -138,7 +133,6 @@ def accuracy_figure(
                        label=f"{row['method']} (CPU)")  # fmt: skip
         ax.set_xlabel("epoch")
         ax.set_ylabel("validation accuracy (%)")
-        ax.legend(fontsize=8)
 
     return panels(configurations, draw)
 
@@ -147,8 +141,7 @@ def comm_figure(runs: pd.DataFrame, configurations: list[str]) -> Figure:
     """Milliseconds per optimizer step: compute plus exposed all-reduce, beside the total."""
 
     def draw(ax: Axes, name: str) -> None:
-        group = runs[runs["configuration"] == name].sort_values(["nodes", "world_size"])
-        x = np.arange(len(group))
+        group, x, labels = runs_of(runs, name)
         left, right = x - 0.2, x + 0.2
         ax.bar(left, group["compute_ms_per_step"], width=0.4, color="tab:blue", label="compute")
         ax.bar(left, group["comm_exposed_ms_per_step"], width=0.4,
@@ -161,9 +154,8 @@ def comm_figure(runs: pd.DataFrame, configurations: list[str]) -> Figure:
             ax.annotate(
                 f"{100 * share:.0f}% exposed", (xi, height), ha="center", va="bottom", fontsize=8
             )
-        ax.set_xticks(x, labels_of(group), fontsize=8)
+        ax.set_xticks(x, labels, fontsize=8)
         ax.set_ylabel("ms per optimizer step")
-        ax.legend(fontsize=8)
 
     return panels(configurations, draw)
 
@@ -175,13 +167,12 @@ def main(args: argparse.Namespace) -> None:
     runs = summary[summary["method"] == DDP]
     baselines = summary[summary["method"] != DDP]
     configurations = list(dict.fromkeys(runs["configuration"]))
-    figures: list[tuple[str, Any]] = [
+    for path, figure in (
         (args.out_epoch_time, epoch_time_figure(epochs, configurations)),
         (args.out_speedup, speedup_figure(runs, configurations)),
         (args.out_throughput, throughput_figure(runs, configurations)),
         (args.out_accuracy, accuracy_figure(epochs, baselines, configurations)),
         (args.out_comm, comm_figure(runs, configurations)),
-    ]
-    for path, figure in figures:
+    ):
         save_figure(path, figure)
         plt.close(figure)

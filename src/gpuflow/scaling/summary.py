@@ -93,9 +93,7 @@ def run_row(run: dict[str, Any]) -> dict[str, Any]:
     (the bare all-reduce). Compute is the epoch's step time less the exposed part.
     """
     epochs = pd.DataFrame(run["epochs"])
-    measured = epochs[epochs["measured"]]
-    if measured.empty:
-        measured = epochs
+    measured = epochs[epochs["measured"]] if epochs["measured"].any() else epochs
     steps = run["steps_per_epoch"]
     epoch_seconds = measured["train_seconds"].mean()
     exposed_ms = measured["comm_exposed_ms"].mean()

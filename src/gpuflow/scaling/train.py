@@ -15,7 +15,6 @@ import json
 import math
 import resource
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -70,28 +69,6 @@ def collate(items: list[tuple[np.ndarray, int]], multiple: int, max_length: int)
         ids[row, : len(tokens)] = torch.from_numpy(tokens.astype(np.int64))
     labels = torch.tensor([label for _, label in items], dtype=torch.long)
     return {"ids": ids, "mask": ids != 0, "labels": labels, "tokens": sum(len(t) for t, _ in items)}
-
-
-def make_loader(
-    dataset: Dataset,
-    batch_size: int,
-    sampler: Any,
-    workers: int,
-    pin: bool,
-    pad: Callable[[list[tuple[np.ndarray, int]]], dict[str, Any]],
-) -> DataLoader:
-    """A loader with pinned memory on GPU and worker processes kept alive between epochs;
-    `pad` makes the batches (`collate` with the run's length multiple)."""
-    return DataLoader(
-        dataset,
-        batch_size=batch_size,
-        sampler=sampler,
-        collate_fn=pad,
-        num_workers=workers,
-        pin_memory=pin,
-        persistent_workers=workers > 0,
-        prefetch_factor=4 if workers > 0 else None,
-    )
 
 
 def lr_schedule(warmup_steps: int, total_steps: int) -> Any:
@@ -211,13 +188,24 @@ class Trainer:
         pad = functools.partial(
             collate, multiple=self.length_multiple, max_length=settings["model"]["max_seq_len"]
         )
-        self.loader = make_loader(
-            used, self.plan.per_gpu_batch_size, self.sampler, train["num_workers"], pin, pad
+        # Pinned memory on GPU; training workers kept alive between epochs.
+        workers = train["num_workers"]
+        self.loader = DataLoader(
+            used,
+            self.plan.per_gpu_batch_size,
+            sampler=self.sampler,
+            num_workers=workers,
+            collate_fn=pad,
+            pin_memory=pin,
+            persistent_workers=workers > 0,
+            prefetch_factor=4 if workers > 0 else None,
         )
         val = EncodedTexts(files.val)
         self.n_val = len(val)
         shard = Subset(val, range(ctx.rank, len(val), ctx.world_size))
-        self.val_loader = make_loader(shard, train["eval_batch_size"], None, 0, pin, pad)
+        self.val_loader = DataLoader(
+            shard, train["eval_batch_size"], collate_fn=pad, pin_memory=pin
+        )
 
         info = json.loads(Path(files.data_info).read_text())
         vocab = json.loads(Path(files.token_stats).read_text())["vocab_size"]
@@ -424,12 +412,8 @@ class Trainer:
             )
             self.history.append(record)
             if self.ctx.rank == 0:
-                print(
-                    json.dumps(
-                        {k: round(v, 4) if isinstance(v, float) else v for k, v in record.items()}
-                    ),
-                    flush=True,
-                )
+                rounded = {k: round(v, 4) if isinstance(v, float) else v for k, v in record.items()}
+                print(json.dumps(rounded), flush=True)
         return self.history
 
     def note_timings(self) -> None:

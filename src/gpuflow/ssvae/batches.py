@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, Dataset
@@ -100,28 +101,22 @@ class _StepDataset(Dataset):
 
 
 class Batches:
-    """Yields each epoch's batches on `device`, from device-resident data or a DataLoader."""
+    """Yields each epoch's batches on `device`, from device-resident data or a DataLoader, as
+    `train` (ssvae.train: data_on_device, num_workers, pin_memory, persistent_workers) asks."""
 
-    def __init__(
-        self,
-        images: torch.Tensor,
-        device: torch.device,
-        on_device: bool,
-        num_workers: int = 0,
-        pin_memory: bool = False,
-        persistent_workers: bool = False,
-    ):
+    def __init__(self, images: torch.Tensor, device: torch.device, train: dict[str, Any]):
         self.device = device
-        self.on_device = on_device
-        if on_device:
+        self.on_device = train["data_on_device"]
+        if self.on_device:
             self.images = images.to(device)
             self.loader_options = {}
         else:
             self.images = images
+            workers = train["num_workers"]
             self.loader_options = {
-                "num_workers": num_workers,
-                "pin_memory": pin_memory and device.type == "cuda",
-                "persistent_workers": persistent_workers and num_workers > 0,
+                "num_workers": workers,
+                "pin_memory": train["pin_memory"] and device.type == "cuda",
+                "persistent_workers": train["persistent_workers"] and workers > 0,
             }
         self._loader: DataLoader | None = None
         # The DataLoader's sampler: the current epoch's step keys, replaced in place each epoch.

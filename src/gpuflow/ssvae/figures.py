@@ -15,27 +15,32 @@ from gpuflow.job import save_figure
 from gpuflow.ssvae.aggregate import summarise
 
 
-def _band(ax, frame: pd.DataFrame, x: str, label: str, **style) -> None:
-    frame = frame.sort_values(x)
-    mean, ci = frame["accuracy_mean"], frame["accuracy_ci95"].fillna(0.0)
-    line = ax.plot(frame[x], mean, marker="o", label=label, **style)[0]
-    ax.fill_between(frame[x], mean - ci, mean + ci, color=line.get_color(), alpha=0.2)
+def _bands(ax, at: pd.DataFrame, x: str) -> None:
+    """Accuracy (mean, 95% CI) against `x`: a line per M2 alpha, then the baseline dashed."""
+    lines = [(f"M2 alpha={a:g}", rows, {}) for a, rows in at[at["model"] == "m2"].groupby("alpha")]
+    lines.append(("baseline", at[at["model"] == "baseline"], {"color": "black", "linestyle": "--"}))
+    for label, frame, style in lines:
+        frame = frame.sort_values(x)
+        mean, ci = frame["accuracy_mean"], frame["accuracy_ci95"].fillna(0.0)
+        line = ax.plot(frame[x], mean, marker="o", label=label, **style)[0]
+        ax.fill_between(frame[x], mean - ci, mean + ci, color=line.get_color(), alpha=0.2)
 
 
-def _panels(n: int, width: float = 4.5) -> tuple[plt.Figure, np.ndarray]:
+def _panels(
+    frame: pd.DataFrame, by: str, width: float = 4.5
+) -> tuple[plt.Figure, np.ndarray, list]:
+    """One panel per value of column `by`, side by side: the figure, its axes and the values."""
+    values = sorted(frame[by].unique())
+    n = len(values)
     fig, axes = plt.subplots(1, n, figsize=(width * n, 3.8), squeeze=False, sharey=True)
-    return fig, axes[0]
+    return fig, axes[0], values
 
 
 def accuracy_vs_fraction(summary: pd.DataFrame) -> plt.Figure:
     """Accuracy against label fraction, one line per alpha (mean, 95% CI), baseline dashed."""
-    rates = sorted(summary["corrupt"].unique())
-    fig, axes = _panels(len(rates))
+    fig, axes, rates = _panels(summary, "corrupt")
     for ax, rate in zip(axes, rates, strict=True):
-        at = summary[summary["corrupt"] == rate]
-        for alpha, frame in at[at["model"] == "m2"].groupby("alpha"):
-            _band(ax, frame, "frac", f"M2 alpha={alpha:g}")
-        _band(ax, at[at["model"] == "baseline"], "frac", "baseline", color="black", linestyle="--")
+        _bands(ax, summary[summary["corrupt"] == rate], "frac")
         ax.set(xscale="log", xlabel="label fraction", title=f"label corruption {rate:g}")
     axes[0].set_ylabel("test accuracy")
     axes[-1].legend(fontsize=8)
@@ -45,8 +50,7 @@ def accuracy_vs_fraction(summary: pd.DataFrame) -> plt.Figure:
 def heatmap(summary: pd.DataFrame) -> plt.Figure:
     """Mean M2 accuracy over alpha x label fraction, one panel per corruption rate."""
     m2 = summary[summary["model"] == "m2"]
-    rates = sorted(m2["corrupt"].unique())
-    fig, axes = _panels(len(rates))
+    fig, axes, rates = _panels(m2, "corrupt")
     for ax, rate in zip(axes, rates, strict=True):
         table = m2[m2["corrupt"] == rate].pivot(
             index="alpha", columns="frac", values="accuracy_mean"
@@ -66,15 +70,10 @@ def heatmap(summary: pd.DataFrame) -> plt.Figure:
 
 def corruption_effect(summary: pd.DataFrame) -> plt.Figure:
     """Accuracy against corruption rate, one panel per label fraction."""
-    fractions = sorted(summary["frac"].unique())
-    fig, axes = _panels(len(fractions), width=3.8)
+    fig, axes, fractions = _panels(summary, "frac", width=3.8)
     for ax, frac in zip(axes, fractions, strict=True):
         at = summary[summary["frac"] == frac]
-        for alpha, frame in at[at["model"] == "m2"].groupby("alpha"):
-            _band(ax, frame, "corrupt", f"M2 alpha={alpha:g}")
-        _band(
-            ax, at[at["model"] == "baseline"], "corrupt", "baseline", color="black", linestyle="--"
-        )
+        _bands(ax, at, "corrupt")
         n_labelled = int(at["n_labelled"].iloc[0])
         ax.set(xlabel="label corruption rate", title=f"fraction {frac:g} ({n_labelled} labels)")
     axes[0].set_ylabel("test accuracy")
@@ -85,10 +84,9 @@ def corruption_effect(summary: pd.DataFrame) -> plt.Figure:
 def m2_vs_baseline(runs: pd.DataFrame) -> plt.Figure:
     """M2 minus baseline accuracy per seed (same labelled subset), by fraction and alpha."""
     m2 = runs[runs["model"] == "m2"]
-    rates = sorted(m2["corrupt"].unique())
     alphas = sorted(m2["alpha"].unique())
     fractions = sorted(m2["frac"].unique())
-    fig, axes = _panels(len(rates))
+    fig, axes, rates = _panels(m2, "corrupt")
     width = 0.8 / len(alphas)
     for ax, rate in zip(axes, rates, strict=True):
         for k, alpha in enumerate(alphas):

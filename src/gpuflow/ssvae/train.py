@@ -101,13 +101,6 @@ def pixels(images: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(images.reshape(len(images), -1)).float() / 255
 
 
-def parallel(model: nn.Module, devices: list[torch.device]) -> nn.Module:
-    """DataParallel over the batch dimension (1) when a run is given more than one GPU."""
-    if len(devices) > 1:
-        return nn.DataParallel(model, device_ids=[d.index for d in devices], dim=1)
-    return model
-
-
 class StackTrainer:
     """The state and loop of R stacked runs that share a grid point's shapes."""
 
@@ -138,15 +131,7 @@ class StackTrainer:
             train["batch_size"],
             train["labelled_batch_size"],
         )
-        images = pixels(data["x_train"])
-        self.batches = Batches(
-            images,
-            self.device,
-            train["data_on_device"],
-            train["num_workers"],
-            train["pin_memory"],
-            train["persistent_workers"],
-        )
+        self.batches = Batches(pixels(data["x_train"]), self.device, train)
         self.x_test = pixels(data["x_test"]).to(self.device)
         self.y_test = torch.from_numpy(data["y_test"]).to(self.device)
         self.validation = None
@@ -164,7 +149,9 @@ class StackTrainer:
             self.model = StackedClassifier(len(runs), self.hidden)
         self.model.reset(generators(seeds, INIT_STREAM, torch.device("cpu")))
         self.model.to(self.device)
-        self.net = parallel(self.model, devices)
+        self.net = self.model
+        if len(devices) > 1:  # DataParallel over the batch dimension (1)
+            self.net = nn.DataParallel(self.model, device_ids=[d.index for d in devices], dim=1)
         self.optimizer = torch.optim.Adam(  # fused: one kernel per step, not ~10 per tensor
             self.model.parameters(), lr=train["learning_rate"], fused=True, capturable=True
         )
@@ -209,10 +196,9 @@ class StackTrainer:
         """Continue from a saved `state()`; returns the epochs it holds."""
         self.model.load_state_dict(state["model"])
         load_optimizer_state(self.optimizer, state["optimizer"])
-        for g, s in zip(self.order_rng, state["order_rng"], strict=True):
-            g.set_state(s)
-        for g, s in zip(self.noise_rng, state["noise_rng"], strict=True):
-            g.set_state(s)
+        for key, rngs in (("order_rng", self.order_rng), ("noise_rng", self.noise_rng)):
+            for g, s in zip(rngs, state[key], strict=True):
+                g.set_state(s)
         self.epoch, self.curve = state["epoch"], state["curve"]
         self.train_time_s = state["train_time_s"]
         self.graphed.reset()  # the optimizer's state tensors are new ones

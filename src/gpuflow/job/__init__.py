@@ -1,20 +1,14 @@
 """gpuflow.job: the lifecycle every step runs inside (see `context`), and the one API the
 families use: they import from here, never from a submodule.
 
-- `Job`, `current`: the step's job (its resumable `loop`, `tally`, `state`, `release`, guards);
-- `ChunkedScores`: scores saved chunk by chunk (gpuflow.job.chunks);
-- atomic writes: `write_csv`, `write_json`, `write_text`, `save_figure`, `save_torch`,
-  `atomic_path` (gpuflow.job.atomic);
-- devices and workers: `worker_devices`, `describe_device`, `run_record`, `threads_per_worker`,
-  `WorkerPool`, `Done`;
-- resume states: `State`, `make_fingerprint`, `load_optimizer_state`; the fp16 guard's
-  `SkippedSteps`; `telemetry_section` for a family's report.
+`Job` and `current` give the step's job (its resumable `loop`, `tally`, `state`, `release`,
+guards). The other names (atomic writes, devices and workers, resume states, the fp16 guard's
+`SkippedSteps`, `telemetry_section` for a family's report) are imported on first use from the
+module `_WHERE` names: `gpuflow status` and `plan` import this package without torch.
 
 Modules: `context` (the Job), `loop` (the resumable loop), `chunks`, `paths` (where job files
 live), `state`, `unitlog` (units finished one by one), `progress`, `record` (the job record),
 `finished_states` (states kept until the run accepts the outputs), `divergence` (NaN guard).
-Names beyond `Job` and `current` are imported on first use: `gpuflow status` and `plan` import
-this package without torch.
 """
 
 from importlib import import_module
@@ -40,7 +34,7 @@ _WHERE = {
     "make_fingerprint": "state",
     "load_optimizer_state": "state",
     "SkippedSteps": "divergence",
-    "telemetry_section": "telemetry.report",
+    "telemetry_section": "telemetry.tables",
 }
 
 __all__ = ["Job", "current", *_WHERE]

@@ -117,9 +117,8 @@ class Job:
     ) -> UnitLog:
         """The job's unit log (not yet opened), fingerprinted as `state` is: for a step whose
         units (a shard's seeds) finish on their own, in any order, on several workers."""
-        unit_log = UnitLog(self.first_output, make_fingerprint(inputs, settings, identity))
-        self._state = unit_log
-        return unit_log
+        self._state = UnitLog(self.first_output, make_fingerprint(inputs, settings, identity))
+        return self._state
 
     def progress(self, total: float, unit: str, resumed_at: float = 0) -> ProgressWriter:
         """The job's progress file (`gpuflow status` reads it): `update(done)` as units finish.

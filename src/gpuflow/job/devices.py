@@ -34,12 +34,11 @@ def worker_devices(device: str = "auto", cpu_workers: int = 1) -> list[torch.dev
 def run_record(devices: list[torch.device] | None = None) -> dict[str, Any]:
     """Where this job ran: host, SLURM job, visible GPUs and the devices used, and its
     telemetry up to now (GPU and CPU use; None in a process that does not sample)."""
-    used = devices or []
     return {
         "host": socket.gethostname(),
         "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
-        "devices": [describe_device(d) for d in used],
+        "devices": [describe_device(d) for d in devices or []],
         "telemetry": telemetry_so_far(),
     }
 

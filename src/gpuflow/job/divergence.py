@@ -69,10 +69,9 @@ class SkippedSteps:
 def check_skipped(run: str, epoch: int, skipped: SkippedSteps, state: Path | None) -> None:
     """Raise TrainingDivergedError when `run` skipped `skipped.limit` steps in a row at the
     floor of the loss scale during `epoch`."""
-    if not skipped.diverged:
-        return
-    raise TrainingDivergedError(
-        f"run {run}: {skipped.at_floor} optimizer steps in a row overflowed with the fp16 loss"
-        f" scale at its floor ({SCALE_FLOOR:g}) in epoch {epoch}; training stopped, "
-        f"{kept_state(epoch, state)}" + ADVICE
-    )
+    if skipped.diverged:
+        raise TrainingDivergedError(
+            f"run {run}: {skipped.at_floor} optimizer steps in a row overflowed with the fp16 loss"
+            f" scale at its floor ({SCALE_FLOOR:g}) in epoch {epoch}; training stopped, "
+            f"{kept_state(epoch, state)}" + ADVICE
+        )

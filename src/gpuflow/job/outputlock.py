@@ -51,15 +51,8 @@ def lock_path(output: str | Path) -> Path:
 SINCE_FORMAT = "%Y-%m-%d %H:%M:%S"
 
 
-def writer_identity() -> str:
-    """This process as a holder: host, pid, SLURM job (or '-') and when it took the lock."""
-    job = os.environ.get("SLURM_JOB_ID", "-")
-    since = time.strftime(SINCE_FORMAT, time.localtime())
-    return f"host {socket.gethostname()}, pid {os.getpid()}, SLURM job {job}, since {since}"
-
-
 def read_holder(output: str | Path) -> dict[str, str] | None:
-    """The holder `writer_identity` recorded in `output`'s lock file, each field by its first
+    """The holder `_record_holder` wrote in `output`'s lock file, each field by its first
     word (host, pid, SLURM, since); None without a lock file. Read, never locked."""
     try:
         text = lock_path(output).read_text(encoding="utf-8")
@@ -123,11 +116,15 @@ def _same_file(handle: IO[bytes], path: Path) -> bool:
 
 
 def _record_holder(handle: IO[bytes]) -> None:
-    """Write this process into the lock file; a full disk leaves it empty (the lock holds)."""
+    """Write this process into the lock file (host, pid, SLURM job or '-', and since when); a
+    full disk leaves it empty (the lock holds)."""
+    job = os.environ.get("SLURM_JOB_ID", "-")
+    since = time.strftime(SINCE_FORMAT, time.localtime())
+    holder = f"host {socket.gethostname()}, pid {os.getpid()}, SLURM job {job}, since {since}\n"
     handle.seek(0)
     handle.truncate()
     try:
-        handle.write(f"{writer_identity()}\n".encode())
+        handle.write(holder.encode())
     except OSError as error:
         if error.errno not in WRITE_ERRNOS:
             raise

@@ -80,17 +80,6 @@ def read_state(path: Path, map_location: Any) -> dict[str, Any] | None:
     return state
 
 
-def legacy_paths(first_output: str | Path) -> list[Path]:
-    """Where gpuflow versions before `gpuflow.job` kept this job's state, beside its outputs."""
-    out = Path(first_output)
-    return [
-        out.with_name(f".{out.name}.resume.pt"),
-        out.with_name(f".{out.stem}.resume.pt"),
-        out.parent / "train_state.pt",
-        out.parent.parent / "train_state.pt",
-    ]
-
-
 class State:
     """The resume state of one job: `load()` it when it matches, `save(...)` after each unit."""
 
@@ -122,7 +111,10 @@ class State:
         return state["data"]
 
     def _mention_legacy(self) -> None:
-        for old in legacy_paths(self.first_output):
+        """Where gpuflow versions before `gpuflow.job` kept this job's state, beside its outputs."""
+        out = self.first_output
+        legacy = (out.with_name(f".{out.name}.resume.pt"), out.with_name(f".{out.stem}.resume.pt"))
+        for old in (*legacy, out.parent / "train_state.pt", out.parent.parent / "train_state.pt"):
             if old.is_file():
                 print(
                     f"ignoring {old}: a resume state of an older gpuflow (states now live in"

@@ -82,13 +82,7 @@ def leave_to_parent() -> None:
     """
     for signum in STOPS_AND_CTRL_C:
         signal.signal(signum, signal.SIG_IGN)
-    die_with_parent()
-
-
-def die_with_parent() -> None:
-    """This process gets SIGKILL when its parent dies (PR_SET_PDEATHSIG on Linux; elsewhere
-    nothing)."""
-    if sys.platform.startswith("linux"):
+    if sys.platform.startswith("linux"):  # elsewhere the worker does not die with its parent
         with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
@@ -111,15 +105,13 @@ def _handled_by(
             signal.signal(signum, own)
 
 
-@contextlib.contextmanager
-def started_ignoring_stops() -> Iterator[None]:
+def started_ignoring_stops() -> contextlib.AbstractContextManager[None]:
     """Processes started inside inherit ignored stop signals (and Ctrl-C) across exec.
 
     So a signal that reaches a worker while it starts up (before `leave_to_parent`) cannot end
     it. This process's own handlers are back once the block ends.
     """
-    with _handled_by(signal.SIG_IGN):
-        yield
+    return _handled_by(signal.SIG_IGN)
 
 
 @contextlib.contextmanager

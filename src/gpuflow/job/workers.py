@@ -279,11 +279,8 @@ class WorkerPool:
             worker.hand.remove(key)
             if key in self._pending:
                 self._pending.discard(key)
-                where = f"{self.name} {worker.where}"
-                if kind == "done":
-                    report(Done(key, result=message[2], worker=worker.wid, where=where))
-                else:
-                    report(Done(key, error=message[2], worker=worker.wid, where=where))
+                result, error = (message[2], None) if kind == "done" else (None, message[2])
+                report(Done(key, result, error, worker.wid, f"{self.name} {worker.where}"))
 
     def _bury(self, worker: _Worker, report: Callable[[Done], None]) -> None:
         """A worker ended: told to stop, or dead; a dead worker's items go back in line

@@ -25,18 +25,11 @@ def take_job_settings(args: argparse.Namespace) -> dict[str, Any]:
     """
     parts = {"settings": "{}", "runtime": "{}"}
     for option in parts:
-        values = _object(getattr(args, option, None))
-        if values is not None and BLOCK in values:
+        try:
+            values = json.loads(getattr(args, option, None) or "null")
+        except json.JSONDecodeError:
+            continue
+        if isinstance(values, dict) and BLOCK in values:
             parts[option] = json.dumps(values.pop(BLOCK))
             setattr(args, option, json.dumps(values, sort_keys=True))
     return family_settings(BLOCK, parts["settings"], parts["runtime"])
-
-
-def _object(text: str | None) -> dict[str, Any] | None:
-    if not text:
-        return None
-    try:
-        values = json.loads(text)
-    except json.JSONDecodeError:
-        return None
-    return values if isinstance(values, dict) else None

@@ -6,7 +6,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from gpuflow.job.paths import RECORD, job_of
+from gpuflow.job.paths import RECORD, family_root, job_of
 from gpuflow.job.record import ended, read_record
 from gpuflow.job.telemetry.flags import flag, utilisation
 
@@ -85,6 +85,15 @@ def jobs_section(folder: str | Path, threshold: float) -> str:
     if absent:
         lines.append(f"No GPU telemetry: {'; '.join(sorted(absent))}.")
     return "\n".join([*lines, "", markdown(JOB_HEADER, rows), ""])
+
+
+def section(out: str | Path) -> str:
+    """The markdown section on the job records of the family that report `out` belongs to,
+    flagging jobs below the job's `telemetry.low_utilisation_percent`."""
+    from gpuflow.job import current
+
+    threshold = float(current().settings["low_utilisation_percent"])
+    return "\n" + jobs_section(family_root(out), threshold)
 
 
 def rule_summary(summaries: list[dict[str, Any]], threshold: float) -> dict[str, Any]:

@@ -93,10 +93,8 @@ def config_usage(config: dict[str, Any]) -> dict[str, Any]:
 
 def format_report(report: dict[str, Any]) -> str:
     """The report as readable text."""
-    machine, lines = report["machine"], []
-    lines.append(
-        f"torch {machine['versions']['torch']} (CUDA build: {machine['torch_cuda_build']})"
-    )
+    machine = report["machine"]
+    lines = [f"torch {machine['versions']['torch']} (CUDA build: {machine['torch_cuda_build']})"]
     for name, version in machine["versions"].items():
         if name != "torch":
             lines.append(f"{name}: {version or 'NOT INSTALLED'}")

@@ -166,16 +166,6 @@ def duration(value_h: float) -> str:
     return f"{seconds / 60:.1f} min" if seconds < 7200 else f"{value_h:.1f} h"
 
 
-def span(row: dict[str, Any]) -> str:
-    low, high = row["range_h_per_job"]
-    return "-" if row["source"] == "r" else f"{duration(low)}-{duration(high)}"
-
-
-def limits(row: dict[str, Any]) -> str:
-    found = row["limits_min"]
-    return f"{found[0]}" if len(found) == 1 else f"{found[0]}-{found[-1]}"
-
-
 def render(
     rows: list[dict[str, Any]], per_node: int, seconds: float, measured_on: dict[str, str]
 ) -> str:
@@ -188,10 +178,14 @@ def render(
     lines = [header, "-" * len(header)]
     for row in rows:
         why = ", ".join(f"{k} {v}" for k, v in sorted(row["why"].items()))
+        low, high = row["range_h_per_job"]
+        span = "-" if row["source"] == "r" else f"{duration(low)}-{duration(high)}"
+        found = row["limits_min"]
+        limit = f"{found[0]}" if len(found) == 1 else f"{found[0]}-{found[-1]}"
         lines.append(
             f"{row['rule']:<26} {row['jobs']:>5} {row['gpus_per_job']:>5} "
-            f"{duration(row['expected_h_per_job']):>10} {row['source']:>3} {span(row):>15} "
-            f"{limits(row) + ' min':>9} {hours(row['gpu_h_requested']):>9} "
+            f"{duration(row['expected_h_per_job']):>10} {row['source']:>3} {span:>15} "
+            f"{limit + ' min':>9} {hours(row['gpu_h_requested']):>9} "
             f"{hours(row['gpu_h_expected']):>9} {row['sbatch']:>6} {hours(row['node_h']):>7}  {why}"
         )
     total = {

@@ -141,14 +141,6 @@ def unlock_command(args: argparse.Namespace, backend: str) -> str:
     return shlex.join(["snakemake", "--unlock", *options])
 
 
-def chosen_backend(cli: argparse.Namespace, args: argparse.Namespace) -> str:
-    """The backend named (gpuflow's option or a profile), else the one the folder holds."""
-    named = str(cli.persistence_backend.name).lower()
-    if getattr(args, "persistence_backend", None) or named != "file":
-        return named
-    return "db" if (Path(args.directory) / DB_FILE).exists() else "file"
-
-
 def why_it_runs(reason: Any, incomplete: bool) -> str:
     """missing / incomplete / changed / downstream, from Snakemake's structured reason.
 
@@ -224,7 +216,9 @@ def build_dag(args: argparse.Namespace, every_job: bool = False) -> Dag:
     cli = parse_args(argv)[1]
     executor = cli.executor or "local"
     executor_settings = ExecutorPluginRegistry().get_plugin(executor).get_settings(cli)
-    backend = chosen_backend(cli, args)
+    backend = str(cli.persistence_backend.name).lower()  # named: gpuflow's option or a profile
+    if backend == "file" and not getattr(args, "persistence_backend", None):
+        backend = "db" if (Path(args.directory) / DB_FILE).exists() else "file"  # the folder's
     output = OutputSettings(dryrun=True, log_level_override=logging.WARNING)
 
     def read_once() -> Dag:
@@ -260,7 +254,9 @@ def build_dag(args: argparse.Namespace, every_job: bool = False) -> Dag:
         try:
             return read_once()
         except Exception as error:
-            if not changed_while_read(error):
+            # A run writing in the folder (`gpuflow status` during a run) changed a file between
+            # two of Snakemake's looks (its "broken symlink" check, or the other way round).
+            if not any(sign in str(error) for sign in FILE_RACES):
                 raise
             return read_once()  # a live run wrote a file while Snakemake read it: read again
     except Exception as error:
@@ -283,13 +279,6 @@ def import_slurm_plugin_quickly() -> None:
             os.symlink(which, os.path.join(bare, "which"))
         os.environ["PATH"] = bare
         import snakemake_executor_plugin_slurm  # noqa: F401
-
-
-def changed_while_read(error: BaseException) -> bool:
-    """Whether Snakemake failed because a file changed between two of its looks: a file it
-    found missing was there at the next look (its "broken symlink" check), or the other way
-    round. A run writing in the folder (`gpuflow status` during a run) can cause either."""
-    return any(sign in str(error) for sign in FILE_RACES)
 
 
 def params_digest(params: list[Any], wildcards: dict[str, Any] | None = None) -> str:

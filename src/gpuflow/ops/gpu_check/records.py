@@ -22,7 +22,7 @@ import torch
 from gpuflow.cost.rates import slug as name_slug
 from gpuflow.job.atomic import write_json
 from gpuflow.job.devices import describe_device
-from gpuflow.ops.gpu_check.sections import SECTIONS, whole_run
+from gpuflow.ops.gpu_check.sections import SECTIONS
 
 PREFIX = re.compile(r"^\d{4}-\d{2}-\d{2}-")
 
@@ -87,7 +87,7 @@ def record_path(
 ) -> Path:
     """`<folder>/<YYYY-MM-DD>-<device slug>.json` for a whole run, `...-<section>-....json` for
     some sections (a second run of the same on one day replaces the first)."""
-    part = "" if whole_run(sections) else "-" + "-".join(sections)
+    part = "" if set(sections) == set(SECTIONS) else "-" + "-".join(sections)
     return Path(folder) / f"{when.date().isoformat()}-{device_slug(devices)}{part}.json"
 
 
@@ -157,4 +157,4 @@ def save_and_compare(
     if earlier is None:
         return path, [f"no earlier record of {device_slug(devices)} in {folder} to compare with"]
     header = f"change against {previous.name} of {earlier['created']} (rate: now / then):"
-    return path, [header, *compare(earlier, rows, whole_run(sections))]
+    return path, [header, *compare(earlier, rows, set(sections) == set(SECTIONS))]

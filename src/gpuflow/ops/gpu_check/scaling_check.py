@@ -44,7 +44,8 @@ def write_synthetic_split(path: Path, n: int, max_len: int, vocab: int, seed: in
 
 def write_inputs(folder: Path, sizes: dict[str, Any]) -> dict[str, Path]:
     """The encoded splits, data info and token stats a scaling-train run reads."""
-    configuration, vocab = only_configuration(sizes["settings"]), sizes["vocab_size"]
+    (configuration,) = sizes["settings"]["configurations"].values()  # a gpu-check config has one
+    vocab = sizes["vocab_size"]
     max_len = configuration["model"]["max_seq_len"]
     n_train = sizes["steps"] * configuration["train"]["global_batch_size"]
     paths = {name: folder / f"{name}.npz" for name in ("train", "val")}
@@ -55,12 +56,6 @@ def write_inputs(folder: Path, sizes: dict[str, Any]) -> dict[str, Path]:
     paths["stats"] = folder / "token_stats.json"
     paths["stats"].write_text(json.dumps({"vocab_size": vocab}))
     return paths
-
-
-def only_configuration(scaling: dict[str, Any]) -> dict[str, Any]:
-    """The one configuration of a gpu-check scaling config."""
-    (configuration,) = scaling["configurations"].values()
-    return configuration
 
 
 def torchrun(
@@ -96,12 +91,6 @@ def torchrun(
     return json.loads(out.read_text())
 
 
-def train_flops_per_token(record: dict[str, Any]) -> float:
-    """Training FLOPs per token of a run record (gpuflow.scaling.work.flops_per_token)."""
-    dense = record["parameters"] - record["token_embedding_parameters"]
-    return flops_per_token(record["model"], dense)
-
-
 def scaling_rows(
     folder: Path, sizes: dict[str, Any], worlds: list[int], peaks: dict[str, float]
 ) -> list[CheckRow]:
@@ -125,6 +114,7 @@ def scaling_row(
     loss_gap = abs(last["val_loss"] - ref["val_loss"]) / max(ref["val_loss"], 1e-3)
     dtype = {"bf16": "bfloat16", "fp16": "float16"}.get(record["precision"], "float32")
     per_gpu_tokens = last["tokens_per_second"] / record["world_size"]
+    dense = record["parameters"] - record["token_embedding_parameters"]
     shape = scaling_shape(
         record["model"],
         record["per_gpu_batch_size"],
@@ -140,7 +130,7 @@ def scaling_row(
         deviation=f"accuracy {accuracy_gap:.3f}, loss {loss_gap:.3f}",
         throughput=last["tokens_per_second"],
         unit="tokens/s",
-        tflops=per_gpu_tokens * train_flops_per_token(record) / 1e12,
+        tflops=per_gpu_tokens * flops_per_token(record["model"], dense) / 1e12,
         peak_tflops=peaks[dtype],
         seconds=last["train_seconds"],
         devices=sorted({r["devices"][0] for r in record["ranks"] if r["devices"]}),

@@ -23,11 +23,6 @@ BUSY_S = {"cuda": 3.0, "cpu": 1.0}
 BUSY_PERCENT = 50
 
 
-def _cuda_uuid(device: torch.device) -> str | None:
-    uuid = getattr(torch.cuda.get_device_properties(device), "uuid", None)
-    return None if uuid is None else f"GPU-{uuid}"
-
-
 def _busy(device: torch.device, size: int) -> int:
     """Matrix products on `device` for BUSY_S seconds; returns how many ran."""
     a = torch.randn(size, size, device=device)
@@ -43,7 +38,8 @@ def _busy(device: torch.device, size: int) -> int:
 def _gpu_problems(gpu: dict[str, Any], device: torch.device) -> list[str]:
     if gpu.get("absent"):
         return [f"GPU telemetry absent: {gpu['absent']}"]
-    uuid = _cuda_uuid(device)
+    uuid = getattr(torch.cuda.get_device_properties(device), "uuid", None)
+    uuid = None if uuid is None else f"GPU-{uuid}"
     match = [d for d in gpu["devices"] if uuid is None or d["uuid"] == uuid]
     if not match:
         return [f"NVML saw no device with CUDA's UUID {uuid}: {gpu['devices']}"]

@@ -81,11 +81,6 @@ class JobStatus:
     gpu_h_left: float = 0.0
 
 
-def family_of(rule: str) -> str:
-    """The family a rule belongs to: the part of its name before the first '_'."""
-    return rule.split("_", 1)[0]
-
-
 def local_holder_alive(output: Path) -> float | None:
     """When the live local process holding `output`'s writer lock took it, else None.
 
@@ -107,11 +102,6 @@ def local_holder_alive(output: Path) -> float | None:
         return time.mktime(time.strptime(fields.get("since", ""), SINCE_FORMAT))
     except ValueError:
         return lock_path(output).stat().st_mtime
-
-
-def _failed_for(job: Job, failed: list[FailedJob]) -> FailedJob | None:
-    ours = (r for r in reversed(failed) if r.rule == job.rule and set(job.output) & set(r.output))
-    return next(ours, None)
 
 
 def recorded_failure(outputs: list[Path], seen: Seen) -> str | None:
@@ -164,9 +154,13 @@ def classify(job: Job, seen: Seen) -> JobStatus:
     paths = [root / o for o in job.output]
     marker = next((seen.markers[o] for o in job.output if o in seen.markers), None)
     slurm = seen.slurm.get(job_comment(job.rule, job.wildcards.values()))
-    status = JobStatus(job, "todo", family_of(job.rule), slurm=slurm)
+    # the family: the part of the rule's name before the first '_'
+    status = JobStatus(job, "todo", job.rule.split("_", 1)[0], slurm=slurm)
     held = next((t for t in map(local_holder_alive, paths) if t is not None), None)
-    report = _failed_for(job, seen.failed)
+    ours = (
+        r for r in reversed(seen.failed) if r.rule == job.rule and set(job.output) & set(r.output)
+    )
+    report = next(ours, None)
     recorded: str | None = None
     ended_badly = slurm is not None and slurm.state in ENDED_BADLY
     if slurm is not None and slurm.state in RUNNING:

@@ -45,25 +45,21 @@ class Progress:
         return {**asdict(self), "eta_s": self.eta_s(now)}
 
 
-def from_progress_file(output: Path) -> Progress | None:
-    """The progress file of the job whose first output is `output`, if it keeps one."""
-    path = progress_path(output)
-    record = read_progress(path)
-    if record is None:
-        return None
-    numbers = ("done", "total", "started", "updated", "resumed_at")
-    try:
-        values = {key: float(record[key]) for key in numbers}
-    except (ValueError, TypeError):
-        return None
-    return Progress(**values, unit=str(record["unit"]), source=str(path))
-
-
 def job_progress(job: Job, directory: str | Path) -> Progress | None:
     """Progress of a running job, or None where its step keeps no progress file.
 
     Any of its outputs may be the one that names its job files (a step takes its outputs in
     argument order), so each is tried.
     """
-    found = (from_progress_file(Path(directory) / output) for output in job.output)
-    return next((progress for progress in found if progress is not None), None)
+    for output in job.output:
+        path = progress_path(Path(directory) / output)
+        record = read_progress(path)
+        if record is None:
+            continue
+        numbers = ("done", "total", "started", "updated", "resumed_at")
+        try:
+            values = {key: float(record[key]) for key in numbers}
+        except (ValueError, TypeError):
+            continue
+        return Progress(**values, unit=str(record["unit"]), source=str(path))
+    return None

@@ -21,10 +21,8 @@ class ConfigError(GpuflowError):
 
     def __init__(self, key: str, problem: str, expected: str | None = None):
         self.key, self.problem, self.expected = key, problem, expected
-        message = f"config key '{key}': {problem}"
-        if expected:
-            message += f" (expected {expected})"
-        super().__init__(message)
+        suffix = f" (expected {expected})" if expected else ""
+        super().__init__(f"config key '{key}': {problem}{suffix}")
 
 
 class DataError(GpuflowError):
@@ -35,10 +33,8 @@ class DataError(GpuflowError):
     ):
         self.path, self.problem, self.row, self.expected = Path(path), problem, row, expected
         where = f"{path}" if row is None else f"{path}, row {row}"
-        message = f"{where}: {problem}"
-        if expected:
-            message += f" (expected {expected})"
-        super().__init__(message)
+        suffix = f" (expected {expected})" if expected else ""
+        super().__init__(f"{where}: {problem}{suffix}")
 
 
 def cannot_write(target: str | Path, error: OSError) -> DataError:

@@ -16,7 +16,7 @@ import argparse
 import json
 import shutil
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +66,9 @@ def ledger(args: argparse.Namespace) -> list[Line]:
     directory = Path(args.directory)
     gpu = args.gpu or site_gpu_model(planned)
     expected = Expected(planned, str(directory), args.timings, gpu, own=False)
-    held = slurm_allocations(directory)
+    held: dict[str, list[Allocation]] = {}  # by comment (rule and wildcards); none without sacct
+    for allocation in allocations(directory) if shutil.which("sacct") else []:
+        held.setdefault(allocation.comment, []).append(allocation)
     site = read_site(planned.partition_config) if planned.partition_config else {}
     per_gpu_hour = charges(site)
     now = time.time()
@@ -92,16 +94,6 @@ def ledger(args: argparse.Namespace) -> list[Line]:
             line.units += per_gpu_hour.get(allocation.partition, 0.0) * gpu_h
     order = {name: index for index, name in enumerate(planned.rule_order)}
     return sorted(lines.values(), key=lambda line: order.get(line.rule, len(order)))
-
-
-def slurm_allocations(directory: Path) -> dict[str, list[Allocation]]:
-    """The run's SLURM allocations by comment (rule and wildcards); none without sacct."""
-    if shutil.which("sacct") is None:
-        return {}
-    found: dict[str, list[Allocation]] = {}
-    for allocation in allocations(directory):
-        found.setdefault(allocation.comment, []).append(allocation)
-    return found
 
 
 def clock(seconds: float) -> str:
@@ -134,9 +126,7 @@ def render(lines: list[Line]) -> str:
             + (f" {line.units:>9.1f}" if units else "")
         )
         if line is not total:
-            for name in ("jobs", "ended", "planned_s", "planned_gpu_h", "spent_s", "spent_gpu_h"):
-                setattr(total, name, getattr(total, name) + getattr(line, name))
-            for name in ("slurm_gpu_h", "billing_h", "units"):
+            for name in (f.name for f in fields(Line) if f.name not in ("rule", "sources")):
                 setattr(total, name, getattr(total, name) + getattr(line, name))
             total.sources |= line.sources
     rows += [

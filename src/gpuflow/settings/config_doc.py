@@ -206,6 +206,19 @@ def set_in_files(key_path: str, default: Any, sources: Sources) -> str:
     return "<br>".join(lines)
 
 
+def key_row(key: Key, path: str, *values: str) -> list[str]:
+    """A key's table row: `path`, type, range, then `values` (default, config files), kind and
+    meaning."""
+    return [
+        f"`{path}`",
+        type_of(key.schema),
+        range_of(key.schema),
+        *values,
+        affects_of(key),
+        describe(key.schema),
+    ]
+
+
 def table(header: list[str], rows: list[list[str]]) -> str:
     """A Markdown table."""
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -221,17 +234,8 @@ def keys_section(name: str, sources: Sources) -> str:
     rows = []
     for key in keys:
         default = default_of(key.path, key.schema, sources)
-        rows.append(
-            [
-                f"`{key.path}`",
-                type_of(key.schema),
-                range_of(key.schema),
-                UNMARKED if default is UNSET else f"`{show(default)}`",
-                set_in_files(key.path, default, sources),
-                affects_of(key),
-                describe(key.schema),
-            ]
-        )
+        shown = UNMARKED if default is UNSET else f"`{show(default)}`"
+        rows.append(key_row(key, key.path, shown, set_in_files(key.path, default, sources)))
     parts = [describe(schema)] if schema.get("properties") else []
     parts.append(table(header, rows))
     parts += [group_table(group, sources) for group in groups]
@@ -263,16 +267,7 @@ def block_section(name: str, sources: Sources) -> str:
                 continue
             block = group.schema["properties"][group.blocks[0]]
             keys, _ = collect(block, "", group.affects)
-            rows = [
-                [
-                    f"`{k.path[1:]}`",
-                    type_of(k.schema),
-                    range_of(k.schema),
-                    affects_of(k),
-                    describe(k.schema),
-                ]
-                for k in keys
-            ]
+            rows = [key_row(k, k.path[1:]) for k in keys]
             tables.add(table(["key", "type", "range", "affects", "description"], rows))
     if len(tables) != 1:
         problem = "names no group of blocks" if not tables else "names blocks that differ"

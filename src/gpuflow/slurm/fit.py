@@ -89,20 +89,10 @@ def unfit_report(jobs: Iterable[PlannedJob], site_file: str | Path) -> str | Non
     for job in jobs:
         if job.name not in unfit and all(p.score_job_fit(job) is None for p in partitions):
             unfit[job.name] = job
-    return unfit_message(list(unfit.values()), partitions, site_file) if unfit else None
-
-
-def check_jobs_fit(jobs: Iterable[PlannedJob], site_file: str | Path) -> None:
-    """Raise GpuflowError with the unfit_report where a job fits no partition."""
-    report = unfit_report(jobs, site_file)
-    if report:
-        raise GpuflowError(report)
-
-
-def unfit_message(jobs: list[PlannedJob], partitions: list[Any], site_file: str | Path) -> str:
-    """One line per job that fits no partition, and what SLURM would do with it."""
-    lines = [f"{len(jobs)} rule(s) ask for more than any partition of {site_file} gives:"]
-    for job in jobs:
+    if not unfit:
+        return None
+    lines = [f"{len(unfit)} rule(s) ask for more than any partition of {site_file} gives:"]
+    for job in unfit.values():
         values = ", ".join(f"{name}={value}" for name, value in job.wildcards.items())
         where = f" ({values})" if values else ""
         limits = "; ".join(f"{p.name}: {exceeded(job, p)}" for p in partitions)
@@ -112,6 +102,13 @@ def unfit_message(jobs: list[PlannedJob], partitions: list[Any], site_file: str 
         "rule's resources in the config, or add a partition that has them to the site file."
     )
     return "\n".join(lines)
+
+
+def check_jobs_fit(jobs: Iterable[PlannedJob], site_file: str | Path) -> None:
+    """Raise GpuflowError with the unfit_report where a job fits no partition."""
+    report = unfit_report(jobs, site_file)
+    if report:
+        raise GpuflowError(report)
 
 
 def _gpus(job: PlannedJob) -> int:

@@ -111,22 +111,19 @@ def parse_text(out: str) -> list[SlurmJob]:
 
 def parse_squeue_json(data: dict[str, Any], user_id: int) -> list[SlurmJob]:
     """The jobs of `user_id` in `squeue --json` (openapi v0.0.38 of SLURM 22.05, or later)."""
-    jobs = []
-    for job in data["jobs"]:
-        if job.get("user_id", user_id) != user_id:
-            continue
-        jobs.append(
-            _job(
-                job_id=str(job["job_id"]),
-                comment=job.get("comment") or "",
-                state=_first(job["job_state"]),
-                name=job["name"],
-                workdir=job["current_working_directory"],
-                started=_clock(job.get("start_time")),
-                ended=_clock(job.get("end_time")),
-            )
+    return [
+        _job(
+            job_id=str(job["job_id"]),
+            comment=job.get("comment") or "",
+            state=_first(job["job_state"]),
+            name=job["name"],
+            workdir=job["current_working_directory"],
+            started=_clock(job.get("start_time")),
+            ended=_clock(job.get("end_time")),
         )
-    return jobs
+        for job in data["jobs"]
+        if job.get("user_id", user_id) == user_id
+    ]
 
 
 def parse_sacct_json(data: dict[str, Any]) -> list[SlurmJob]:
@@ -187,22 +184,6 @@ class Allocation:
     billing: float
 
 
-def parse_allocations(out: str) -> list[tuple[str, str, Allocation]]:
-    """(name, work dir, allocation) of each line of SACCT_ALLOCATIONS' text."""
-    found = []
-    for line in out.splitlines():
-        fields = line.split("|")
-        if len(fields) != 7 or not fields[5].isdigit():
-            continue
-        job_id, name, comment, workdir, partition, elapsed, tres = fields
-        held = dict(part.split("=", 1) for part in tres.split(",") if "=" in part)
-        gpus = int(held.get("gres/gpu", "0").split("(")[0] or 0)
-        billing = float(held.get("billing", "0") or 0)
-        allocation = Allocation(job_id, _value(comment), partition, float(elapsed), gpus, billing)
-        found.append((name, workdir, allocation))
-    return found
-
-
 def allocations(workdir: str | Path) -> list[Allocation]:
     """Every allocation of the run in `workdir` that SLURM's accounting holds (each attempt of
     each job; none where there is no accounting database or sacct got no answer)."""
@@ -211,11 +192,19 @@ def allocations(workdir: str | Path) -> list[Allocation]:
         out = _run(SACCT_ALLOCATIONS) or ""
     except Unreachable:
         return []
-    return [
-        allocation
-        for name, folder, allocation in parse_allocations(out)
-        if name.startswith(JOB_NAME_PREFIX) and os.path.realpath(folder) == here
-    ]
+    found = []
+    for line in out.splitlines():
+        fields = line.split("|")
+        if len(fields) != 7 or not fields[5].isdigit():
+            continue
+        job_id, name, comment, folder, partition, elapsed, tres = fields
+        held = dict(part.split("=", 1) for part in tres.split(",") if "=" in part)
+        gpus = int(held.get("gres/gpu", "0").split("(")[0] or 0)
+        billing = float(held.get("billing", "0") or 0)
+        allocation = Allocation(job_id, _value(comment), partition, float(elapsed), gpus, billing)
+        if name.startswith(JOB_NAME_PREFIX) and os.path.realpath(folder) == here:
+            found.append(allocation)
+    return found
 
 
 def squeue_jobs(workdir: str | Path, timeout: float = TIMEOUT_S) -> list[SlurmJob]:
@@ -282,22 +271,13 @@ def _read(
     where it got no answer, which says nothing of its JSON)."""
     program = json_command[0]
     if program not in _json_fails:
-        jobs = _json_jobs(_run(json_command, timeout), parse_json)
-        if jobs is not None:
-            return jobs
+        out = _run(json_command, timeout)
+        with suppress(ValueError, AttributeError, KeyError, TypeError):  # failed, or no SLURM JSON
+            data = json.loads(out or "")
+            if not data.get("errors"):
+                return parse_json(data)
         _json_fails.add(program)
     return parse_lines(_run(text_command, timeout) or "")
-
-
-def _json_jobs(
-    out: str | None, parse_json: Callable[[dict[str, Any]], list[SlurmJob]]
-) -> list[SlurmJob] | None:
-    """The jobs in a command's JSON; None where it failed or printed no SLURM JSON."""
-    try:
-        data = json.loads(out or "")
-        return None if data.get("errors") else parse_json(data)
-    except (ValueError, AttributeError, KeyError, TypeError):
-        return None
 
 
 def _run(command: list[str], timeout: float = TIMEOUT_S) -> str | None:

@@ -81,28 +81,28 @@ def corpus_perplexity(nll_sums: Sequence[float], n_tokens: Sequence[int]) -> flo
     return math.exp(float(np.sum(np.asarray(nll_sums, dtype=np.float64))) / total_tokens)
 
 
-def summarise(scores: pd.DataFrame, model: str, group_columns: list[str]) -> dict[str, Any]:
-    """Counts and perplexities overall and per value of each group column."""
-    summary: dict[str, Any] = {
-        "model": model,
-        "toxicity_scorer": ", ".join(sorted(scores["toxicity_scorer"].unique())),
+def _totals(scores: pd.DataFrame) -> dict[str, Any]:
+    """Texts, tokens and corpus perplexity of a set of scored texts."""
+    return {
         "n_texts": len(scores),
         "n_tokens": int(scores["n_tokens"].sum()),
         "corpus_ppl": corpus_perplexity(scores["nll_sum"], scores["n_tokens"]),
+    }
+
+
+def summarise(scores: pd.DataFrame, model: str, group_columns: list[str]) -> dict[str, Any]:
+    """Counts and perplexities overall and per value of each group column."""
+    return {
+        "model": model,
+        "toxicity_scorer": ", ".join(sorted(scores["toxicity_scorer"].unique())),
+        **_totals(scores),
         "mean_text_ppl": float(scores["ppl"].mean()),
         "median_text_ppl": float(scores["ppl"].median()),
-        "by_group": {},
+        "by_group": {
+            column: {str(value): _totals(rows) for value, rows in scores.groupby(column)}
+            for column in group_columns
+        },
     }
-    for column in group_columns:
-        summary["by_group"][column] = {
-            str(value): {
-                "n_texts": len(group),
-                "n_tokens": int(group["n_tokens"].sum()),
-                "corpus_ppl": corpus_perplexity(group["nll_sum"], group["n_tokens"]),
-            }
-            for value, group in scores.groupby(column, sort=True)
-        }
-    return summary
 
 
 def main(args: argparse.Namespace) -> int:

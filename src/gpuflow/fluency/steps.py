@@ -52,31 +52,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     stats.add_argument("--scores", required=True)
     stats.add_argument("--group-columns", nargs="*", default=[])
     stats.add_argument("--settings", default="{}", help="JSON of fluency.stats settings")
-    stats.add_argument("--out-correlations", required=True)
-    stats.add_argument("--out-json", required=True)
-    stats.add_argument("--out-binned", required=True)
-    stats.set_defaults(
-        run=lazy(
-            "gpuflow.fluency.stats:main", outputs=("out_binned", "out_correlations", "out_json")
-        )
-    )
+    for flag in ("--out-correlations", "--out-json", "--out-binned"):
+        stats.add_argument(flag, required=True)
+    stats_outputs = ("out_binned", "out_correlations", "out_json")
+    stats.set_defaults(run=lazy("gpuflow.fluency.stats:main", outputs=stats_outputs))
 
     figures = subparsers.add_parser("fluency-figures", help="the fluency-toxicity figures")
     figures.add_argument("--scores", required=True)
     figures.add_argument("--binned", required=True)
     figures.add_argument("--group-columns", nargs="*", default=[])
-    figures.add_argument("--out-scatter", required=True)
-    figures.add_argument("--out-binned", required=True)
-    figures.add_argument("--out-by-group", required=True)
-    figures.set_defaults(
-        run=lazy(
-            "gpuflow.fluency.figures:main", outputs=("out_binned", "out_by_group", "out_scatter")
-        )
-    )
+    for flag in ("--out-scatter", "--out-binned", "--out-by-group"):
+        figures.add_argument(flag, required=True)
+    figures_outputs = ("out_binned", "out_by_group", "out_scatter")
+    figures.set_defaults(run=lazy("gpuflow.fluency.figures:main", outputs=figures_outputs))
 
     report = subparsers.add_parser("fluency-report", help="the markdown summary")
-    report.add_argument("--summary", required=True)
-    report.add_argument("--correlations", required=True)
-    report.add_argument("--binned", required=True)
-    report.add_argument("--out", required=True)
+    for flag in ("--summary", "--correlations", "--binned", "--out"):
+        report.add_argument(flag, required=True)
     report.set_defaults(run=lazy("gpuflow.fluency.report:main", outputs=("out",)))

@@ -133,16 +133,8 @@ def train_lm(excluded: list[str], settings: Mapping[str, Any], out: Path) -> dic
     order = torch.randperm(len(blocks), generator=torch.Generator().manual_seed(settings["seed"]))
     n_valid = max(1, int(len(blocks) * VALIDATION_SHARE))
     valid, train = blocks[order[:n_valid]], blocks[order[n_valid:]]
-    config = gpt2_config(
-        tokenizer,
-        settings["n_positions"],
-        settings["n_embd"],
-        settings["n_layer"],
-        settings["n_head"],
-        resid_pdrop=0.0,
-        embd_pdrop=0.0,
-        attn_pdrop=0.0,
-    )
+    shape = {key: settings[key] for key in ("n_positions", "n_embd", "n_layer", "n_head")}
+    config = gpt2_config(tokenizer, **shape, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
     model = GPT2LMHeadModel(config)
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=settings["learning_rate"], weight_decay=0.01

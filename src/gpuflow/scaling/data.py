@@ -160,9 +160,7 @@ def load_ag_news(path: Path) -> pd.DataFrame:
 
 def take(frame: pd.DataFrame, n: int | None, key: str) -> pd.DataFrame:
     """The first `n` rows (all when n is None); too few rows is a config error."""
-    if n is None:
-        return frame.reset_index(drop=True)
-    if n > len(frame):
+    if n is not None and n > len(frame):
         raise ConfigError(key, f"{n} rows asked, only {len(frame)} available")
     return frame.iloc[:n].reset_index(drop=True)
 

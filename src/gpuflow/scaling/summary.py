@@ -34,6 +34,7 @@ SUMMARISED_EPOCH_FIELDS = [
     "val_accuracy", "peak_memory_mb",
 ]  # fmt: skip
 RUN_RECORD_FIELDS = ["host", "slurm_job_id"]  # what `run_row` reads of where the run ran
+RUN_ID = ["configuration", "world_size", "nodes", "device_type"]  # epochs and cost tables open with
 RUN_COLUMNS = [
     "configuration", "world_size", "nodes", "processes_per_node", "device_type", "backend",
     "precision", "global_batch_size", "per_gpu_batch_size", "accumulation_steps",
@@ -72,13 +73,7 @@ def read_runs(paths: list[str]) -> list[dict[str, Any]]:
 def epochs_table(runs: list[dict[str, Any]]) -> pd.DataFrame:
     """One row per run and epoch."""
     rows = [
-        {
-            "configuration": run["configuration"],
-            "world_size": run["world_size"],
-            "nodes": run["nodes"],
-            "device_type": run["device_type"],
-            **{c: epoch.get(c) for c in EPOCH_COLUMNS},
-        }
+        {**{c: run[c] for c in RUN_ID}, **{c: epoch.get(c) for c in EPOCH_COLUMNS}}
         for run in runs
         for epoch in run["epochs"]
     ]
@@ -160,10 +155,7 @@ def cost_table(summary: pd.DataFrame) -> pd.DataFrame:
         per_hour = np.where(extra > 0, (runs["speedup"] - 1) / extra, np.nan)
     return pd.DataFrame(
         {
-            "configuration": runs["configuration"],
-            "world_size": runs["world_size"],
-            "nodes": runs["nodes"],
-            "device_type": runs["device_type"],
+            **{c: runs[c] for c in RUN_ID},
             "run_wall_hours": runs["run_wall_seconds"] / 3600,
             "gpu_hours": runs["gpu_hours"],
             "extra_gpu_hours": extra,

@@ -128,14 +128,11 @@ def split_embedded(test_fraction: float, seed: int) -> dict[str, np.ndarray]:
         n_test = round(test_fraction * len(members))
         test.append(members[:n_test])
         train.append(members[n_test:])
-    train_idx = rng.permutation(np.concatenate(train))
-    test_idx = rng.permutation(np.concatenate(test))
-    return {
-        "x_train": images[train_idx],
-        "y_train": labels[train_idx].astype(np.int64),
-        "x_test": images[test_idx],
-        "y_test": labels[test_idx].astype(np.int64),
-    }
+    arrays = {}
+    for split, members in (("train", train), ("test", test)):
+        order = rng.permutation(np.concatenate(members))
+        arrays[f"x_{split}"], arrays[f"y_{split}"] = images[order], labels[order].astype(np.int64)
+    return arrays
 
 
 def prepare(

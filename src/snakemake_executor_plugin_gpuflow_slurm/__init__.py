@@ -121,10 +121,8 @@ def job_state(reported: str, requeue: bool) -> str:
     are left to SLURM's requeue where it is on."""
     words = reported.split()
     word = words[0].rstrip("+").upper() if words else ""
-    if word in STILL_ON or word in ENDED:
+    if word in STILL_ON or word in ENDED or (requeue and word in ("PREEMPTED", "NODE_FAIL")):
         return word
-    if word in ("PREEMPTED", "NODE_FAIL"):
-        return word if requeue else "FAILED"
     return "FAILED"
 
 

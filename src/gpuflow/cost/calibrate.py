@@ -114,18 +114,11 @@ def startup_trial(shapes: list[str]) -> Trial:
     """Start-ups (per second) of fresh processes that import gpuflow's command line and the
     shape's modules, then exit, as a step's process does; one process per shape, as many at
     once as this process may use cores (jobs share a machine so on a local run)."""
-    commands = {
-        shape: [
-            sys.executable,
-            "-c",
-            "; ".join(f"import {m}" for m in ["gpuflow.cli", *shape.split("+")]),
-        ]
-        for shape in shapes
-    }
 
     def started(shape: str) -> float:
+        imports = "; ".join(f"import {m}" for m in ["gpuflow.cli", *shape.split("+")])
         began = time.perf_counter()
-        subprocess.run(commands[shape], check=True, capture_output=True)
+        subprocess.run([sys.executable, "-c", imports], check=True, capture_output=True)
         return 1.0 / (time.perf_counter() - began)
 
     def run() -> dict[str, float]:

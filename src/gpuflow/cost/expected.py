@@ -196,13 +196,11 @@ class Expected:
 def alike(done: Work, planned: Work | None) -> bool:
     """Whether two works are of the same kinds at the same shapes, start-ups aside (the same
     rates apply to what they compute)."""
-    if planned is None:
-        return False
 
     def shapes(work: Work) -> set[tuple[str, str]]:
         return {(t.kind, t.shape) for t in work.terms if t.kind != STARTUP}
 
-    return shapes(done) == shapes(planned)
+    return planned is not None and shapes(done) == shapes(planned)
 
 
 def missing_reason(missing: Missing, book: RateBook) -> str:

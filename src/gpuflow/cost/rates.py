@@ -222,8 +222,6 @@ def books(
             rates[device] = [*found, *rates.get(device, [])]
     cpu = this_cpu()
     cpu_book = RateBook(cpu, rates.get(cpu, []))
-    classes = gpu_classes(rates)
-    if gpu:
-        classes = [device for device in classes if gpu.lower() in device]
+    classes = [device for device in gpu_classes(rates) if (gpu or "").lower() in device]
     chosen = classes[0] if classes else None
     return cpu_book, RateBook(chosen, rates.get(chosen, []) if chosen else [])

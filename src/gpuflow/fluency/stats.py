@@ -264,10 +264,11 @@ def resample_statistics(
             ranks["x"], ranks["y"], ranks["z"], "partial_spearman" in methods
         )
         out["spearman"], out["partial_spearman"] = plain, partial
-    if "kendall" in methods and signs is not None:
-        out["kendall"] = kendall_from_counts(weights, signs, counts["x"], counts["y"])
-    elif "kendall" in methods:
-        out["kendall"] = kendall_scipy(x.values, y.values, index)
+    if "kendall" in methods:
+        if signs is not None:
+            out["kendall"] = kendall_from_counts(weights, signs, counts["x"], counts["y"])
+        else:
+            out["kendall"] = kendall_scipy(x.values, y.values, index)
     return {method: out[method] for method in methods}
 
 

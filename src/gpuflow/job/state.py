@@ -111,10 +111,15 @@ class State:
         return state["data"]
 
     def _mention_legacy(self) -> None:
-        """Where gpuflow versions before `gpuflow.job` kept this job's state, beside its outputs."""
+        """Say that a state left where gpuflow versions before `gpuflow.job` kept it (beside the
+        job's outputs) is ignored."""
         out = self.first_output
-        legacy = (out.with_name(f".{out.name}.resume.pt"), out.with_name(f".{out.stem}.resume.pt"))
-        for old in (*legacy, out.parent / "train_state.pt", out.parent.parent / "train_state.pt"):
+        for old in (
+            out.with_name(f".{out.name}.resume.pt"),
+            out.with_name(f".{out.stem}.resume.pt"),
+            out.parent / "train_state.pt",
+            out.parent.parent / "train_state.pt",
+        ):
             if old.is_file():
                 print(
                     f"ignoring {old}: a resume state of an older gpuflow (states now live in"

@@ -34,7 +34,8 @@ SUMMARISED_EPOCH_FIELDS = [
     "val_accuracy", "peak_memory_mb",
 ]  # fmt: skip
 RUN_RECORD_FIELDS = ["host", "slurm_job_id"]  # what `run_row` reads of where the run ran
-RUN_ID = ["configuration", "world_size", "nodes", "device_type"]  # epochs and cost tables open with
+# the columns the epochs and cost tables open with: which run a row is of
+RUN_ID = ["configuration", "world_size", "nodes", "device_type"]
 RUN_COLUMNS = [
     "configuration", "world_size", "nodes", "processes_per_node", "device_type", "backend",
     "precision", "global_batch_size", "per_gpu_batch_size", "accumulation_steps",

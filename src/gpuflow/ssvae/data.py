@@ -128,9 +128,9 @@ def split_embedded(test_fraction: float, seed: int) -> dict[str, np.ndarray]:
         n_test = round(test_fraction * len(members))
         test.append(members[:n_test])
         train.append(members[n_test:])
-    arrays = {}
-    for split, members in (("train", train), ("test", test)):
-        order = rng.permutation(np.concatenate(members))
+    arrays: dict[str, np.ndarray] = {}
+    for split, parts in (("train", train), ("test", test)):
+        order = rng.permutation(np.concatenate(parts))
         arrays[f"x_{split}"], arrays[f"y_{split}"] = images[order], labels[order].astype(np.int64)
     return arrays
 

@@ -38,8 +38,8 @@ def _busy(device: torch.device, size: int) -> int:
 def _gpu_problems(gpu: dict[str, Any], device: torch.device) -> list[str]:
     if gpu.get("absent"):
         return [f"GPU telemetry absent: {gpu['absent']}"]
-    uuid = getattr(torch.cuda.get_device_properties(device), "uuid", None)
-    uuid = None if uuid is None else f"GPU-{uuid}"
+    cuda_uuid = getattr(torch.cuda.get_device_properties(device), "uuid", None)
+    uuid = None if cuda_uuid is None else f"GPU-{cuda_uuid}"
     match = [d for d in gpu["devices"] if uuid is None or d["uuid"] == uuid]
     if not match:
         return [f"NVML saw no device with CUDA's UUID {uuid}: {gpu['devices']}"]

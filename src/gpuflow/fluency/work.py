@@ -117,11 +117,15 @@ def folder_lm(reference: str) -> LM | None:
     return LM(parameters, context, layers, width, vocab, tokenizer, model_type)
 
 
+def embedded_lm(train: dict[str, Any], scored: tuple[str, ...]) -> LM:
+    """The embedded LM fluency-train-lm will train with settings `train` (`fluency.lm.train`):
+    its tokenizer trained here the same way on the same reviews (those not `scored`), its
+    parameters from its shape. Trained once per settings and texts."""
+    return _embedded_lm(json.dumps(train, sort_keys=True), scored)
+
+
 @cache
-def embedded_lm(train_json: str, scored: tuple[str, ...]) -> LM:
-    """The embedded LM fluency-train-lm will train: its tokenizer trained here the same way on
-    the same reviews (those not scored), its parameters from its shape. Trained once per
-    settings (`fluency.lm.train` as JSON, sorted keys) and texts."""
+def _embedded_lm(train_json: str, scored: tuple[str, ...]) -> LM:
     from gpuflow.fluency.lm_tokens import train_bpe, training_texts
 
     train = json.loads(train_json)
@@ -183,7 +187,7 @@ def planned_lm(fluency: dict[str, Any], shard: int) -> tuple[LM, list[int]]:
     if missing := missing_texts(fluency) + unreadable:
         raise NotHere(missing)
     texts, originals = shard_texts(fluency, shard)
-    lm = lm or embedded_lm(json.dumps(fluency["lm"]["train"], sort_keys=True), originals)
+    lm = lm or embedded_lm(fluency["lm"]["train"], originals)
     return lm, lm.token_counts(texts)
 
 
@@ -235,7 +239,7 @@ def train_lm(config: dict[str, Any], wildcards: dict[str, str]) -> Work:
     at 6 x parameters FLOP each."""
     fluency = config["fluency"]
     train = fluency["lm"]["train"]
-    lm = embedded_lm(json.dumps(train, sort_keys=True), shard_texts(fluency, 0)[1])
+    lm = embedded_lm(train, shard_texts(fluency, 0)[1])
     tokens = train["steps"] * train["batch_size"] * lm.context
     return Work(
         (

@@ -21,8 +21,6 @@ import pandas as pd
 import pytest
 
 from gpuflow.job.outputlock import OutputTakenError, exclusive_output, lock_path
-from gpuflow.job.state import make_fingerprint
-from gpuflow.job.unitlog import UnitLog
 from tests.conftest import BIN, REPO, snakemake, wait_for, wait_for_file, workflow_env
 from tests.slurm import grid_faults
 from tests.test_ssvae_train import comparable, data_path, train_command
@@ -199,25 +197,3 @@ def test_an_output_lock_names_its_holder_and_frees_with_the_holder(tmp_path):
         holder.wait()
     with exclusive_output(out):  # the kernel dropped the killed holder's lock
         assert lock_path(out).read_text().startswith(f"host {socket.gethostname()}, pid")
-
-
-def test_a_unit_log_has_one_writer_at_a_time(tmp_path):
-    out = tmp_path / "shard~0.csv"
-    first = UnitLog(out, make_fingerprint(settings={"a": 1})).open()
-    first.add_ok(0, {"seed": 0})
-    second = subprocess.run(  # another fingerprint: it would start the file over
-        [
-            str(BIN / "python"), "-c",
-            "import sys; from gpuflow.job.unitlog import UnitLog\n"
-            "UnitLog(sys.argv[1], 'another').open()",
-            str(out),
-        ],
-        capture_output=True, text=True,
-    )  # fmt: skip
-    assert second.returncode != 0
-    assert "another job is writing this output" in second.stderr
-    first.add_ok(1, {"seed": 1})
-    first.close()
-    again = UnitLog(out, make_fingerprint(settings={"a": 1})).open()
-    assert sorted(again.done()) == [0, 1]
-    again.close()

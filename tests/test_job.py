@@ -130,8 +130,8 @@ def test_a_state_is_kept_until_the_run_has_accepted_the_outputs(tmp_path, monkey
     monkeypatch.setenv(RECORDS_ENV, str(records))
     out = tmp_path / "results" / "sweep" / "shard~0.csv"
     job = current([out])
-    job.state(settings={"a": 1}).save({"seeds": 3})
-    job.progress(total=3, unit="seeds").update(3)
+    state = job.state(settings={"a": 1})
+    job.units(state, 3, "seeds", load=len, save=lambda: {"seeds": 3}).finished(3, "at the end")
     job.release()
     kept = [job_file(out, STATE), job_file(out, PROGRESS)]
     assert all(path.exists() for path in kept), "the outputs are not accepted yet"
@@ -334,7 +334,11 @@ def test_a_job_outside_gpuflow_names_the_same_files_and_locks_nothing(tmp_path):
     out = tmp_path / "results" / "sweep" / "shard~0.csv"
     bare = current([out])
     assert Job.active is None and bare.first_output == out
-    assert bare.progress(3, "seeds").path == job_file(out, PROGRESS)
+    units = bare.units(bare.state(), 3, "seeds", load=len, save=dict)
+    assert (units.state.path, units.progress.path) == (
+        job_file(out, STATE),
+        job_file(out, PROGRESS),
+    )
     assert not list(tmp_path.rglob("*.lock"))
 
 

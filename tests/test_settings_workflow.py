@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuflow.job.paths import RECORD, UNITS, job_file, job_of
+from gpuflow.job.paths import RECORD, STATE, job_file, job_of
 from gpuflow.ops.plan import plan_jobs
 from gpuflow.settings.blocks import applies, family_schema, keys_of_kind, schema_families
 from gpuflow.settings.validate import merge_config, validate_config
@@ -383,7 +383,7 @@ def test_a_forced_sweep_shard_computes_every_seed_again(finished, tmp_path):
     shutil.copytree(finished, workdir, symlinks=True)
     cell = "results/sweep/shards/method~gd/rank~2/width~4"
     shard = workdir / cell
-    assert not job_file(shard / "shard~0.csv", UNITS).exists(), "the seed log goes with the table"
+    assert not job_file(shard / "shard~0.csv", STATE).exists(), "the state goes with the table"
     snakemake(workdir, TINY, f"{cell}/shard~0.csv", "--forcerun", "sweep_shard")
     record = json.loads((shard / "shard~0.run.json").read_text())
     assert record["computed"] == [0, 1, 2] and record["resumed"] == 0

@@ -29,7 +29,8 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from gpuflow.job.paths import UNITS, job_file
+from gpuflow.job.paths import STATE as STATE_KIND
+from gpuflow.job.paths import job_file
 from tests.conftest import snakemake, tiny_config
 from tests.slurm import grid_faults, harness
 
@@ -225,7 +226,7 @@ def test_a_job_ended_after_writing_its_outputs_is_retried_without_computing_agai
     assert [job["state"] for job in jobs] == ["CANCELLED", "COMPLETED"]
     record = json.loads((runs["cluster"] / LINGERING).with_suffix(".run.json").read_text())
     assert record["computed"] == [] and record["resumed"] == 1, record
-    kept = job_file(runs["cluster"] / f"{SHARDS}/shard~3.csv", UNITS)
+    kept = job_file(runs["cluster"] / f"{SHARDS}/shard~3.csv", STATE_KIND)
     assert not kept.exists(), "the run drops the kept progress once the outputs are accepted"
 
 

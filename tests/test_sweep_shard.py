@@ -17,12 +17,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import torch
 
 from gpuflow.cli import build_parser
 from gpuflow.job.context import Job
-from gpuflow.job.paths import UNITS, job_file
+from gpuflow.job.paths import STATE, job_file
 from gpuflow.settings.blocks import family_settings
-from gpuflow.sweep.shard import seed_log_key
+from gpuflow.sweep.shard import state_key
 from tests import sweep_faults
 from tests.conftest import BIN, REPO, alive, wait_for, wait_while_running, workflow_env
 
@@ -75,11 +76,12 @@ def table(path: Path) -> list[dict[str, str]]:
         return [{k: v for k, v in row.items() if k != "wall_s"} for row in csv.DictReader(handle)]
 
 
-def unit_log_lines(out: Path) -> list[dict]:
-    path = job_file(out, UNITS)
+def kept(out: Path) -> dict[str, dict]:
+    """The rows and errors of the seeds the shard's resume state holds, by seed."""
+    path = job_file(out, STATE)
     if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
+        return {"rows": {}, "failed": {}}
+    return torch.load(path, weights_only=True)["data"]
 
 
 def computed_seeds(log: str) -> list[int]:
@@ -128,12 +130,12 @@ def test_a_shard_killed_midway_reruns_only_the_missing_seeds_and_ends_identical(
             start_new_session=True,
         )
     try:
-        two_seeds = lambda: len(unit_log_lines(out)) >= 3  # header + 2 seeds  # noqa: E731
+        two_seeds = lambda: len(kept(out)["rows"]) >= 2  # noqa: E731
         wait_while_running(two_seeds, job, "two seeds done", 120, 0.02, log=log_path)
         assert job.poll() is None, log_path.read_text()
         job.send_signal(signal.SIGKILL)
         job.wait()
-        done_before = {line["unit"] for line in unit_log_lines(out)[1:]}
+        done_before = set(kept(out)["rows"])
         assert 2 <= len(done_before) < 6, "the kill must land midway"
         assert not out.exists(), "no table before every seed is done"
         for pid in worker_pids(log_path.read_text()):  # workers die with their job
@@ -146,7 +148,7 @@ def test_a_shard_killed_midway_reruns_only_the_missing_seeds_and_ends_identical(
     assert rerun.returncode == 0, rerun.stderr
     assert computed_seeds(rerun.stderr) == sorted(set(range(6)) - done_before)
     assert table(out) == reference
-    assert not job_file(out, UNITS).exists(), "the table holds it all now"
+    assert not job_file(out, STATE).exists(), "the table holds it all now"
 
 
 def test_seeds_finished_on_another_device_type_are_computed_again(tmp_path):
@@ -158,9 +160,7 @@ def test_seeds_finished_on_another_device_type_are_computed_again(tmp_path):
     sweep = family_settings("sweep", args.settings, args.runtime)
     for device_type, computed in (("cuda", [0, 1]), ("cpu", [1])):
         job = Job("-", [out, out.with_suffix(".run.json")])
-        seed_log = job.unit_log(**seed_log_key(args, sweep, device_type)).open()
-        seed_log.add_ok(0, {"seed": 0})
-        seed_log.close()
+        job.state(**state_key(args, sweep, device_type)).save({"rows": {0: {"seed": 0}}})
         result = run_shard(out, workers=1, seeds="0:2")
         assert result.returncode == 0, result.stderr
         assert computed_seeds(result.stderr) == computed, device_type
@@ -189,9 +189,9 @@ def test_a_failing_seed_is_recorded_does_not_stop_the_others_and_fails_the_shard
     assert "1 of 6 seed(s) failed: [3]" in result.stderr
     assert "injected fault at seed 3" in result.stderr
     assert not out.exists()
-    records = {line["unit"]: line for line in unit_log_lines(out)[1:]}
-    assert records[3]["status"] == "failed" and "injected fault" in records[3]["error"]
-    assert sorted(s for s, r in records.items() if r["status"] == "ok") == [0, 1, 2, 4, 5]
+    state = kept(out)
+    assert list(state["failed"]) == [3] and "injected fault" in state["failed"][3]
+    assert sorted(state["rows"]) == [0, 1, 2, 4, 5]
 
     retry = run_shard(out, workers=2)
     assert retry.returncode == 0, retry.stderr
@@ -206,5 +206,4 @@ def test_a_seed_that_kills_every_worker_is_failed_after_two_deaths(tmp_path, ref
     assert "started replacement worker 1 on cpu" in result.stderr
     assert "1 of 3 seed(s) failed: [1]" in result.stderr
     assert "2 workers died running this seed" in result.stderr
-    ok = [line["unit"] for line in unit_log_lines(out)[1:] if line["status"] == "ok"]
-    assert sorted(ok) == [0, 2]
+    assert sorted(kept(out)["rows"]) == [0, 2]

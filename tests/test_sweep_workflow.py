@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from gpuflow.job.paths import UNITS, job_file
+from gpuflow.job.paths import STATE, job_file
 from tests.conftest import REPO, tiny_config
 from tests.figures import assert_drawn_figure
 
@@ -37,8 +37,8 @@ def test_the_sweep_runs_end_to_end_into_one_table_and_figures(finished_all):
         assert_drawn_figure(results / f"figures/{figure}.png")
     shard_dir = results / "shards/method~gd/rank~2/width~4"
     assert (shard_dir / "shard~1.csv").is_file()
-    assert not job_file(shard_dir / "shard~1.csv", UNITS).exists(), (
-        "the seed log goes with the table"
+    assert not job_file(shard_dir / "shard~1.csv", STATE).exists(), (
+        "the resume state goes with the table"
     )
     log = (results / "logs/method~gd/rank~2/width~4/shard~0.log").read_text()
     assert "3/3" in log, "the progress bar is in the log"

@@ -96,9 +96,9 @@ def score_token_ids(
     sized, its `placement` replicate or shard): replicate runs one worker per device, shard one
     worker whose model is spread over all `devices` (see gpuflow.fluency.placement).
     `wrap_forward` (one worker only) wraps the model's forward call, e.g. to inject errors. With
-    `out`, the scores are saved after every chunk of about `chunk_tokens` scored tokens in a
-    resume state beside `out` (resumed when its fingerprint is `state_fingerprint`), and a stop
-    request ends the step (Stopped) once the batches in hand are scored and saved. The stats
+    `out`, the scores are saved after every chunk of about `chunk_tokens` scored tokens in the
+    job's resume state (resumed when its fingerprint is `state_fingerprint`), and a stop request
+    ends the step (Stopped) at the next save (gpuflow.job.chunks). The stats
     hold the slowest worker's scoring and loading (with compiling) seconds.
     """
     token_budget = settings["token_budget"]
@@ -124,7 +124,7 @@ def score_token_ids(
         {"nll": np.float64, "n_tokens": np.int64},
         "tokens",
     )
-    todo = scores.resume()
+    todo = scores.todo()
     outcome = {"oom_splits": 0, "final_token_budget": token_budget}
     bar = tqdm(
         total=int(scores.weights.sum()),

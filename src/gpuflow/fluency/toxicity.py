@@ -143,7 +143,7 @@ def main(args: argparse.Namespace) -> int:
         {"toxicity": np.float64},
         "texts",
     )
-    todo = scores.resume()
+    todo = scores.todo()
 
     def scored(done: Done) -> None:
         if done.error is not None:

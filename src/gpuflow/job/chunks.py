@@ -2,13 +2,14 @@
 
 A scoring step (perplexity segments, toxicity texts) cuts its items into batches fixed by the
 input and its settings, and groups consecutive batches into chunks of at least `chunk_weight`
-(tokens or texts). Batches finish in any order, on several workers. After each chunk, the
-per-item scores so far go atomically into the job's resume state (no Snakemake output:
-Snakemake deletes the outputs of a failed job), then the step's progress, then a pending stop,
-in gpuflow.job.loop's order. Asked to stop, the step finishes the batches in hand, saves, and
-ends with one line; the next run skips every batch already scored, so it scores each remaining
-batch exactly as an uninterrupted run would. A state of another fingerprint is ignored with
-one line.
+(tokens or texts). Batches finish in any order, on several workers. Each chunk is a unit of the
+job (gpuflow.job.loop): once its batches are all scored, the per-item scores so far go
+atomically into the job's resume state (no Snakemake output: Snakemake deletes the outputs of a
+failed job), then into the step's progress, then a pending stop is honoured. Asked to stop, the
+step hands out no more batches and stops at the next save: a chunk completed, or else the
+batches in hand scored and saved. The next run skips every batch already scored, so it scores
+each remaining batch exactly as an uninterrupted run would. A state of another fingerprint is
+ignored with one line.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ import torch
 
 from gpuflow.job import stopping
 from gpuflow.job.context import current
-from gpuflow.job.loop import Tally
 
 
 def plan_chunks(batch_weights: Sequence[int], chunk_weight: int) -> list[range]:
@@ -39,7 +39,8 @@ def plan_chunks(batch_weights: Sequence[int], chunk_weight: int) -> list[range]:
 
 
 class ChunkedScores:
-    """Per-item score columns of one output, filled batch by batch, saved after each chunk.
+    """Per-item score columns of one output, resumed from the job's state, filled batch by
+    batch, saved after each chunk.
 
     `batches` are the item indices of each batch, `weights` each batch's size in `unit`.
     Without `out` nothing is saved (scoring outside a step, e.g. in a benchmark).
@@ -59,22 +60,23 @@ class ChunkedScores:
         self.job = current([] if out is None else [out])
         self.state = None if out is None else self.job.state(fingerprint=fingerprint)
         self.state_file = None if self.state is None else self.state.path
-        self.unit = unit
         self.batches, self.weights = list(batches), np.asarray(weights, dtype=np.int64)
         self.chunks = plan_chunks(weights, chunk_weight)
         self.chunk_of = [number for number, chunk in enumerate(self.chunks) for _ in chunk]
         self.values = {name: np.zeros(n_items, dtype=dtype) for name, dtype in columns.items()}
         self.done = np.zeros(n_items, dtype=bool)
         self.batch_done = np.zeros(len(self.batches), dtype=bool)
-        self.resumed_chunks, self.resumed_weight = 0, 0
-        self.unsaved = False
-        self.tally: Tally | None = None
+        total = int(self.weights.sum())
+        self.units = self.job.units(self.state, total, unit, self._restore, self._snapshot)
+        self.resumed_chunks, self.resumed_weight = self.chunks_done(), self.weight_done()
 
-    def _load(self) -> tuple[np.ndarray, dict[str, np.ndarray]] | None:
-        """The done flags and score columns saved for this output, or None (and why)."""
-        state = None if self.state is None else self.state.load("cpu")
-        if state is None:
-            return None
+    def todo(self) -> list[int]:
+        """The batches still to score (all but those the resume state holds)."""
+        return [int(b) for b in np.flatnonzero(~self.batch_done)]
+
+    def _restore(self, state: dict[str, Any]) -> int:
+        """Take up the done flags and score columns saved for this output (or say why not);
+        returns the tokens (or texts) they hold."""
         try:
             done = state["done"].numpy().copy()
             values = {name: state["values"][name].numpy().copy() for name in self.values}
@@ -88,27 +90,22 @@ class ChunkedScores:
             )
         ):
             print(f"ignoring {self.state_file}: not a scores state; starting over", flush=True)
-            return None
-        return done, values
+            return 0
+        self.done, self.values = done, values
+        self.batch_done = np.array([bool(done[b].all()) for b in self.batches], dtype=bool)
+        print(
+            f"resumed from {self.state_file} with {self.chunks_done()} of"
+            f" {len(self.chunks)} chunks scored",
+            flush=True,
+        )
+        return self.weight_done()
 
-    def resume(self) -> list[int]:
-        """Load the saved scores when there are any; return the batches still to score."""
-        saved = self._load()
-        if saved is not None:
-            self.done, self.values = saved
-        self.batch_done = np.array([bool(self.done[b].all()) for b in self.batches], dtype=bool)
-        self.resumed_chunks = self.chunks_done()
-        self.resumed_weight = self.weight_done()
-        if self.state is not None:
-            total = int(self.weights.sum())
-            self.tally = self.job.tally(total, self.unit, done=self.resumed_weight)
-        if saved is not None:
-            print(
-                f"resumed from {self.state_file} with {self.resumed_chunks} of"
-                f" {len(self.chunks)} chunks scored",
-                flush=True,
-            )
-        return [int(b) for b in np.flatnonzero(~self.batch_done)]
+    def _snapshot(self) -> dict[str, Any]:
+        """The scores so far, as the resume state keeps them."""
+        return {
+            "done": torch.from_numpy(self.done),
+            "values": {name: torch.from_numpy(v) for name, v in self.values.items()},
+        }
 
     def chunks_done(self) -> int:
         """Chunks whose batches are all scored."""
@@ -119,30 +116,22 @@ class ChunkedScores:
         return int(self.weights[self.batch_done].sum())
 
     def record(self, batch: int, values: dict[str, np.ndarray]) -> None:
-        """Store one batch's scores; save the state when this completes its chunk."""
+        """Store one batch's scores; once its chunk is complete, save, report and honour a
+        pending stop (`_finished`)."""
         items = self.batches[batch]
         for name, column in values.items():
             self.values[name][items] = column
         self.done[items] = True
         self.batch_done[batch] = True
-        self.unsaved = True
         chunk = self.chunks[self.chunk_of[batch]]
         if self.batch_done[chunk.start : chunk.stop].all():
-            self.save()
-        if self.tally is not None:
-            self.tally.progress.update(self.weight_done())
+            self._finished()
 
-    def save(self) -> None:
-        """Write the scores so far atomically (a kill mid-write keeps the previous state)."""
-        self.unsaved = False
-        if self.state is None:
-            return
-        self.state.save(
-            {
-                "done": torch.from_numpy(self.done),
-                "values": {name: torch.from_numpy(v) for name, v in self.values.items()},
-            }
-        )
+    def _finished(self) -> None:
+        """Save every score so far, report them and honour a pending stop (gpuflow.job.loop)."""
+        where = "" if self.state_file is None else f" in {self.state_file}"
+        where = f"after {self.chunks_done()} of {len(self.chunks)} chunks (state saved{where})"
+        self.units.finished(self.weight_done(), where)
 
     @staticmethod
     def stop_pending() -> bool:
@@ -151,20 +140,11 @@ class ChunkedScores:
         return stopping.requested() is not None
 
     def stop_if_requested(self) -> None:
-        """Save what is unsaved and end the step (Stopped) when a stop was requested.
-
-        A request after the last batch changes nothing: the step writes its output.
-        """
-        if not self.stop_pending() or self.batch_done.all():
-            return
-        if self.unsaved:
-            self.save()
-        where = "" if self.state_file is None else f" in {self.state_file}"
-        where = f"after {self.chunks_done()} of {len(self.chunks)} chunks (state saved{where})"
-        if self.tally is None:
-            stopping.stop_if_requested(where)
-        else:
-            self.tally.advance(self.weight_done(), where)
+        """Once the workers are done: a stop request saves the batches scored in no finished
+        chunk and ends the step (Stopped). A request after the last batch changes nothing: the
+        step writes its output."""
+        if self.stop_pending() and not self.batch_done.all():
+            self._finished()
 
     def record_fields(self, unit: str) -> dict[str, Any]:
         """For the run record: chunks and `unit` resumed from a state vs scored in this run."""

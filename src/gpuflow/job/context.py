@@ -5,16 +5,15 @@ of its outputs (gpuflow.job.outputlock) and is the attempt that may write them
 (gpuflow.job.attempt), the device locks it needs (gpuflow.job.gpulock), handles
 SIGTERM/SIGUSR1 as a stop request (gpuflow.job.stopping) and samples what it uses; when the step
 ends it writes the job record (gpuflow.job.record). A step reaches its job with `current()`
-and asks it for its resume state (a `State` snapshot, or a `UnitLog` of units finished one by one),
-its resumable `loop` over its units (or a `tally` of units it saves itself: gpuflow.job.loop),
-which saves, reports progress and honours stop requests in the one safe order, and the NaN
-guard; it writes no state, progress or lock file of its own. All job files are named by the first
-output (gpuflow.job.paths).
+and asks it for its resume state (a `State`), its resumable `loop` over units in order or its
+`units` that finish in any order (gpuflow.job.loop), which save, report progress and honour stop
+requests in the one safe order, and the NaN guard; it writes no state, progress or lock file of
+its own. All job files are named by the first output (gpuflow.job.paths).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from pathlib import Path
 from types import TracebackType
@@ -24,14 +23,12 @@ from gpuflow.job import attempt, stopping
 from gpuflow.job.divergence import SkippedSteps, check_finite, check_skipped
 from gpuflow.job.finished_states import release
 from gpuflow.job.gpulock import gpus_for_this_process
-from gpuflow.job.loop import Ranks, Tally, run_loop
+from gpuflow.job.loop import Ranks, Units
 from gpuflow.job.outputlock import exclusive_output, locks_this_process
-from gpuflow.job.paths import PROGRESS, STATE, UNITS, job_file
-from gpuflow.job.progress import ProgressWriter, progress_path
+from gpuflow.job.paths import PROGRESS, STATE, job_file
 from gpuflow.job.record import job_record
 from gpuflow.job.state import State, make_fingerprint
 from gpuflow.job.telemetry.job import note
-from gpuflow.job.unitlog import UnitLog
 from gpuflow.settings.blocks import family_settings
 
 
@@ -57,7 +54,7 @@ class Job:
         self.writer = locks_this_process()  # False in torchrun ranks but 0: rank 0 writes
         self.telemetry: Any = None
         self._stack = ExitStack()
-        self._state: State | UnitLog | None = None
+        self._state: State | None = None
 
     @property
     def first_output(self) -> Path:
@@ -112,38 +109,41 @@ class Job:
         self._state = State(self.first_output, fingerprint)
         return self._state
 
-    def unit_log(
-        self, inputs: Iterable[str | Path] = (), settings: Any = None, identity: Any = None
-    ) -> UnitLog:
-        """The job's unit log (not yet opened), fingerprinted as `state` is: for a step whose
-        units (a shard's seeds) finish on their own, in any order, on several workers."""
-        self._state = UnitLog(self.first_output, make_fingerprint(inputs, settings, identity))
-        return self._state
+    def units(
+        self,
+        state: State | None,
+        total: int,
+        unit: str,
+        load: Callable[[dict[str, Any]], int],
+        save: Callable[[], Mapping[str, Any]],
+        map_location: Any = "cpu",
+        ranks: Ranks | None = None,
+    ) -> Units:
+        """The step's `total` units, resumed from `state` by `load(saved)` (the units it holds);
+        `finished(...)` after each saves `save()`, reports progress and honours a stop, in that
+        order (gpuflow.job.loop). Only the writing process (rank 0) saves and reports."""
+        return Units(state, total, unit, load, save, self.writer, map_location, ranks)
 
-    def progress(self, total: float, unit: str, resumed_at: float = 0) -> ProgressWriter:
-        """The job's progress file (`gpuflow status` reads it): `update(done)` as units finish.
-
-        `resumed_at`: units already done when this attempt started (from its resume state).
-        Only the writing process (rank 0) writes it.
-        """
-        path = progress_path(self.first_output) if self.writer else None
-        return ProgressWriter(path, total, unit, resumed_at)
-
-    # The step's resumable loop over its units: resume from `state`, then after each unit save,
-    # report progress and honour a stop, in that order (gpuflow.job.loop.run_loop).
-    loop = run_loop
-
-    def tally(self, total: float, unit: str, done: float = 0, ranks: Ranks | None = None) -> Tally:
-        """The count of units a step finishes and saves itself, in any order: progress, then
-        a pending stop, after each save (gpuflow.job.loop.Tally)."""
-        return Tally(self, total, unit, done, ranks)
+    def loop(
+        self,
+        state: State,
+        total: int,
+        unit: str,
+        load: Callable[[dict[str, Any]], int],
+        save: Callable[[], Mapping[str, Any]],
+        map_location: Any = "cpu",
+        ranks: Ranks | None = None,
+    ) -> Iterator[int]:
+        """The step's `units` in order: the numbers (1-based) of those still to run, each one
+        finished (saved, reported, a stop honoured) once the loop's body has run it."""
+        return self.units(state, total, unit, load, save, map_location, ranks).ordered()
 
     def release(self, outputs: Iterable[str | Path] | None = None) -> None:
-        """The outputs are written: drop the state, unit log and progress files, or under the
-        workflow keep them until the run has accepted `outputs` (default: the job's outputs)."""
+        """The outputs are written: drop the state and progress files, or under the workflow
+        keep them until the run has accepted `outputs` (default: the job's outputs)."""
         if not self.writer or not self.outputs:
             return
-        files = [job_file(self.first_output, kind) for kind in (STATE, PROGRESS, UNITS)]
+        files = [job_file(self.first_output, kind) for kind in (STATE, PROGRESS)]
         release(files, outputs=self.outputs if outputs is None else list(outputs))
 
     # --- guards ---------------------------------------------------------------------------

@@ -1,16 +1,19 @@
-"""The resumable loop every long step runs, in the one order that keeps a stop safe.
+"""Loops over units, resumable: one resume state and one safe order for every kind of loop.
+
+A step's units are epochs run in order, or scored chunks or a shard's seeds that finish in any
+order on several workers. Either way the job runs them as `Units` of its resume state:
 
     for epoch in job.loop(state, epochs, "epochs", load=trainer.load_state, save=trainer.state):
         ...one epoch of science...
 
-Before the first unit the loop loads the job's state (`load(saved)` restores it and returns
-the units it holds), says so, reports progress and holds stop requests (SIGTERM, SIGUSR1) for
-itself. After each unit it saves `save()`, reports progress (forced at the last unit and while
-a stop is pending, so that `gpuflow status` shows where the step stopped), then honours a stop
-request: `Stopped`, one line saying after which unit and where the state is.
+    units = job.units(state, len(seeds), "seeds", load=restore, save=lambda: {"rows": rows})
+    ...as each seed finishes: units.finished(len(rows), "after ... seeds")
 
-Steps whose units finish on their own, in any order (a shard's seeds, scored chunks), save
-each unit themselves and count it with a `Tally`, which keeps the same order after the save.
+When they start, `Units` load the state (`load(saved)` restores it and returns the units it
+holds), report progress and hold stop requests (SIGTERM, SIGUSR1) for themselves. After each
+unit, `finished` saves `save()`, then reports progress (forced at the last unit and while a stop
+is pending, so that `gpuflow status` shows where the step stopped), then honours a stop request:
+`Stopped`, one line saying where. So progress never counts a unit that a kill would lose.
 
 Under DDP (`ranks`), rank 0 saves while every rank waits, and a stop asked of any rank stops
 every rank after the same unit.
@@ -18,15 +21,12 @@ every rank after the same unit.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Protocol
 
 from gpuflow.job import stopping
-from gpuflow.job.progress import ProgressWriter
-
-if TYPE_CHECKING:
-    from gpuflow.job.context import Job
-    from gpuflow.job.state import State
+from gpuflow.job.progress import ProgressWriter, progress_path
+from gpuflow.job.state import State
 
 
 class Ranks(Protocol):
@@ -39,56 +39,50 @@ class Ranks(Protocol):
         """Whether `flag` holds on any rank."""
 
 
-class Tally:
-    """A step's count of finished units: progress first, then a pending stop, after each save.
-
-    Creating it holds stop requests until `advance` (the step saves between units, never in
-    the middle of one)."""
+class Units:
+    """`total` units of a step, resumed from its `state` (None: nothing kept, nothing reported),
+    saved by the `writer` only (see the module docstring)."""
 
     def __init__(
-        self, job: Job, total: float, unit: str, done: float = 0, ranks: Ranks | None = None
+        self,
+        state: State | None,
+        total: int,
+        unit: str,
+        load: Callable[[dict[str, Any]], int],
+        save: Callable[[], Mapping[str, Any]],
+        writer: bool = True,
+        map_location: Any = "cpu",
+        ranks: Ranks | None = None,
     ):
-        self.total, self.ranks = total, ranks
-        self.progress: ProgressWriter = job.progress(total, unit, resumed_at=done)
-        self.progress.update(done, force=True)
+        self.state, self.total, self.unit, self.save, self.ranks = state, total, unit, save, ranks
+        saved = None if state is None else state.load(map_location)
+        self.resumed = saved is not None
+        self.done = 0 if saved is None else load(saved)
+        path = progress_path(state.first_output) if writer and state is not None else None
+        self.writer = path is not None
+        self.progress = ProgressWriter(path, total, unit, resumed_at=self.done)
+        self.progress.update(self.done, force=True)
         stopping.defer()
 
-    def stop_pending(self) -> bool:
-        """Whether a stop was asked of this process (or, under DDP, of any rank)."""
+    def finished(self, done: int, where: str) -> None:
+        """`done` units are finished: save the state, then report them, then stop (`Stopped`,
+        saying `where`) when a stop was asked."""
+        if self.state is not None and self.writer:
+            self.state.save(self.save())
+        if self.ranks is not None:
+            self.ranks.barrier()
         asked = stopping.requested() is not None
-        return self.ranks.any(asked) if self.ranks is not None else asked
-
-    def advance(self, done: float, where: str) -> None:
-        """`done` units are finished and saved: report it; stop (`Stopped`, saying `where`)
-        when a stop was asked."""
-        stop = self.stop_pending()
+        stop = self.ranks.any(asked) if self.ranks is not None else asked
         self.progress.update(done, force=stop or done >= self.total)
         stopping.stop_if_requested(where, anyone=stop)
 
-
-def run_loop(
-    job: Job,
-    state: State,
-    total: int,
-    unit: str,
-    load: Callable[[dict[str, Any]], int],
-    save: Callable[[], dict[str, Any]],
-    map_location: Any = "cpu",
-    ranks: Ranks | None = None,
-) -> Iterator[int]:
-    """The job's resumable loop (`job.loop(...)`): the numbers (1-based) of the units still to
-    run, saving `save()` into `state`, reporting progress and honouring a stop after each (see
-    the module docstring)."""
-    noun = unit.removesuffix("s")
-    saved = state.load(map_location)
-    done = 0 if saved is None else load(saved)
-    if saved is not None and job.writer:
-        print(f"resumed from {state.path} after {noun} {done}", flush=True)
-    tally = Tally(job, total, unit, done, ranks)
-    for number in range(done + 1, total + 1):
-        yield number
-        if job.writer:
-            state.save(save())
-        if ranks is not None:
-            ranks.barrier()
-        tally.advance(number, f"after {noun} {number} of {total}, state in {state.path}")
+    def ordered(self) -> Iterator[int]:
+        """The numbers (1-based) of the units still to run, in order, each `finished` once the
+        loop's body has run it."""
+        noun = self.unit.removesuffix("s")
+        saved_in = "" if self.state is None else f", state in {self.state.path}"
+        if self.resumed and self.writer:
+            print(f"resumed from {self.state.path} after {noun} {self.done}", flush=True)
+        for number in range(self.done + 1, self.total + 1):
+            yield number
+            self.finished(number, f"after {noun} {number} of {self.total}{saved_in}")

@@ -13,9 +13,8 @@ from pathlib import Path
 
 JOBS = "jobs"
 RECORD, PROGRESS, STATE = "record.json", "progress.json", "state.pt"
-UNITS = "units.jsonl"
 ATTEMPT = "attempt"  # the attempt that may write (gpuflow.job.attempt)
-KINDS = (RECORD, PROGRESS, STATE, UNITS, ATTEMPT)
+KINDS = (RECORD, PROGRESS, STATE, ATTEMPT)
 
 
 def family_root(output: str | Path) -> Path:

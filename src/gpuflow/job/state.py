@@ -1,4 +1,5 @@
-"""Resume states: one format and one path scheme for every family.
+"""Resume states: one format and one path scheme for every family and every loop over units
+(training epochs, scored chunks, a shard's seeds: gpuflow.job.loop).
 
 A job's state is `job_file(first output, "state.pt")`: a torch file holding
 {"fingerprint", "gpuflow", "elapsed_s", "data"}; `elapsed_s` is the work the state holds in
@@ -111,8 +112,9 @@ class State:
         return state["data"]
 
     def _mention_legacy(self) -> None:
-        """Say that a state left where gpuflow versions before `gpuflow.job` kept it (beside the
-        job's outputs) is ignored."""
+        """Say that a state an older gpuflow left is ignored: one beside the job's outputs
+        (before `gpuflow.job`) stays; a seed log in the jobs folder (`units.jsonl`, before it
+        `<output>.seeds.jsonl`) goes, as nothing else would remove it."""
         out = self.first_output
         for old in (
             out.with_name(f".{out.name}.resume.pt"),
@@ -127,6 +129,11 @@ class State:
                     flush=True,
                 )
                 return
+        for suffix in ("units.jsonl", "seeds.jsonl"):
+            log = self.path.with_name(f"{out.name}.{suffix}")
+            if log.is_file():
+                print(f"ignoring {log}: a seed log of an older gpuflow; starting over", flush=True)
+                log.unlink()
 
     def save(self, data: Mapping[str, Any]) -> None:
         """Write `data` with the fingerprint atomically (a kill mid-write keeps the last one)."""

@@ -8,7 +8,7 @@ job ran with), so that `gpuflow plan` elsewhere (a login node, before a grid is 
 estimates from a measurement, not a guess, and only for jobs of the same params: a time
 measured at 5 epochs never stands for a job of 75. A job resumed after a time limit or a
 preemption has a benchmark of its last attempt only; the work its earlier attempts saved (the
-job record's `earlier_attempts_s`, from its resume state or unit log) is added to it.
+job record's `earlier_attempts_s`, from its resume state) is added to it.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """`gpuflow sweep-shard`: one (method, teacher rank, student width) over a range of seeds.
 
-Seeds already in the shard's seed log are skipped; the rest run in one worker per device
-(gpuflow.sweep.pool). Each finished seed is appended durably to the seed log (the job's resume
-state, a gpuflow.job.unitlog whose units are seeds) and counted in the job's progress file; the
+Seeds whose rows the job's resume state holds are skipped; the rest run in one worker per device
+(gpuflow.sweep.pool). Each seed is a unit of the job (gpuflow.job.loop): as it finishes, its row
+(or its error) goes into the resume state, then it is counted in the job's progress file. The
 table (CSV, one row per seed, in seed order) and the run record (JSON) are written atomically
-once every seed is done. Failed seeds are recorded and do not stop the others; the step then fails
-naming them (a re-run tries them again).
+once every seed is done. Failed seeds do not stop the others; the step then fails naming them (a
+re-run tries them again).
 """
 
 from __future__ import annotations
@@ -42,10 +42,8 @@ def parse_seeds(text: str) -> list[int]:
     return list(range(start, stop))
 
 
-def seed_log_key(
-    args: argparse.Namespace, sweep: dict[str, Any], device_type: str
-) -> dict[str, Any]:
-    """What the shard's seed log must match to be resumed: the results keys of the sweep's data
+def state_key(args: argparse.Namespace, sweep: dict[str, Any], device_type: str) -> dict[str, Any]:
+    """What the shard's resume state must match to be resumed: the results keys of the sweep's data
     and method, the shard's cell, and the device type (guesses and student weights are drawn
     on the device: seeds of one device type only)."""
     cell = {"method": args.method, "rank": args.teacher_rank, "width": args.student_width}
@@ -79,42 +77,41 @@ def main(args: argparse.Namespace) -> int:
     settings = cell_settings(sweep, args.method, args.teacher_rank, args.student_width)
     devices = worker_devices(sweep["device"], sweep["cpu_workers"])
     job = current([args.out, args.run_out])
-    seed_log = job.unit_log(**seed_log_key(args, sweep, devices[0].type)).open()
+    state = job.state(**state_key(args, sweep, devices[0].type))
+    rows: dict[int, dict[str, Any]] = {}
+    failed: dict[int, str] = {}
+
+    def restore(saved: dict[str, Any]) -> int:
+        rows.update((s, row) for s, row in saved["rows"].items() if s in seeds)
+        return len(rows)
+
+    units = job.units(state, len(seeds), "seeds", restore, lambda: {"rows": rows, "failed": failed})
     started = time.perf_counter()
-    try:
-        if seed_log.started_over:
-            log(f"{seed_log.path}: {seed_log.reason}, starting over")
-        rows = {s: r for s, r in seed_log.done().items() if s in seeds}
-        todo = [s for s in seeds if s not in rows]
-        name = f"{args.method} rank={args.teacher_rank} width={args.student_width}"
-        log(
-            f"{name}: {len(seeds)} seeds, {len(rows)} already done, computing {len(todo)}:"
-            f" {todo} on {len(devices)} worker(s) {[str(d) for d in devices]}"
-        )
-        failed: dict[int, str] = {}
-        bar = tqdm(total=len(seeds), initial=len(rows), desc=name, file=sys.stderr, mininterval=1)
-        tally = job.tally(len(seeds), "seeds", done=len(rows))
+    todo = [s for s in seeds if s not in rows]
+    name = f"{args.method} rank={args.teacher_rank} width={args.student_width}"
+    log(
+        f"{name}: {len(seeds)} seeds, {len(rows)} already done, computing {len(todo)}:"
+        f" {todo} on {len(devices)} worker(s) {[str(d) for d in devices]}"
+    )
+    bar = tqdm(total=len(seeds), initial=len(rows), desc=name, file=sys.stderr, mininterval=1)
 
-        def report(outcome: Outcome) -> None:
-            if outcome.row is not None:
-                rows[outcome.seed] = seed_log.add_ok(outcome.seed, outcome.row)
-            else:
-                failed[outcome.seed] = outcome.error or "unknown error"
-                seed_log.add_failed(outcome.seed, failed[outcome.seed])
-                log(f"seed {outcome.seed} failed:\n{outcome.error}")
-            bar.update(1)
-            where = f"after {len(rows)} of {len(seeds)} seeds (in {seed_log.path})"
-            tally.advance(len(rows) + len(failed), where)
+    def report(outcome: Outcome) -> None:
+        if outcome.row is not None:
+            rows[outcome.seed] = outcome.row
+        else:
+            failed[outcome.seed] = outcome.error or "unknown error"
+            log(f"seed {outcome.seed} failed:\n{outcome.error}")
+        bar.update(1)
+        where = f"after {len(rows)} of {len(seeds)} seeds (in {state.path})"
+        units.finished(len(rows) + len(failed), where)
 
-        pool = SeedPool(TARGET, settings, [str(d) for d in devices], log=log)
-        pool.run(todo, report)
-        bar.close()
-    finally:
-        seed_log.close()
+    pool = SeedPool(TARGET, settings, [str(d) for d in devices], log=log)
+    pool.run(todo, report)
+    bar.close()
     if failed:
         raise GpuflowError(
             f"{len(failed)} of {len(seeds)} seed(s) failed: {sorted(failed)}"
-            f" (errors above and in {seed_log.path}; a re-run retries only them)"
+            " (errors above; a re-run retries only them)"
         )
     write_text(args.out, table_text([rows[s] for s in seeds]))
     write_json(

@@ -5,23 +5,36 @@
 - a state cut short or corrupted, or one of another fingerprint, is ignored with one line and
   the loop starts over; a resumed state tells what its earlier attempts spent;
 - an older gpuflow's seed log is removed with one line;
-- one writer at a time: a second job on the same output fails instead of overwriting it.
+- one writer at a time: a second job on the same output fails instead of overwriting it;
+- progress never counts a unit that a kill would lose: in every kind of loop (epochs in order,
+  seeds and scored chunks in any order) the state holds a unit before the progress counts it.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
+from gpuflow.cli import main as gpuflow_main
 from gpuflow.job import Job, current
+from gpuflow.job import progress as progress_module
 from gpuflow.job.loop import Units
-from gpuflow.job.paths import STATE, job_file
+from gpuflow.job.paths import PROGRESS, STATE, job_file
 from gpuflow.job.state import make_fingerprint
+from gpuflow.ssvae.train import Run, train
 from tests.conftest import BIN
+from tests.test_fluency_stop_resume import texts
+from tests.test_ssvae_train import data_path, tiny
+from tests.test_sweep_shard import SETTINGS as SHARD_SETTINGS
+from tests.test_sweep_shard import shard_command
+
+__all__ = ["data_path", "texts"]  # fixtures, shared with the SSVAE and fluency tests
 
 ONE, OTHER = make_fingerprint(settings={"a": 1}), make_fingerprint(settings={"a": 2})
 
@@ -135,3 +148,64 @@ def test_a_state_has_one_writer_at_a_time(tmp_path):
         assert "another job is writing this output" in second.stderr
         finish(units, results, 1, {"seed": 1})
     assert seed_loop(out)[1] == {0: {"seed": 0}, 1: {"seed": 1}}
+
+
+# --- progress never counts a unit that a kill would lose ---------------------------------------
+
+KEPT: dict[str, Callable[[dict[str, Any]], int]] = {  # the units a state holds, by unit
+    "epochs": lambda data: data["epoch"],
+    "seeds": lambda data: len(data["rows"]) + len(data["failed"]),
+    "texts": lambda data: int(data["done"].sum()),
+}
+
+
+@pytest.fixture
+def progress_and_state(monkeypatch) -> list[tuple[str, float, float, int]]:
+    """At every progress write (none skipped): its unit, done and total, and the units the
+    job's resume state holds at that moment, which is all that a kill right then would keep."""
+    seen: list[tuple[str, float, float, int]] = []
+    write = progress_module.write_progress
+
+    def checking(path: Path, done: float, total: float, unit: str, *args: Any) -> None:
+        state = Path(path).with_name(Path(path).name.removesuffix(PROGRESS) + STATE)
+        kept = KEPT[unit](torch.load(state, weights_only=True)["data"]) if state.exists() else 0
+        seen.append((unit, done, total, kept))
+        write(path, done, total, unit, *args)
+
+    monkeypatch.setattr(progress_module, "write_progress", checking)
+    monkeypatch.setattr(progress_module, "EVERY_S", 0.0)
+    return seen
+
+
+def epochs_in_order(folder: Path, data: Path, texts: Path) -> None:
+    runs = [Run("m2", 0.05, 0.0, 1.0, 0)]
+    train(runs, data, tiny(epochs=3), [folder / "results" / "ssvae" / "metrics.json"])
+
+
+def seeds_in_any_order(folder: Path, data: Path, texts: Path) -> None:
+    argv = shard_command(folder / "results" / "sweep" / "shard~0.csv", 1, seeds="0:3")[1:]
+    quick = {**SHARD_SETTINGS, "gnc": {**SHARD_SETTINGS["gnc"], "max_guesses": 200}}
+    argv[argv.index("--settings") + 1] = json.dumps(quick)
+    assert gpuflow_main(argv) == 0
+
+
+def chunks_in_any_order(folder: Path, data: Path, texts: Path) -> None:
+    out = folder / "results" / "fluency" / "toxicity.csv"
+    runtime = {"toxicity": {"batch_size": 2, "chunk_texts": 6}}  # three batches a chunk
+    argv = ["toxicity", "--texts", str(texts), "--out", str(out)]
+    assert gpuflow_main([*argv, "--runtime", json.dumps(runtime)]) == 0
+
+
+@pytest.mark.parametrize(
+    "loop, unit",
+    [(epochs_in_order, "epochs"), (seeds_in_any_order, "seeds"), (chunks_in_any_order, "texts")],
+    ids=["epochs in order", "seeds in any order", "chunks in any order"],
+)
+def test_progress_never_counts_a_unit_that_a_kill_would_lose(
+    tmp_path, data_path, texts, progress_and_state, loop, unit
+):
+    loop(tmp_path, data_path, texts)
+    writes = [(done, total, kept) for seen, done, total, kept in progress_and_state]
+    assert {seen[0] for seen in progress_and_state} == {unit}
+    assert writes[-1][0] == writes[-1][1] > 0 and len(writes) > 2, "it ran to the end"
+    assert all(done <= kept for done, _, kept in writes), writes

@@ -18,7 +18,14 @@ from gpuflow.settings.validate import merge_config
 from gpuflow.ssvae.batches import epoch_indices
 from gpuflow.ssvae.data import split_embedded
 from gpuflow.ssvae.model import StackedM2
-from gpuflow.ssvae.train import Run, StackTrainer, resume_state, train, train_settings
+from gpuflow.ssvae.train import (
+    Run,
+    StackTrainer,
+    resume_state,
+    train,
+    train_settings,
+    training_results,
+)
 from tests.conftest import BIN
 
 TINY_CHANGES = {
@@ -308,8 +315,12 @@ def test_a_state_resumes_under_other_runtime_settings_to_the_same_metrics(
     (whole,) = train(runs, data_path, settings, [tmp_path / "whole.json"])
     out = tmp_path / "r.json"
     interrupt_after_first_checkpoint(monkeypatch, runs, data_path, settings, out)
-    runtime = {"eval_batch_size": 64, "data_on_device": False, "num_workers": 1}
-    (resumed,) = train(runs, data_path, {**settings, **runtime}, [out])
+    # ssvae.train keys, where `--runtime` nests them and the training reads them
+    other = tiny(
+        epochs=2, eval_frequency=1, eval_batch_size=64, data_on_device=False, num_workers=1
+    )
+    assert other != settings and training_results(other) == training_results(settings)
+    (resumed,) = train(runs, data_path, other, [out])
     assert resumed["timing"]["resumed_from_epoch"] == 1
     assert resumed["test_accuracy"] == whole["test_accuracy"]
     for ours, theirs in zip(resumed["curve"], whole["curve"], strict=True):

@@ -7,7 +7,7 @@ import json
 import subprocess
 import sys
 
-from gpuflow.settings.blocks import schema_families
+from gpuflow.settings.validate import schema_families
 from tests.conftest import REPO
 
 

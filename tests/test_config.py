@@ -108,7 +108,8 @@ def test_step_settings_name_the_key_of_bad_json_or_an_unknown_setting():
 
 
 def test_every_schema_key_is_marked_results_or_runtime():
-    from gpuflow.settings.blocks import family_schema, keys_of_kind, schema_families
+    from gpuflow.settings.blocks import family_schema, keys_of_kind
+    from gpuflow.settings.validate import schema_families
 
     for family in schema_families():
         schema = family_schema(family)
@@ -133,8 +134,8 @@ def walk(node):
 
 
 def test_every_applies_when_names_a_sibling_choice_and_values_it_can_take():
-    from gpuflow.settings.blocks import family_schema, schema_families
-    from gpuflow.settings.validate import DefaultingValidator
+    from gpuflow.settings.blocks import family_schema
+    from gpuflow.settings.validate import DefaultingValidator, schema_families
 
     conditions = 0
     for family in schema_families():

@@ -34,7 +34,7 @@ import pytest
 import torch
 
 from gpuflow.job.paths import RECORD, job_file
-from gpuflow.settings.blocks import schema_families
+from gpuflow.settings.validate import schema_families
 from tests.conftest import (
     BIN,
     REPO,

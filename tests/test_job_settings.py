@@ -23,8 +23,8 @@ from gpuflow.job import Job, current
 from gpuflow.job.record import record_path
 from gpuflow.job.telemetry.settings import take_job_settings
 from gpuflow.job.telemetry.tables import section
-from gpuflow.settings.blocks import family_settings, schema_families, split_json
-from gpuflow.settings.validate import merge_config
+from gpuflow.settings.blocks import family_settings, split_json
+from gpuflow.settings.validate import merge_config, schema_families
 from tests.conftest import REPO, snakemake
 
 

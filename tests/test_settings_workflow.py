@@ -21,8 +21,8 @@ import yaml
 
 from gpuflow.job.paths import RECORD, STATE, job_file, job_of
 from gpuflow.ops.plan import plan_jobs
-from gpuflow.settings.blocks import applies, family_schema, keys_of_kind, schema_families
-from gpuflow.settings.validate import merge_config, validate_config
+from gpuflow.settings.blocks import applies, family_schema, keys_of_kind
+from gpuflow.settings.validate import merge_config, schema_families, validate_config
 from tests.conftest import REPO, job_counts, snakemake, tiny_config
 
 pytestmark = pytest.mark.workflow

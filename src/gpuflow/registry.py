@@ -1,5 +1,4 @@
-"""The step registry's building blocks, shared by `gpuflow.cli` and every family's `steps`,
-and the lookup of a family's optional modules (`work`, `calibration`, `checks`).
+"""The step registry's building blocks, shared by `gpuflow.cli` and every family's `steps`.
 
 A family's `steps.register(subparsers)` adds its steps with `lazy` entry points, so the CLI
 imports only argparse-level code and each step imports torch and friends when it runs.
@@ -8,15 +7,11 @@ imports only argparse-level code and each step imports torch and friends when it
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
 import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import ModuleType
 
 from gpuflow.job import stopping
-from gpuflow.settings.blocks import schema_families
 
 StepMain = Callable[[argparse.Namespace], int | None]
 
@@ -76,14 +71,3 @@ def add_job_settings_arguments(parser: argparse.ArgumentParser) -> None:
                 help=f"JSON: {kind} keys of the job's own settings, as"
                 ' {"telemetry": {...}} (config telemetry)',
             )
-
-
-def family_modules(name: str) -> list[ModuleType]:
-    """Each family's `gpuflow.<family>.<name>` module, where it has one (a family of the
-    schema whose package is not written yet has none)."""
-    found = []
-    for family in schema_families():
-        package = f"gpuflow.{family}"
-        if importlib.util.find_spec(package) and importlib.util.find_spec(f"{package}.{name}"):
-            found.append(importlib.import_module(f"{package}.{name}"))
-    return found

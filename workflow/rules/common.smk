@@ -12,11 +12,11 @@ from pathlib import Path
 
 from snakemake.logging import logger
 
-from gpuflow.settings.validate import check_files_exist
+from gpuflow.settings.validate import check_files_exist, schema_families
 from gpuflow.errors import GpuflowError
 from gpuflow.job.finished_states import RECORDS_ENV, clean, records_folder
 from gpuflow.data.modelref import check_model_reference
-from gpuflow.settings.blocks import schema_families, split_json
+from gpuflow.settings.blocks import split_json
 from gpuflow.job.stopping import ignore_warning
 from gpuflow.cost.limits import AUTO, auto_runtime
 from gpuflow.cost.rates import rate_records

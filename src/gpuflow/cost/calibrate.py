@@ -33,7 +33,7 @@ from gpuflow.cost.rates import RATES_SUFFIX, rate_row, this_cpu
 from gpuflow.cost.rules import planned_work
 from gpuflow.cost.work import STARTUP, Term
 from gpuflow.job.cores import threads_per_worker
-from gpuflow.registry import family_modules
+from gpuflow.settings.validate import family_modules
 
 STATE_BYTES = 64 << 20  # a resume state of a mid-sized run
 HOST_MEASURED = (STARTUP, "state.write")  # measured once on this host for every device

@@ -9,7 +9,7 @@ from functools import cache
 from typing import Any
 
 from gpuflow.cost.work import NotHere, Work
-from gpuflow.registry import family_modules
+from gpuflow.settings.validate import family_modules
 
 Planned = Callable[[dict[str, Any], dict[str, str]], "Work | None"]
 Done = Callable[[list[str], list[str]], "Work | None"]

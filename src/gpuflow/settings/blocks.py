@@ -15,34 +15,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from functools import cache
 from typing import Any
 
 from gpuflow.errors import ConfigError
-from gpuflow.settings.validate import (
-    SCHEMA_DIR,
-    DefaultingValidator,
-    config_error,
-    load_schema,
-    merge_config,
-)
+from gpuflow.settings.validate import DefaultingValidator, config_error, config_schema, merge_config
 
 KINDS = ("results", "runtime")
 
 
-@cache
-def _config_schema() -> dict[str, Any]:
-    return load_schema(SCHEMA_DIR / "config.schema.yaml")
-
-
 def family_schema(family: str) -> dict[str, Any]:
     """The schema of config[family], references inlined."""
-    return _config_schema()["properties"][family]
-
-
-def schema_families() -> list[str]:
-    """The experiment families the schema knows."""
-    return list(_config_schema()["properties"]["families"]["items"]["enum"])
+    return config_schema()["properties"][family]
 
 
 def _child(schema: dict[str, Any], name: str) -> dict[str, Any] | None:

@@ -9,9 +9,12 @@ the dotted key, the problem and what the schema expects.
 from __future__ import annotations
 
 import copy
+import importlib
+import importlib.util
 import json
 from functools import cache
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import jsonschema
@@ -32,6 +35,28 @@ def load_schema(path: str | Path) -> dict[str, Any]:
     """A schema file with every relative `$ref` replaced by the referenced file's content: a
     fresh copy on each call, the files read once per process."""
     return json.loads(_inlined_schema(Path(path).resolve()))
+
+
+@cache
+def config_schema() -> dict[str, Any]:
+    """The config's schema, references inlined, read once per process (not to be changed)."""
+    return load_schema(SCHEMA_DIR / "config.schema.yaml")
+
+
+def schema_families() -> list[str]:
+    """The experiment families the schema knows."""
+    return list(config_schema()["properties"]["families"]["items"]["enum"])
+
+
+def family_modules(name: str) -> list[ModuleType]:
+    """Each family's `gpuflow.<family>.<name>` module, where it has one (a family of the
+    schema whose package is not written yet has none)."""
+    found = []
+    for family in schema_families():
+        package = f"gpuflow.{family}"
+        if importlib.util.find_spec(package) and importlib.util.find_spec(f"{package}.{name}"):
+            found.append(importlib.import_module(f"{package}.{name}"))
+    return found
 
 
 @cache
@@ -99,8 +124,6 @@ def validate_config(config: dict[str, Any], schema_path: str | Path | None = Non
 
 def check_families(config: dict[str, Any]) -> None:
     """Run the `check` of each family of `config['families']` that has a `checks` module."""
-    from gpuflow.registry import family_modules
-
     for module in family_modules("checks"):
         family = module.__name__.split(".")[1]
         if family in config["families"]:

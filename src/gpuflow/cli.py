@@ -20,7 +20,7 @@ import gpuflow
 from gpuflow.errors import WRITE_ERRNOS, GpuflowError
 from gpuflow.job import Job
 from gpuflow.job.outputlock import step_outputs
-from gpuflow.job.stopping import Stopped
+from gpuflow.job.stopping import Stopped, held
 from gpuflow.job.telemetry.settings import take_job_settings
 from gpuflow.registry import add_job_settings_arguments
 
@@ -57,7 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         with Job(args.step, step_outputs(args), take_job_settings(args)) as job:
-            return job.finish(int(args.run(args) or 0))
+            with held():  # a stop request waits for the step's imports (torch): see `held`
+                step = args.run.load()
+            return job.finish(int(step(args) or 0))
     except (GpuflowError, Stopped) as error:
         print(f"gpuflow {args.step}: error: {error}", file=sys.stderr)
         return 2

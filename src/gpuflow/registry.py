@@ -1,4 +1,5 @@
 """The step registry's building blocks, shared by `gpuflow.cli` and every family's `steps`.
+It imports nothing from gpuflow, so every layer may register steps.
 
 A family's `steps.register(subparsers)` adds its steps with `lazy` entry points, so the CLI
 imports only argparse-level code and each step imports torch and friends when it runs.
@@ -10,8 +11,6 @@ import argparse
 import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass
-
-from gpuflow.job import stopping
 
 StepMain = Callable[[argparse.Namespace], int | None]
 
@@ -25,13 +24,9 @@ class LazyStep:
     outputs: tuple[str, ...] = ()
 
     def load(self) -> StepMain:
-        """The step's function. Its module (and torch, for a step that uses it) is imported with
-        stop requests and Ctrl-C held until the import is done: see `stopping.held`."""
-        with stopping.held():
-            return pkgutil.resolve_name(self.target)
-
-    def __call__(self, args: argparse.Namespace) -> int | None:
-        return self.load()(args)
+        """The step's function, its module (and torch, for a step that uses it) imported:
+        gpuflow.cli holds stop requests meanwhile (`gpuflow.job.stopping.held`)."""
+        return pkgutil.resolve_name(self.target)
 
 
 def lazy(target: str, outputs: tuple[str, ...] = ()) -> LazyStep:

@@ -6,7 +6,7 @@ import pytest
 
 from gpuflow.cli import main as gpuflow_main
 from gpuflow.errors import DataError
-from gpuflow.settings.config_doc import README, TEMPLATE, Sources, load_sources, render
+from gpuflow.ops.config_doc import README, TEMPLATE, Sources, load_sources, render
 
 MEMORY = {"mem_mb": {"type": "integer", "minimum": 1, "default": 5, "description": "Memory."}}
 SCHEMA = {

@@ -1,1 +1,1 @@
-"""Operator tools: plan, status, doctor, probe, gpu-check; the one adapter to Snakemake."""
+"""Operator tools: plan, status, doctor, probe, gpu-check, config-doc; the Snakemake adapter."""

@@ -1,4 +1,5 @@
-"""The operator tools' steps: doctor, plan, status, probe, record-timings, report-tables."""
+"""The operator tools' steps: doctor, plan, status, probe, record-timings, report-tables,
+config-doc."""
 
 from __future__ import annotations
 
@@ -124,3 +125,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     tables.add_argument("--title", required=True, help="heading of the page")
     tables.add_argument("--out", required=True, help="HTML file to write")
     tables.set_defaults(run=lazy("gpuflow.ops.report_tables:main", outputs=("out",)))
+
+    config_doc = subparsers.add_parser(
+        "config-doc",
+        help="write config/README.md from the schema, the config files and the README template",
+    )
+    config_doc.add_argument("--out", default=None, help="file to write (default: config/README.md)")
+    config_doc.set_defaults(run=lazy("gpuflow.ops.config_doc:main", outputs=("out",)))

@@ -1,1 +1,1 @@
-"""Config files, their JSON schemas (shipped in schemas/), defaults and config-doc."""
+"""Config files, their JSON schemas (shipped in schemas/) and defaults."""

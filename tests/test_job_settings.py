@@ -21,8 +21,8 @@ from gpuflow.cli import main as gpuflow_main
 from gpuflow.errors import ConfigError
 from gpuflow.job import Job, current
 from gpuflow.job.record import record_path
+from gpuflow.job.record_tables import section
 from gpuflow.job.telemetry.settings import take_job_settings
-from gpuflow.job.telemetry.tables import section
 from gpuflow.settings.blocks import family_settings, split_json
 from gpuflow.settings.validate import merge_config, schema_families
 from tests.conftest import REPO, snakemake

@@ -26,7 +26,7 @@ from gpuflow.job.outputlock import read_holder
 from gpuflow.job.paths import RECORD, job_file
 from gpuflow.job.progress import ProgressWriter, progress_path, write_progress
 from gpuflow.job.record import read_record
-from gpuflow.job.telemetry.tables import read_folder
+from gpuflow.job.record_tables import read_folder
 from gpuflow.ops.plan import Job, plan_jobs
 from gpuflow.ops.snakemake_adapter import Marker, failed_jobs, snakemake_started
 from gpuflow.ops.status.collect import (

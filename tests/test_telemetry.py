@@ -19,12 +19,12 @@ import pytest
 
 from gpuflow.cli import main as gpuflow_main
 from gpuflow.job.record import job_record, record_path
+from gpuflow.job.record_tables import jobs_section, rule_summary
 from gpuflow.job.telemetry.flags import flag, likely_reason
 from gpuflow.job.telemetry.job import job_gpus, note
 from gpuflow.job.telemetry.nvml import Gpus
 from gpuflow.job.telemetry.processes import ProcessTree
 from gpuflow.job.telemetry.sampler import Sampler
-from gpuflow.job.telemetry.tables import jobs_section, rule_summary
 
 INTERVAL = 0.05
 BUSY_CPU_S = 0.6
@@ -286,7 +286,7 @@ TINY = {"cpu": {"util_percent_mean": 10.0}, "wall_s": 1.0, "timings": {"step_s":
 def test_a_rule_s_flag_is_its_jobs_most_common_one_and_a_tie_goes_to_the_first_job():
     assert rule_summary([LOADING, TINY, TINY], 50)["flag"].startswith("LOW: tiny batches")
     tie = (
-        "from gpuflow.job.telemetry.tables import rule_summary\n"
+        "from gpuflow.job.record_tables import rule_summary\n"
         f"print(rule_summary([{LOADING!r}, {TINY!r}], 50)['flag'])"
     )
     flags = {  # set order follows the hash seed: the flag must not

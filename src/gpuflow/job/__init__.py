@@ -35,7 +35,7 @@ _WHERE = {
     "make_fingerprint": "state",
     "load_optimizer_state": "state",
     "SkippedSteps": "divergence",
-    "telemetry_section": "telemetry.tables",
+    "telemetry_section": "record_tables",
 }
 
 __all__ = ["Job", "current", *_WHERE]

@@ -60,7 +60,7 @@ def earlier_use(job: Job, directory: str, threshold: float) -> dict[str, Any]:
     job records, their telemetry), found from `job`'s outputs."""
     from gpuflow.job.paths import RECORD, job_file
     from gpuflow.job.record import ended, read_record
-    from gpuflow.job.telemetry.tables import rule_summary
+    from gpuflow.job.record_tables import rule_summary
 
     globs = [wildcard_pattern(output, job.wildcards)[0] for output in job.output]
     paths = {p for g in globs for p in glob.glob(str(job_file(Path(directory) / g, RECORD)))}

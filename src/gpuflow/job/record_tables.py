@@ -1,4 +1,4 @@
-"""Telemetry files as tables: one row per job for the family reports, per rule for the plan."""
+"""Job records as tables: one row per job for the family reports, per rule for the plan."""
 
 from __future__ import annotations
 

@@ -83,6 +83,7 @@ gpu-pilot: $(STAMP)
 lint: $(STAMP)
 	ruff check .
 	ruff format --check .
+	lint-imports
 	snakefmt --check Snakefile workflow
 	snakemake --lint
 	set -e; for config in $(TEST_CONFIGS); do \

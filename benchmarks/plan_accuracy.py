@@ -40,12 +40,13 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from gpuflow.cost.benchmarks import benchmark_seconds
 from gpuflow.cost.expected import Expected
+from gpuflow.cost.models import planned_work
 from gpuflow.cost.predict import Prediction, predict
-from gpuflow.cost.rates import HOST_KINDS, RATES_SUFFIX, RateBook, books
-from gpuflow.cost.rules import planned_work
-from gpuflow.ops.plan import plan_jobs, stand_in_notes
-from gpuflow.ops.timings import benchmark_seconds
+from gpuflow.cost.rates import HOST_KINDS, RateBook, books
+from gpuflow.ops.calibrate import RATES_SUFFIX
+from gpuflow.ops.plan import plan_jobs, run_folder, stand_in_notes
 from gpuflow.settings.validate import load_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -97,9 +98,11 @@ def this_machine(
             [str(BIN / "gpuflow"), "calibrate", *options, "--out", str(records), *config], folder
         )
         print(f"gpuflow calibrate: {took:.0f} s")
-    dag = plan_jobs(workflow_args(folder, configs), every_job=True)
-    expected = Expected(dag, str(folder), str(records), own=False)  # as before the run
-    predicted = {job.benchmark: (job, expected.predict(job)) for job in dag.jobs if job.benchmark}
+    args = workflow_args(folder, configs)
+    dag = plan_jobs(args, every_job=True)
+    with run_folder(args):
+        expected = Expected(dag.config, [], str(records))  # as before the run
+        predicted = {j.benchmark: (j, expected.predict(j)) for j in dag.jobs if j.benchmark}
     failed = 0
     if not skip_run:
         command = [str(BIN / "snakemake"), *options, *config, "--cores", str(cores), *resources]
@@ -176,6 +179,7 @@ def h100_part(host_records: Path) -> tuple[bool, list[dict[str, Any]]]:
     kingma = json.loads((RECORDS / "2026-11-26-nvidia-h100-80gb-hbm3-kingma.json").read_text())
     timings = json.loads((RECORDS / "2026-11-26-nvidia-h100-80gb-hbm3-timings.json").read_text())
     point = "results/ssvae/benchmarks/train/frac~0.002/corrupt~0.0/alpha~1.tsv"
+    measured_s = {row["path"]: row["job"]["seconds"] for row in timings["rows"]}
     with tempfile.NamedTemporaryFile("w", suffix=".yaml") as row150:
         row150.write("ssvae: {grid: {fractions: [0.002], alphas: [5000]}, train: {epochs: 150}}\n")
         row150.flush()
@@ -194,7 +198,7 @@ def h100_part(host_records: Path) -> tuple[bool, list[dict[str, Any]]]:
             "paper grid point, 100 labels, 75 epochs",
             paper,
             "1",
-            timings["benchmarks"][point]["seconds"],
+            measured_s[point],
         ),
     ]
     print(f"\nH100 ({gpu.device}), from the committed rates alone:")

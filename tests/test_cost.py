@@ -9,14 +9,15 @@ import math
 import pytest
 
 from gpuflow.cost.limits import Policy, limit_minutes
+from gpuflow.cost.models import planned_work
 from gpuflow.cost.predict import Missing, Prediction, from_benchmarks, predict
-from gpuflow.cost.rates import Rate, RateBook, StandIn, books, rate_row
-from gpuflow.cost.rules import planned_work
-from gpuflow.cost.work import STARTUP, Term, Work
+from gpuflow.cost.rates import INTERCONNECT, Rate, RateBook, StandIn, books
+from gpuflow.cost.records import rate_field
 from gpuflow.settings.validate import load_config
 from gpuflow.ssvae.flops import forward_flops, m2_parameters, matmul_shapes
 from gpuflow.ssvae.flops import train_flops_per_example as m2_flops
 from gpuflow.ssvae.work import shape as ssvae_shape
+from gpuflow.work import STARTUP, Term, Work
 from tests.conftest import REPO
 
 EMBEDDED = REPO / "config" / "config.yaml"
@@ -156,21 +157,150 @@ def test_benchmarks_of_the_same_params_on_other_inputs_are_scaled_by_the_work_th
 
 
 def test_rates_come_from_the_newest_record_row_that_measured_them(tmp_path):
-    def record(created: str, value: float) -> dict:
-        row = rate_row("k.flop", "s", "FLOP/s", [value, 2 * value, 3 * value], "a trial")
-        return {"created": created, "rows": [row, {"path": "no rate here"}]}
+    def record(created: str, value: float, device: str) -> dict:
+        trials = [value, 2 * value, 3 * value]
+        rows = [{"path": "a trial", "rate": rate_field("k.flop", "s", "FLOP/s", trials)}]
+        rows.append({"path": "no rate here"})
+        return {"created": created, "device_class": device, "rows": rows}
 
+    h100, a100 = "nvidia-h100-80gb-hbm3", "nvidia-a100-sxm4-40gb"
     (tmp_path / "2026-01-01-nvidia-h100-80gb-hbm3.json").write_text(
-        json.dumps(record("2026-01-01T10:00:00", 1.0))
+        json.dumps(record("2026-01-01T10:00:00", 1.0, h100))
     )
     (tmp_path / "2026-01-01-nvidia-h100-80gb-hbm3-ssvae.json").write_text(
-        json.dumps(record("2026-01-01T12:00:00", 5.0))
+        json.dumps(record("2026-01-01T12:00:00", 5.0, h100))
     )
     (tmp_path / "2026-01-02-nvidia-a100-sxm4-40gb-rates.json").write_text(
-        json.dumps(record("2026-01-02T00:00:00", 9.0))
+        json.dumps(record("2026-01-02T00:00:00", 9.0, a100))
     )
     _, h100 = books(tmp_path, "h100")
     found, note = h100.find("k.flop", "s")
     assert (found.value, found.low, found.high, note) == (10.0, 5.0, 15.0, None)
     assert found.source == "2026-01-01-nvidia-h100-80gb-hbm3-ssvae.json", "the later of a day"
     assert books(tmp_path)[1].device == "nvidia-a100-sxm4-40gb", "the newest GPU by default"
+
+
+def forget_counts() -> None:
+    """What a new process knows of earlier counts: only the run folder's."""
+    from gpuflow import work
+    from gpuflow.fluency import work as fluency_work
+    from gpuflow.scaling import work as scaling_work
+
+    work._counted.clear()
+    fluency_work._texts.cache_clear()
+    fluency_work.folder_lm.cache_clear()
+    scaling_work._splits.cache_clear()
+
+
+def refuse(*_: object, **__: object) -> None:
+    raise AssertionError("the inputs were read or tokenised again")
+
+
+def test_work_is_counted_once_and_read_back_until_an_input_changes(tmp_path, monkeypatch):
+    """Snakemake counts every job's work while it builds the DAG, in every dry run, `gpuflow
+    status` and `plan` and in each SLURM job's Snakemake: a later process reads the texts' and
+    the splits' counts back from the run folder instead of reading and tokenising again, until
+    an input file changes."""
+    from gpuflow.fluency import lm_tokens, texts
+    from gpuflow.scaling import data, tokens
+
+    monkeypatch.chdir(tmp_path)
+    generations = tmp_path / "generations.csv"
+    lines = [
+        f"g{i},{'a fairly fluent sentence number ' * (1 + i % 5)}{i},m{i % 2}" for i in range(60)
+    ]
+    generations.write_text("text_id,text,method\n" + "\n".join(lines) + "\n")
+    config = load_config(EMBEDDED)
+    config["fluency"]["texts"].update(
+        source="files", files=[str(generations)], text_column="text", id_column="text_id",
+        group_columns=["method"],
+    )  # fmt: skip
+    jobs = [
+        ("fluency_perplexity", {"shard": "1"}),
+        ("fluency_toxicity", {"shard": "0"}),
+        ("fluency_train_lm", {}),
+        ("scaling_train", {"cfg": "short", "world": "2"}),
+        ("scaling_baseline", {"cfg": "short"}),
+    ]
+    first = [planned_work(rule, config, wildcards) for rule, wildcards in jobs]
+    assert all(first) and list((tmp_path / ".snakemake" / "gpuflow" / "counts").iterdir())
+    forget_counts()
+    for module, name in (
+        (texts, "selected_texts"), (lm_tokens, "train_bpe"), (data, "build_splits"),
+        (tokens, "train_tokenizer"),
+    ):  # fmt: skip
+        monkeypatch.setattr(module, name, refuse)
+    assert [planned_work(rule, config, wildcards) for rule, wildcards in jobs] == first
+    generations.write_text(generations.read_text() + "g60,one more text,m0\n")
+    forget_counts()
+    with pytest.raises(AssertionError, match="read or tokenised again"):
+        planned_work("fluency_toxicity", config, {"shard": "0"})
+
+
+def test_a_ddp_job_s_all_reduce_is_measured_else_the_site_s_bandwidth_else_named_missing():
+    """Four GPUs all-reduce a step's gradients: at a rate `gpuflow calibrate` measured on a node
+    of four GPUs (`w`), else at the site file's NCCL bus bandwidth (a ring moves 2 (n - 1) / n
+    of the buffer through each link; `s`: a datasheet figure, not a measurement), else no
+    prediction: the missing rate is named, with how to get one."""
+    from gpuflow.cost.expected import missing_reason
+
+    config = load_config(EMBEDDED)
+    config["scaling"]["device"] = "cuda"
+    config["scaling"]["resources"]["scaling_train"]["gpu"] = 1
+    work = planned_work("scaling_train", config, {"cfg": "short", "world": "4"})
+    reduce = next(t for t in work.terms if t.kind == "allreduce.bytes")
+    train = [t for t in work.terms if t.kind == "scaling.train.flop"]
+    assert reduce.shape == "nccl x4 n1" and all(t.parallel == 4 for t in train)
+    step = rate("scaling.train.flop", train[0].shape, 1e12, "h100")
+    compute = sum(t.amount / 4 for t in train) / 1e12
+    missing = predict(work, RateBook("h100", [step]))
+    assert isinstance(missing, Missing) and missing.kinds == ("allreduce.bytes at nccl x4 n1",)
+    reason = missing_reason(missing, RateBook("h100", [step]))
+    assert "no allreduce.bytes rate on h100" in reason and "interconnect" in reason
+    site = {"within_node": 450.0, "between_nodes": 50.0}
+    datasheet = predict(work, RateBook("h100", [step], site))
+    assert datasheet.source == "s" and INTERCONNECT in datasheet.basis
+    assert datasheet.seconds == pytest.approx(compute + reduce.amount * 2 * 3 / 4 / 450e9)
+    measured = rate("allreduce.bytes", "nccl x4 n1", 1e11, "h100")
+    calibrated = predict(work, RateBook("h100", [step, measured], site))
+    assert calibrated.source == "w" and calibrated.seconds == pytest.approx(
+        compute + reduce.amount / 1e11
+    )
+    config["scaling"]["multinode"] = {"enabled": True, "nodes": 2, "gpus_per_node": 4, "port": 1}
+    two_nodes = planned_work("scaling_train_multinode", config, {"cfg": "short"})
+    spread = next(t for t in two_nodes.terms if t.kind == "allreduce.bytes")
+    assert spread.shape == "nccl x8 n2"
+    over = predict(two_nodes, RateBook("h100", [step, measured], site))
+    eight = sum(t.amount / 8 for t in two_nodes.terms if t.kind == "scaling.train.flop") / 1e12
+    assert over.source == "s", "a measurement on one node says nothing of two"
+    assert over.seconds == pytest.approx(eight + spread.amount * 2 * 7 / 8 / 50e9)
+
+
+def test_a_perplexity_shard_s_forward_passes_are_shared_by_its_workers():
+    config = load_config(EMBEDDED)
+    one = planned_work("fluency_perplexity", config, {"shard": "0"})
+    config["fluency"]["cpu_workers"] = 2
+    two = planned_work("fluency_perplexity", config, {"shard": "0"})
+    config["fluency"].update(device="cuda", resources={**config["fluency"]["resources"]})
+    config["fluency"]["resources"]["fluency_perplexity"] = {
+        **config["fluency"]["resources"]["fluency_perplexity"], "gpu": 4,
+    }  # fmt: skip
+    four = planned_work("fluency_perplexity", config, {"shard": "0"})
+    forward = [next(t for t in w.terms if t.kind == "lm.forward.flop") for w in (one, two, four)]
+    assert [t.parallel for t in forward] == [1, 2, 4]
+    assert forward[0].amount == forward[1].amount == forward[2].amount
+    book = RateBook("d", [rate("lm.forward.flop", forward[0].shape, 1e9)])
+    assert predict(Work((forward[1],)), book).seconds == pytest.approx(
+        predict(Work((forward[0],)), book).seconds / 2
+    )
+
+
+def test_an_earlier_job_stands_for_another_by_the_ratio_of_their_predicted_times():
+    """With a rate for every term, an earlier job's seconds are scaled by the ratio of the two
+    jobs' predicted times, start-up included: 42 s for 1 + 20 s of work predicts 42 x 11 / 21
+    for 1 + 10 s, not 42 x 10 / 20."""
+    book = RateBook("d", [rate(STARTUP, "m", 1.0), rate("k.flop", "s", 1e9)])
+    ran = Work((Term(STARTUP, 1, "m"), Term("k.flop", 20e9, "s")))
+    planned = Work((Term(STARTUP, 1, "m"), Term("k.flop", 10e9, "s")))
+    scaled = from_benchmarks([(42.0, ran)], planned, book, "m", "day-timings.json")
+    assert scaled.source == "m" and scaled.seconds == pytest.approx(42 * 11 / 21)

@@ -13,9 +13,11 @@ import pytest
 import yaml
 from snakemake.jobs import Reason
 
+from gpuflow.cost.benchmarks import benchmark_seconds
 from gpuflow.cost.expected import size_of
 from gpuflow.cost.limits import WARNING_EARLY_MINUTES
 from gpuflow.cost.rates import StandIn
+from gpuflow.cost.records import this_cpu
 from gpuflow.errors import GpuflowError
 from gpuflow.job.paths import RECORD, job_file
 from gpuflow.ops import snakemake_adapter
@@ -27,8 +29,8 @@ from gpuflow.ops.snakemake_adapter import (
     snakemake_version,
     why_it_runs,
 )
-from gpuflow.ops.timings import benchmark_seconds
-from tests.conftest import BIN, workflow_env
+from gpuflow.slurm.site import SITE_ENV
+from tests.conftest import BIN, tiny_config, workflow_env
 
 REPO = Path(__file__).resolve().parents[1]
 SNAKEFILE = REPO / "tests" / "slurm" / "Snakefile"
@@ -128,11 +130,15 @@ def test_times_recorded_on_the_gpu_machine_plan_the_same_jobs_where_they_never_r
     run_timed(snakefile, five, ran)
     done = record_timings(run_gpuflow, snakefile, five, ran, records)
     [written] = records.iterdir()
-    assert written.name.endswith("-cpu-timings.json"), done.stdout
+    assert written.name.endswith(f"-{this_cpu()}-timings.json"), done.stdout
     record = json.loads(written.read_text())
-    assert set(record["benchmarks"]) == {"bench/point~1.tsv", "bench/point~2.tsv"}
-    assert all(MEASURED_MIN_S <= entry["seconds"] < 30 for entry in record["benchmarks"].values())
-    assert record["devices"] == ["cpu"] and {"torch", "cuda", "commit", "created"} <= set(record)
+    jobs = {row["path"]: row["job"] for row in record["rows"]}
+    assert set(jobs) == {"bench/point~1.tsv", "bench/point~2.tsv"}
+    assert {job["rule"] for job in jobs.values()} == {"train"}
+    assert [job["wildcards"] for job in jobs.values()] == [{"p": "1"}, {"p": "2"}]
+    assert all(MEASURED_MIN_S <= job["seconds"] < 30 for job in jobs.values())
+    assert record["devices"] == ["cpu"] and record["device_class"] == this_cpu()
+    assert {"torch", "cuda", "commit", "created"} <= set(record)
 
     def record_as_h100() -> dict:
         h100 = ("--device", "NVIDIA H100 80GB HBM3")
@@ -143,10 +149,11 @@ def test_times_recorded_on_the_gpu_machine_plan_the_same_jobs_where_they_never_r
 
     first = record_as_h100()
     assert first["devices"] == ["NVIDIA H100 80GB HBM3"]
-    first["benchmarks"]["bench/other.tsv"] = {"seconds": 9.0, "params": "earlier"}
+    earlier = {"rule": "train", "wildcards": {"p": "9"}, "seconds": 9.0, "params": "earlier"}
+    first["rows"].append({"path": "bench/other.tsv", "job": earlier})
     first["path"].write_text(json.dumps({k: v for k, v in first.items() if k != "path"}))
     again = record_as_h100()  # the same day and device: added to, not replaced
-    assert set(again["benchmarks"]) == {"bench/other.tsv", *record["benchmarks"]}
+    assert {row["path"] for row in again["rows"]} == {"bench/other.tsv", *jobs}
 
     def plan_elsewhere(config: Path) -> dict:
         result = run_gpuflow(
@@ -157,7 +164,7 @@ def test_times_recorded_on_the_gpu_machine_plan_the_same_jobs_where_they_never_r
 
     same = plan_elsewhere(five)
     assert same["from_record"] == written.name and same["from_benchmarks"] is False
-    mean = sum(entry["seconds"] for entry in record["benchmarks"].values()) / 2
+    mean = sum(job["seconds"] for job in jobs.values()) / 2
     assert same["gpu_h_expected"] == pytest.approx(2 * mean / 3600)
     other = plan_elsewhere(seventy_five)  # measured at 5 epochs: says nothing of 75
     assert other["from_record"] is None and other["gpu_h_expected"] == pytest.approx(2 * 10)
@@ -188,11 +195,11 @@ def test_the_folder_s_own_benchmarks_plan_jobs_of_the_same_params_with_earlier_a
     record_timings(run_gpuflow, snakefile, five, ran, records)
     [written] = records.iterdir()
     committed = json.loads(written.read_text())
-    recorded_s = {k: e["seconds"] for k, e in committed["benchmarks"].items()}
+    recorded_s = {row["path"]: row["job"]["seconds"] for row in committed["rows"]}
     assert 3600 + MEASURED_MIN_S <= recorded_s["bench/point~1.tsv"] < 3630
     assert MEASURED_MIN_S <= recorded_s["bench/point~2.tsv"] < 30
-    for entry in committed["benchmarks"].values():
-        entry["seconds"] = 99_999  # told apart from the folder's own
+    for row in committed["rows"]:
+        row["job"]["seconds"] = 99_999  # told apart from the folder's own
     written.write_text(json.dumps(committed))
     ran_s = [benchmark_seconds(ran / "bench" / f"point~{p}.tsv") or 0.0 for p in (1, 2)]
 
@@ -226,16 +233,25 @@ def test_the_newest_record_of_a_rule_with_the_job_s_params_counts(run_gpuflow, t
     records = tmp_path / "records"
     records.mkdir()
     no_params = params_digest([])  # probe_gpu's jobs take none
+
+    def job(gpu: int, seconds: float, params: str) -> dict:
+        done = {"rule": "probe_gpu", "wildcards": {"gpu": str(gpu)}, "seconds": seconds}
+        return {
+            "path": f"results/probe/benchmarks/gpu~{gpu}.tsv",
+            "job": {**done, "params": params},
+        }
+
+    h100 = {"device_class": "nvidia-h100-80gb-hbm3", "devices": ["cuda:0 (NVIDIA H100 80GB HBM3)"]}
     for day, seconds in (("2026-01-01", 720), ("2026-02-01", 1080)):
-        record = {"devices": ["cuda:0 (NVIDIA H100 80GB HBM3)"], "benchmarks": {
-            "results/probe/benchmarks/gpu~3.tsv": {"seconds": seconds, "params": no_params},
-            "results/probe/benchmarks/gpu~4.tsv": {"seconds": 1, "params": "other"}}}  # fmt: skip
+        record = {**h100, "created": day, "rows": [job(3, seconds, no_params), job(4, 1, "x")]}
         (records / f"{day}-nvidia-h100-80gb-hbm3-timings.json").write_text(json.dumps(record))
     (records / "2026-03-01-nvidia-h100-80gb-hbm3.json").write_text("{}")  # a gpu-check record
-    old_format = {"benchmarks": {"results/probe/benchmarks/gpu~3.tsv": 5}}  # seconds, no params
-    (records / "2026-03-02-a100-timings.json").write_text(json.dumps(old_format))
+    no_class = {"rows": [job(3, 5, no_params)]}  # a record that says not where it was measured
+    (records / "2026-03-02-a100-timings.json").write_text(json.dumps(no_class))
     (records / "2026-03-03-a100-timings.json").write_text("[1, 2]")
-    (records / "2026-03-04-a100-timings.json").write_text('{"benchmarks": null}')
+    (records / "2026-03-04-a100-timings.json").write_text('{"rows": null}')
+    bad_job = {"device_class": "a100", "rows": [{"job": {"rule": "probe_gpu", "seconds": "5"}}]}
+    (records / "2026-03-05-a100-timings.json").write_text(json.dumps(bad_job))
     config = write_probe_config(tmp_path / "run")
     text = run_gpuflow(
         "plan", "--snakefile", str(SNAKEFILE), "--directory", str(tmp_path / "run"),
@@ -488,3 +504,128 @@ def test_a_rate_taken_for_other_shapes_is_said_once_per_rate():
     )
     [one] = source_lines([{**row, "notes": [], "stand_ins": stand_ins[:1]}])[2:]
     assert one.endswith("(sweep.gd.seed measured at gd r8 w16, not gd r2 w4)")
+
+
+def test_whole_node_columns_count_each_job_s_gpus_and_charge_per_gpu_hour(run_gpuflow, tmp_path):
+    """Under the SLURM profile and its example site (192 units a GPU-hour on gpu_h100), with 8
+    GPUs to a node: a 4-GPU job of 2 hours is 8 GPU-hours, one node-hour and 1,536 units; five
+    1-GPU jobs of half an hour are 2.5 GPU-hours, 0.3125 node-hours and 480 units."""
+    rows = plan(run_gpuflow, tmp_path, "--profile", "profiles/slurm", "--gpus-per-node", "8")
+    four, one = rows["probe_retried"], rows["probe_gpu"]
+    assert (four["gpus_per_job"], four["source"], four["expected_h_per_job"]) == ("4", "r", 2.0)
+    assert four["gpu_h_expected"] == pytest.approx(8.0) and four["node_h"] == pytest.approx(1.0)
+    assert four["units_expected"] == pytest.approx(192 * 8.0)
+    assert one["gpu_h_expected"] == pytest.approx(2.5) and one["node_h"] == pytest.approx(2.5 / 8)
+    assert one["units_expected"] == pytest.approx(192 * 2.5)
+    assert "units_expected" not in rows["probe_cpu"], "CPU partitions cost nothing here"
+
+
+def test_a_plan_run_elsewhere_reads_the_inputs_in_the_run_s_folder(run_gpuflow, tmp_path):
+    """`--directory RUN` from another folder: the texts the config names (relative paths) are
+    read in RUN, as the Snakemake that builds the DAG reads them; the source a row prints is
+    the one its limit came from."""
+    run, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
+    (run / "data").mkdir(parents=True)
+    elsewhere.mkdir()
+    lines = [f"t{i},a short text number {i} of the run,m{i % 2}" for i in range(30)]
+    (run / "data" / "texts.csv").write_text("text_id,text,method\n" + "\n".join(lines) + "\n")
+    config = tiny_config("all")
+    config["families"] = ["fluency"]
+    config["fluency"]["texts"] = {
+        "source": "files", "files": ["data/texts.csv"], "text_column": "text",
+        "id_column": "text_id", "group_columns": ["method"],
+    }  # fmt: skip
+    configfile = run / "config.yaml"
+    configfile.write_text(json.dumps(config))
+    done = subprocess.run(
+        [str(BIN / "gpuflow"), "plan", "--snakefile", str(REPO / "Snakefile"), "--directory",
+         str(run), "--configfile", str(configfile), "--timings", str(tmp_path / "no-records")],
+        cwd=elsewhere, env=workflow_env(), capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    toxicity = next(line for line in done.splitlines() if line.startswith("fluency_toxicity: "))
+    assert toxicity == (
+        "fluency_toxicity: r (no toxicity.bytes rate here: run `gpuflow calibrate` with this"
+        " config)"
+    ), "counted in RUN: what is missing is a rate, not the texts"
+    assert (run / ".snakemake" / "gpuflow" / "counts").is_dir()
+    assert not (elsewhere / ".snakemake").exists()
+
+
+def ddp_plan(run_gpuflow, tmp_path: Path, interconnect: dict | None) -> tuple[dict, str]:
+    """The plan (rows, text) of the embedded scaling runs on 1, 2 and 4 GPUs under the SLURM
+    profile, with a GPU record of their training step and a site file with `interconnect`."""
+    config = tiny_config("all")
+    config["families"] = ["scaling"]
+    config["scaling"].update(device="cuda", world_sizes=[1, 2, 4], run=["short"])
+    config["scaling"]["resources"] = {"scaling_train": {"gpu": 1, "runtime": "auto"}}
+    tmp_path.mkdir()
+    configfile = tmp_path / "config.yaml"
+    configfile.write_text(json.dumps(config))
+    site = yaml.safe_load((REPO / "profiles" / "slurm" / "site.yaml").read_text())
+    site["interconnect"] = interconnect
+    (tmp_path / "site.yaml").write_text(yaml.safe_dump(site))
+    records = tmp_path / "records"
+    records.mkdir(exist_ok=True)
+    step = {"kind": "scaling.train.flop", "shape": "d48 L1 ffn96 seq48 b16 bf16", "unit": "FLOP/s"}
+    record = {"device_class": "nvidia-h100-80gb-hbm3", "created": "2026-01-01", "rows": [
+        {"path": "a step", "rate": {**step, "value": 1e12, "trials": [1e12]}}]}  # fmt: skip
+    (records / "2026-01-01-nvidia-h100-80gb-hbm3-rates.json").write_text(json.dumps(record))
+    env = {**workflow_env(), SITE_ENV: str(tmp_path / "site.yaml")}
+    options = ["--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path)]
+    options += ["--profile", "profiles/slurm", "--configfile", str(configfile)]
+    options += ["--timings", str(records)]
+    run = [str(BIN / "gpuflow"), "plan", *options]
+    text = subprocess.run(run, env=env, capture_output=True, text=True, check=True).stdout
+    rows = subprocess.run([*run, "--json"], env=env, capture_output=True, text=True, check=True)
+    return {row["rule"]: row for row in json.loads(rows.stdout)}, text
+
+
+def test_ddp_jobs_take_the_site_s_bandwidth_and_without_it_the_plan_says_they_are_guessed(
+    run_gpuflow, tmp_path
+):
+    """One GPU is the measured step alone (w); on 2 and 4 the all-reduce takes the site file's
+    NCCL bandwidth (s); without one it has no rate, the two jobs fall back to their limits,
+    and the total line says so, naming the GPU rule."""
+    rows, text = ddp_plan(run_gpuflow, tmp_path / "site", {"within_node": 450, "between_nodes": 50})
+    train = rows["scaling_train"]
+    assert train["source"] == "w/s" and train["limit_jobs"] == 0
+    assert "the site file's interconnect" in train["basis"]
+    total = next(line for line in text.splitlines() if line.startswith("Not predicted"))
+    assert "GPU rules" not in total, "only CPU rules without a work model are guessed"
+    rows, text = ddp_plan(run_gpuflow, tmp_path / "none", None)
+    train = rows["scaling_train"]
+    assert train["source"] == "w/r" and train["limit_jobs"] == 2
+    assert any("no allreduce.bytes rate on nvidia-h100" in note for note in train["notes"])
+    total = next(line for line in text.splitlines() if line.startswith("Not predicted"))
+    assert total.endswith("; GPU rules: scaling_train.")
+
+
+def test_a_gpu_job_is_never_priced_at_the_cpu_s_rates(run_gpuflow, tmp_path):
+    """Only this CPU's seed rates are recorded: the sweep's shards are predicted from them
+    (`w`) on the CPU; asking for a GPU, they are not (a GPU's rates are no record's): they fall
+    back to their limit, naming the rate a GPU node's calibration would give."""
+    records = tmp_path / "records"
+    records.mkdir()
+    rows = [
+        {"path": "seeds", "rate": {"kind": f"sweep.{m}.seed", "shape": "x", "unit": "seeds/s",
+                                   "value": 100.0, "trials": [100.0]}}
+        for m in ("gd", "gnc")
+    ]  # fmt: skip
+    record = {"device_class": this_cpu(), "created": "2026-01-01", "rows": rows}
+    (records / "2026-01-01-cpu-rates.json").write_text(json.dumps(record))
+
+    def shard(gpu: int) -> dict:
+        config = tiny_config("sweep")
+        config["sweep"]["resources"] = {"sweep_shard": {"gpu": gpu}}
+        configfile = tmp_path / f"gpu{gpu}.yaml"
+        configfile.write_text(json.dumps(config))
+        done = run_gpuflow(
+            "plan", "--json", "--snakefile", str(REPO / "Snakefile"), "--directory",
+            str(tmp_path / f"run{gpu}"), "--configfile", str(configfile), "--timings", str(records),
+        )  # fmt: skip
+        return {row["rule"]: row for row in json.loads(done.stdout)}["sweep_shard"]
+
+    assert shard(0)["source"] == "w"
+    on_gpu = shard(1)
+    assert on_gpu["source"] == "r" and on_gpu["gpus_per_job"] == "1"
+    assert any("rate on a GPU: run `gpuflow calibrate` on a GPU node" in n for n in on_gpu["notes"])

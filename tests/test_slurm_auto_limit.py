@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuflow.cost.rates import RECORDS_ENV, rate_row
-from gpuflow.cost.rules import planned_work
+from gpuflow.cost.models import planned_work
+from gpuflow.cost.records import RECORDS_ENV, rate_field
 from gpuflow.job.paths import RECORD, job_file
 from gpuflow.settings.validate import load_config
 from gpuflow.slurm.site import SITE_ENV
@@ -54,10 +54,13 @@ def too_fast_records(folder: Path, config: dict[str, Any]) -> Path:
     configfile.write_text(yaml.safe_dump(config))
     work = planned_work("ssvae_train", load_config(configfile), POINT)
     [train, *_] = [term for term in work.terms if term.kind == "ssvae.m2.flop"]
-    row = rate_row(train.kind, train.shape, "FLOP/s", [1e14], "a rate far too fast")
+    row = {
+        "path": "a rate far too fast",
+        "rate": rate_field(train.kind, train.shape, "FLOP/s", [1e14]),
+    }
     records = folder / "records"
     records.mkdir()
-    record = {"created": "2026-11-27T00:00:00+00:00", "rows": [row]}
+    record = {"created": "2026-11-27T00:00:00+00:00", "device_class": "testgpu", "rows": [row]}
     (records / "2026-11-27-testgpu-rates.json").write_text(json.dumps(record))
     return records
 

@@ -150,6 +150,13 @@ def test_a_job_killed_with_its_run_is_left_incomplete_behind_a_stale_lock(tmp_pa
     assert by_rule(status)["slow"]["incomplete"] == 1 and by_rule(status)["slow"]["done"] == 0
     plan = plan_jobs(plan_args(tmp_path, config, "results/out/slow.txt"))
     assert [(job.rule, job.why) for job in plan.jobs] == [("slow", "incomplete")]
+    planned = subprocess.run(
+        [str(BIN / "gpuflow"), "plan", "--snakefile", str(SNAKEFILE), "--directory",
+         str(tmp_path), *args], capture_output=True, text=True, env=workflow_env(), check=True,
+    ).stdout  # fmt: skip
+    assert (
+        "Re-run after a partial failure: 1 jobs lack their outputs (1 left incomplete)" in planned
+    )
     # the command status names removes the lock
     [_, *words] = shlex.split(unlock)
     subprocess.run([str(BIN / "snakemake"), *words], env=workflow_env(), check=True)

@@ -19,7 +19,7 @@ from gpuflow.data.modelref import check_model_reference
 from gpuflow.settings.blocks import split_json
 from gpuflow.job.stopping import ignore_warning
 from gpuflow.cost.limits import AUTO, auto_runtime
-from gpuflow.cost.rates import rate_records
+from gpuflow.cost.records import rate_records
 from gpuflow.slurm.fit import grown, retry_limits
 from gpuflow.slurm.site import gpu_model, site_path
 

@@ -7,24 +7,29 @@ minutes; never above the largest max_runtime of the site's partitions of the job
 early minute is sbatch's own word ("the signal may be sent up to 60 seconds earlier than
 specified"): without it, a short limit's warning can come before the job's step has started,
 reaches no process, and the step runs into SIGTERM at the limit unwarned. The
-margin and allowance are the site file's (`auto_runtime`). Where no prediction exists (no
+margin and allowance are the site file's (`auto_runtime`). The prediction is the one `gpuflow
+plan` makes from the records alone (gpuflow.cost.expected: `m`, `w`, `s`); where none exists (no
 work model, inputs or rate), the job asks for the site's `unknown_minutes`, and `gpuflow plan`
-says which calibration would give a prediction. A too-tight limit costs a
-retry, not the work: the step saves at the warning and its retry (twice the limit) resumes.
+says which calibration would give a prediction. A too-tight limit costs a retry, not the work:
+the step saves at the warning and its retry (twice the limit) resumes. Every job of the DAG asks
+for its limit while Snakemake builds it: the records, the site file and each job's work are
+read once per process (the work once per inputs: gpuflow.work.counted).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any
 
+from gpuflow.cost.expected import from_jobs, recorded_jobs
+from gpuflow.cost.models import planned_work
 from gpuflow.cost.predict import Prediction, predict
-from gpuflow.cost.rates import books
-from gpuflow.cost.rules import planned_work
-from gpuflow.cost.work import Work
-from gpuflow.slurm.site import stop_warning_minutes
+from gpuflow.cost.rates import RateBook, books
+from gpuflow.slurm.site import interconnect, stop_warning_minutes
+from gpuflow.work import Work
 
 AUTO = "auto"
 WARNING_EARLY_MINUTES = 1.0  # SLURM sends --signal's warning up to 60 s before its time
@@ -76,6 +81,20 @@ def limit_minutes(prediction: Prediction | None, work: Work | None, policy: Poli
     return int(min(cap, math.ceil(wanted)))
 
 
+@cache
+def site_plan(
+    records: Path, site_file: Path | None, gpu: bool
+) -> tuple[Policy, RateBook, list[tuple[str, tuple[str, ...], list[Any]]]]:
+    """The site's policy for limits of GPU or CPU jobs, their rate book and the records' jobs."""
+    from gpuflow.slurm.fit import retry_limits
+    from gpuflow.slurm.site import read_site
+
+    site = read_site(site_file) if site_file and site_file.is_file() else {}
+    cap = retry_limits(site_file, gpu).get("runtime") if site else None
+    cpu_book, gpu_book = books(records, site.get("gpu_model"), interconnect(site))
+    return Policy.of_site(site, cap), gpu_book if gpu else cpu_book, recorded_jobs(records)
+
+
 def auto_runtime(
     rule: str,
     config: dict[str, Any],
@@ -84,15 +103,16 @@ def auto_runtime(
     records: str | Path,
     site_file: str | Path | None,
 ) -> int:
-    """The limit (minutes) of one job of `rule` whose runtime is `auto`: its work at the rates
-    of `records` for the site's GPU model (or this CPU), under the site's policy."""
-    from gpuflow.slurm.fit import retry_limits
-    from gpuflow.slurm.site import read_site
-
-    site = read_site(site_file) if site_file and Path(site_file).is_file() else {}
-    cap = retry_limits(site_file, gpu).get("runtime") if site else None
-    policy = Policy.of_site(site, cap)
+    """The limit (minutes) of one job of `rule` whose runtime is `auto`: its predicted time
+    from the `records` (for the site's GPU model, or this CPU) under the site's policy."""
+    policy, book, jobs = site_plan(Path(records), Path(site_file) if site_file else None, gpu)
     work = planned_work(rule, config, wildcards)
-    cpu_book, gpu_book = books(records, site.get("gpu_model"))
-    predicted = predict(work, gpu_book if gpu else cpu_book) if work else None
-    return limit_minutes(predicted if isinstance(predicted, Prediction) else None, work, policy)
+    predicted: Prediction | None = None
+    for name, _, rows in jobs if work else ():
+        predicted = from_jobs(rule, wildcards, None, work, rows, book, "m", name)
+        if predicted is not None:
+            break
+    if predicted is None and work is not None:
+        found = predict(work, book)
+        predicted = found if isinstance(found, Prediction) else None
+    return limit_minutes(predicted, work, policy)

@@ -1,18 +1,19 @@
-"""A job's time from its work and measured rates: start-up + each term's amount / its rate
-(source `w`), or earlier benchmarks scaled by its work (`b` / `m`; see gpuflow.cost.expected)."""
+"""A job's time from its work and rates: start-up + each term's amount / its rate (source `w`;
+`s` where a rate is the site file's datasheet bandwidth, not a measurement), or earlier
+benchmarks scaled by its work (`b` / `m`; see gpuflow.cost.expected)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
 from gpuflow.cost.rates import HOST_KINDS, RateBook, StandIn
-from gpuflow.cost.work import STARTUP, Work
+from gpuflow.work import STARTUP, Work
 
 
 @dataclass(frozen=True)
 class Prediction:
     """Seconds expected (between `low` and `high`; `startup` of them starting processes), from
-    `source` (w, b, m or r), resting on `basis` (the records used) with `notes` (what was
+    `source` (b, m, w, s or r), resting on `basis` (the records used) with `notes` (what was
     estimated or left out) and `stand_ins` (rates taken from other shapes)."""
 
     seconds: float
@@ -40,6 +41,7 @@ def predict(work: Work, book: RateBook) -> Prediction | Missing:
     stand_ins: dict[StandIn, None] = {}
     missing: list[str] = []
     unmeasured: dict[str, None] = {}
+    datasheet = False
     for term in work.terms:
         rate, stand_in = book.find(term.kind, term.shape)
         if rate is None and term.kind in HOST_KINDS:
@@ -54,14 +56,16 @@ def predict(work: Work, book: RateBook) -> Prediction | Missing:
         low += share / rate.high
         high += share / rate.low
         basis[rate.source] = None
+        datasheet = datasheet or not rate.measured
         if stand_in:
             stand_ins[stand_in] = None
     if missing:
         return Missing(tuple(dict.fromkeys(missing)))
     if unmeasured:
         notes[f"{', '.join(unmeasured)} not measured on {book.device}: left out"] = None
+    source = "s" if datasheet else "w"
     return Prediction(
-        seconds, low, high, "w", tuple(basis), tuple(notes), started, tuple(stand_ins)
+        seconds, low, high, source, tuple(basis), tuple(notes), started, tuple(stand_ins)
     )
 
 

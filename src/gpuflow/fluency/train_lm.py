@@ -124,6 +124,33 @@ def validation_perplexity(model: GPT2LMHeadModel, blocks: torch.Tensor, batch: i
     return math.exp(total / count)
 
 
+def build_lm(
+    tokenizer: PreTrainedTokenizerFast, settings: Mapping[str, Any]
+) -> tuple[GPT2LMHeadModel, torch.optim.AdamW]:
+    """The untrained embedded LM of `settings`' shape (no dropout) and its optimizer."""
+    shape = {key: settings[key] for key in ("n_positions", "n_embd", "n_layer", "n_head")}
+    config = gpt2_config(tokenizer, **shape, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    model = GPT2LMHeadModel(config)
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=settings["learning_rate"], weight_decay=0.01
+    )
+    return model, optimizer
+
+
+def train_step(
+    model: GPT2LMHeadModel, optimizer: torch.optim.Optimizer, rows: torch.Tensor, lr: float
+) -> torch.Tensor:
+    """One step on `rows` at learning rate `lr`, gradients clipped to norm 1; the loss."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    loss = model(input_ids=rows, attention_mask=torch.ones_like(rows), labels=rows).loss
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    return loss
+
+
 def train_lm(excluded: list[str], settings: Mapping[str, Any], out: Path) -> dict[str, Any]:
     """Train tokenizer and model, save both to `out` atomically; return the training summary."""
     torch.manual_seed(settings["seed"])
@@ -133,23 +160,12 @@ def train_lm(excluded: list[str], settings: Mapping[str, Any], out: Path) -> dic
     order = torch.randperm(len(blocks), generator=torch.Generator().manual_seed(settings["seed"]))
     n_valid = max(1, int(len(blocks) * VALIDATION_SHARE))
     valid, train = blocks[order[:n_valid]], blocks[order[n_valid:]]
-    shape = {key: settings[key] for key in ("n_positions", "n_embd", "n_layer", "n_head")}
-    config = gpt2_config(tokenizer, **shape, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
-    model = GPT2LMHeadModel(config)
-    optimizer = torch.optim.AdamW(
-        model.parameters(), lr=settings["learning_rate"], weight_decay=0.01
-    )
+    model, optimizer = build_lm(tokenizer, settings)
     sampler = torch.Generator().manual_seed(settings["seed"] + 1)
     started = time.perf_counter()
     for step in range(settings["steps"]):
         rows = train[torch.randint(len(train), (settings["batch_size"],), generator=sampler)]
-        for group in optimizer.param_groups:
-            group["lr"] = learning_rate(step, settings)
-        loss = model(input_ids=rows, attention_mask=torch.ones_like(rows), labels=rows).loss
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
+        loss = train_step(model, optimizer, rows, learning_rate(step, settings))
         if step % 50 == 0 or step == settings["steps"] - 1:
             print(f"step {step:5d}  train loss {loss.item():.3f}", flush=True)
     summary = {

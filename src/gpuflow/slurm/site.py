@@ -84,6 +84,13 @@ def charges(site: dict[str, Any]) -> dict[str, float]:
     return {str(name): float(units) for name, units in (site.get("charges") or {}).items()}
 
 
+def interconnect(site: dict[str, Any]) -> dict[str, float]:
+    """The GPUs' all-reduce bandwidths the site states, in GB/s of NCCL bus bandwidth:
+    `within_node` and `between_nodes` (the site's `interconnect`; {} where it states none)."""
+    stated = site.get("interconnect") or {}
+    return {str(key): float(value) for key, value in stated.items() if value}
+
+
 def stop_warning_minutes(site: dict[str, Any]) -> float:
     """How long before a job's time limit the site warns it (`stop_warning_minutes`; 0: never)."""
     return float(site.get("stop_warning_minutes") or 0)

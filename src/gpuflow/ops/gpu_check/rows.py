@@ -26,7 +26,7 @@ class CheckRow:
     def rated(self, kind: str, shape: str) -> CheckRow:
         """This row with the rate it measured of `kind` at `shape`: its FLOP/s where it counts
         FLOPs, else its throughput."""
-        from gpuflow.cost.rates import rate_field
+        from gpuflow.cost.records import rate_field
 
         if self.tflops is not None:
             self.rate = rate_field(kind, shape, "FLOP/s", [self.tflops * 1e12])

@@ -21,6 +21,7 @@ from gpuflow.ops.gpu_check.ssvae_reference import m2_loss
 from gpuflow.scaling.distributed import synchronize
 from gpuflow.settings.validate import merge_config
 from gpuflow.ssvae.batches import epoch_indices
+from gpuflow.ssvae.data import synthetic_mnist
 from gpuflow.ssvae.flops import train_flops_per_example
 from gpuflow.ssvae.train import Run, StackTrainer, train_settings
 from gpuflow.ssvae.work import shape as ssvae_shape
@@ -28,19 +29,6 @@ from gpuflow.ssvae.work import shape as ssvae_shape
 TOLERANCE = 1e-3
 REFERENCE_TOLERANCE = 1e-4  # fp32 rounding; the entropy of q(y|x) alone moves the loss ~0.4%
 ALPHA = 1.0
-
-
-def synthetic_mnist(n_train: int, n_test: int, seed: int) -> dict[str, np.ndarray]:
-    """MNIST-shaped uint8 digits: a seeded prototype per class plus noise, labels 0-9."""
-    rng = np.random.default_rng(seed)
-    prototypes = rng.integers(0, 256, size=(10, 28, 28))
-    arrays = {}
-    for split, n in (("train", n_train), ("test", n_test)):
-        labels = np.arange(n) % 10
-        noise = rng.integers(-64, 65, size=(n, 28, 28))
-        arrays[f"x_{split}"] = np.clip(prototypes[labels] + noise, 0, 255).astype(np.uint8)
-        arrays[f"y_{split}"] = labels.astype(np.int64)
-    return arrays
 
 
 def _batches(trainer: StackTrainer) -> Iterator[dict[str, torch.Tensor]]:

@@ -29,13 +29,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuflow.cost.benchmarks import benchmark_seconds, earlier_attempts_s
 from gpuflow.cost.expected import Expected
 from gpuflow.job.outputlock import SINCE_FORMAT, lock_path, read_holder
 from gpuflow.job.record import STARTED, record_of
 from gpuflow.ops.plan import Job
 from gpuflow.ops.snakemake_adapter import Dag, FailedJob, Marker
 from gpuflow.ops.status.progress import Progress, job_progress
-from gpuflow.ops.timings import benchmark_seconds, earlier_attempts_s
 from gpuflow.slurm.queue import ENDED_BADLY, QUEUED, RUNNING, SlurmJob, job_comment
 
 STATES = ("done", "running", "queued", "failed", "incomplete", "todo")

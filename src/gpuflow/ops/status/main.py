@@ -12,8 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuflow.cost.expected import Expected
-from gpuflow.ops.plan import plan_jobs, site_gpu_model
+from gpuflow.ops.plan import expected_times, plan_jobs, run_folder
 from gpuflow.ops.snakemake_adapter import (
     failed_jobs,
     latest_run_log,
@@ -50,7 +49,7 @@ def read_status(args: argparse.Namespace) -> dict[str, Any]:
     """Every job of the targets with its state, from the DAG, Snakemake's records and SLURM
     (where its controller answers within seconds)."""
     planned = plan_jobs(args, every_job=True)
-    directory = Path(args.directory)
+    directory = Path(args.directory).resolve()
     records = planned.records
     slurm, unreachable = status_jobs(directory)
     run = run_state(records.locked, snakemake_started(directory), slurm)
@@ -66,9 +65,9 @@ def read_status(args: argparse.Namespace) -> dict[str, Any]:
         backend=records.backend,
         slurm_unreachable=unreachable,
     )
-    gpu = args.gpu or site_gpu_model(planned)
-    expected = Expected(planned, str(directory), args.timings, gpu)
-    return as_dict(collect(planned, seen, expected), planned.rule_order, seen)
+    with run_folder(args):
+        jobs = collect(planned, seen, expected_times(args, planned))
+    return as_dict(jobs, planned.rule_order, seen)
 
 
 def show(args: argparse.Namespace) -> None:

@@ -20,9 +20,11 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from gpuflow.cost.expected import Expected, gpus_of
+from gpuflow.cost.benchmarks import earlier_attempts_s
+from gpuflow.cost.expected import gpus_of
+from gpuflow.cost.predict import Prediction
 from gpuflow.job.record import record_of
-from gpuflow.ops.timings import earlier_attempts_s
+from gpuflow.ops.plan import expected_times, plan_jobs, run_folder
 from gpuflow.slurm.queue import Allocation, allocations, job_comment
 from gpuflow.slurm.site import charges, read_site
 
@@ -44,7 +46,31 @@ class Line:
     units: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "sources": "/".join(sorted(self.sources, key="bmwr".index))}
+        return {**asdict(self), "sources": "/".join(sorted(self.sources, key="bmwsr".index))}
+
+    def add(
+        self,
+        gpus: int,
+        plan: Prediction,
+        spent: tuple[float, bool],
+        held: list[Allocation],
+        per_gpu_hour: dict[str, float],
+    ) -> None:
+        """One job of `gpus` GPUs: its `plan`, the seconds its record says it `spent` (and
+        whether it ended), what its SLURM allocations `held` (each attempt), charged per
+        GPU-hour of their partition."""
+        self.jobs += 1
+        self.sources.add(plan.source)
+        self.planned_s += plan.seconds
+        self.planned_gpu_h += gpus * plan.seconds / 3600
+        self.spent_s += spent[0]
+        self.ended += spent[1]
+        self.spent_gpu_h += gpus * spent[0] / 3600
+        for allocation in held:
+            gpu_h = allocation.gpus * allocation.elapsed_s / 3600
+            self.slurm_gpu_h += gpu_h
+            self.billing_h += allocation.billing * allocation.elapsed_s / 3600
+            self.units += per_gpu_hour.get(allocation.partition, 0.0) * gpu_h
 
 
 def spent_seconds(record: dict[str, Any], now: float) -> tuple[float, bool]:
@@ -60,12 +86,11 @@ def spent_seconds(record: dict[str, Any], now: float) -> tuple[float, bool]:
 
 def ledger(args: argparse.Namespace) -> list[Line]:
     """One line per rule of the run's non-local jobs."""
-    from gpuflow.ops.plan import plan_jobs, site_gpu_model
-
     planned = plan_jobs(args, every_job=True)
-    directory = Path(args.directory)
-    gpu = args.gpu or site_gpu_model(planned)
-    expected = Expected(planned, str(directory), args.timings, gpu, own=False)
+    directory = Path(args.directory).resolve()
+    with run_folder(args):
+        expected = expected_times(args, planned, own=False)
+        predicted = {id(job): expected.predict(job) for job in planned.jobs if not job.local}
     held: dict[str, list[Allocation]] = {}  # by comment (rule and wildcards); none without sacct
     for allocation in allocations(directory) if shutil.which("sacct") else []:
         held.setdefault(allocation.comment, []).append(allocation)
@@ -76,22 +101,13 @@ def ledger(args: argparse.Namespace) -> list[Line]:
     for job in planned.jobs:
         if job.local or not job.output:
             continue
-        line = lines.setdefault(job.rule, Line(job.rule))
-        gpus = gpus_of(job)
-        predicted = expected.predict(job)
-        line.jobs += 1
-        line.sources.add(predicted.source)
-        line.planned_s += predicted.seconds
-        line.planned_gpu_h += gpus * predicted.seconds / 3600
-        seconds, ended = spent_seconds(record_of(directory / out for out in job.output), now)
-        line.ended += ended
-        line.spent_s += seconds
-        line.spent_gpu_h += gpus * seconds / 3600
-        for allocation in held.get(job_comment(job.rule, job.wildcards.values()), []):
-            gpu_h = allocation.gpus * allocation.elapsed_s / 3600
-            line.slurm_gpu_h += gpu_h
-            line.billing_h += allocation.billing * allocation.elapsed_s / 3600
-            line.units += per_gpu_hour.get(allocation.partition, 0.0) * gpu_h
+        lines.setdefault(job.rule, Line(job.rule)).add(
+            gpus_of(job),
+            predicted[id(job)],
+            spent_seconds(record_of(directory / out for out in job.output), now),
+            held.get(job_comment(job.rule, job.wildcards.values()), []),
+            per_gpu_hour,
+        )
     order = {name: index for index, name in enumerate(planned.rule_order)}
     return sorted(lines.values(), key=lambda line: order.get(line.rule, len(order)))
 
@@ -120,7 +136,7 @@ def render(lines: list[Line]) -> str:
         ratio = f"{line.spent_s / line.planned_s:.2f}x" if line.planned_s and line.ended else "-"
         rows.append(
             f"{line.rule:<26} {f'{line.ended}/{line.jobs}':>9} {clock(line.planned_s):>10} "
-            f"{'/'.join(sorted(line.sources, key='bmwr'.index)):>3} {clock(line.spent_s):>10} "
+            f"{'/'.join(sorted(line.sources, key='bmwsr'.index)):>3} {clock(line.spent_s):>10} "
             f"{ratio:>10} {line.planned_gpu_h:>10.3f} {line.spent_gpu_h:>11.3f}"
             + (f" {line.slurm_gpu_h:>11.3f} {line.billing_h:>9.2f}" if slurm else "")
             + (f" {line.units:>9.1f}" if units else "")
@@ -131,8 +147,9 @@ def render(lines: list[Line]) -> str:
             total.sources |= line.sources
     rows += [
         "",
-        "planned: each job's expected time before the run (src: m = a committed timings record,",
-        "w = the work model at measured rates, r = the runtime limit); spent: the job records'",
+        "planned: each job's expected time before the run (src: m = a committed record's jobs,",
+        "w = the work model at measured rates, s = with all-reduces at the site's datasheet",
+        "bandwidth, r = the runtime limit); spent: the job records'",
         "wall time (so far, for running jobs) with what earlier attempts spent on resumed work;",
         "GPU-h = x the job's GPUs."
         + (

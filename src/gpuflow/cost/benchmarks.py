@@ -1,0 +1,31 @@
+"""A run's measured job times: its `benchmark:` files, and what its job records add to them.
+
+Snakemake writes each job's wall time into its rule's benchmark file, in the run's folder. A job
+resumed after a time limit or a preemption has a benchmark of its last attempt only; its job
+record's `earlier_attempts_s` says what its earlier attempts spent on the work it resumed.
+`gpuflow plan` reads them as job rows (gpuflow.ops.plan.measured).
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any
+
+
+def benchmark_seconds(path: Path) -> float | None:
+    """Mean wall time (column s) of a benchmark TSV; None when it holds none."""
+    try:
+        with open(path, newline="") as handle:
+            values = [float(row["s"]) for row in csv.DictReader(handle, delimiter="\t")]
+    except (OSError, KeyError, ValueError):
+        return None
+    return sum(values) / len(values) if values else None
+
+
+def earlier_attempts_s(record: dict[str, Any]) -> float:
+    """Seconds the earlier attempts of a finished job spent on the work it resumed, from its
+    job record (0 for a job that ran in one attempt; `record` {} where it has none)."""
+    timings = record.get("timings") if record.get("status") == "finished" else None
+    seconds = timings.get("earlier_attempts_s", 0.0) if isinstance(timings, dict) else 0.0
+    return float(seconds) if isinstance(seconds, int | float) else 0.0

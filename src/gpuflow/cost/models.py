@@ -1,0 +1,44 @@
+"""Every family's work models (its `work` module: WORK, rule -> (config, wildcards) -> Work,
+and TRIALS, kind -> the trial that times it) and a job's planned work."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import cache
+from typing import Any
+
+from gpuflow.settings.validate import family_modules
+from gpuflow.work import Need, NotHere, Trial, Work
+
+Planned = Callable[[dict[str, Any], dict[str, str]], Work]
+TrialMaker = Callable[[Need], "Trial | None"]
+
+
+@cache
+def models() -> tuple[dict[str, Planned], dict[str, TrialMaker]]:
+    """(WORK, TRIALS) of every family with a `work` module."""
+    planned: dict[str, Planned] = {}
+    trials: dict[str, TrialMaker] = {}
+    for module in family_modules("work"):
+        planned.update(module.WORK)
+        trials.update(module.TRIALS)
+    return planned, trials
+
+
+def has_work_model(rule: str) -> bool:
+    return rule in models()[0]
+
+
+def counted_work(rule: str, config: dict[str, Any], wildcards: dict[str, str]) -> Work | None:
+    """The work a job of `rule` will do (None: the rule has no work model); NotHere where a
+    family names the inputs it is counted from that are not on this machine."""
+    function = models()[0].get(rule)
+    return function(config, wildcards) if function else None
+
+
+def planned_work(rule: str, config: dict[str, Any], wildcards: dict[str, str]) -> Work | None:
+    """counted_work, None where its inputs are not here."""
+    try:
+        return counted_work(rule, config, wildcards)
+    except NotHere:
+        return None

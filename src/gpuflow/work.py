@@ -1,0 +1,159 @@
+"""What a job costs, as data: the interface between the families and the cost engine.
+
+A family declares its rules' work in its `work` module (`WORK`: rule -> (config, wildcards) ->
+Work, raising NotHere where the inputs it is counted from are not on this machine) and how to
+time each kind of work (`TRIALS`: kind -> (Need) -> Trial, its own step at the job's shape).
+
+A job's work is a sum of terms: an amount of one kind of work (FLOP of a model's step, bytes of
+text, seeds of a cell, a process start) at the shape a rate of the same kind must match; a rate
+measured on a device turns it into seconds (gpuflow.cost). Work is counted while Snakemake builds
+the DAG (`runtime: auto`), by every dry run, `gpuflow plan` and `status`, and by the Snakemake
+inside each SLURM job, so what it reads of the inputs is counted once (`counted`) and reused
+until an input file or a setting changes. Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import gpuflow
+from gpuflow.errors import GpuflowError
+
+STARTUP = "startup"  # a process start: Python, gpuflow's command line and its shape's imports
+COUNTS = Path(".snakemake") / "gpuflow" / "counts"  # in the run's folder
+_counted: dict[str, Any] = {}
+
+
+class NotHere(GpuflowError):
+    """A job's work cannot be counted here: the inputs it is counted from (`missing`: files, a
+    model) are not on this machine."""
+
+    def __init__(self, missing: list[str]):
+        super().__init__(f"not here: {', '.join(missing)}")
+
+
+@dataclass(frozen=True)
+class Term:
+    """`amount` of work of `kind` done at `shape` (what a rate of the same kind must match),
+    with `what` in words; `parallel` devices or processes share it evenly."""
+
+    kind: str
+    amount: float
+    shape: str = ""
+    what: str = ""
+    parallel: int = 1
+
+
+@dataclass(frozen=True)
+class Work:
+    """The terms of one job, the saved units it is cut into (a stop loses at most one), and
+    notes on what was estimated rather than counted."""
+
+    terms: tuple[Term, ...]
+    units: int = 1
+    unit: str = "job"
+    notes: tuple[str, ...] = field(default=())
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "notes": list(self.notes)}
+
+    @classmethod
+    def from_dict(cls, value: dict[str, Any]) -> Work:
+        """The work `as_dict` wrote (a record's job row)."""
+        terms = tuple(Term(**term) for term in value["terms"])
+        return cls(terms, int(value["units"]), str(value["unit"]), tuple(value.get("notes", ())))
+
+
+@dataclass(frozen=True)
+class Need:
+    """A kind of work at one shape that a planned job needs, with that job's context."""
+
+    term: Term
+    rule: str
+    config: dict[str, Any]
+    wildcards: dict[str, str]
+    threads: int
+    device: str  # "cpu" or "cuda": where the job's work runs
+    folder: Path  # the run folder (state writes land on its disk)
+
+
+@dataclass
+class Trial:
+    """One measurement of a family's own step at a job's shape: `run()` does one trial and
+    returns its rate (`unit` per second); `close()` ends what it set up, after the last trial.
+    It runs on `threads` torch threads (default: its job's)."""
+
+    kind: str
+    unit: str
+    what: str
+    run: Callable[[], float]
+    close: Callable[[], None] | None = None
+    threads: int | None = None
+
+
+def startup(*modules: str, processes: int = 1, at_once: bool = False) -> Term:
+    """The start of `processes` processes (one after another, or `at_once` on cores of their
+    own) that import `modules`: a step's module, and what it imports only once it runs."""
+    shape = "+".join(modules)
+    what = f"{processes} processes importing {shape}" if processes > 1 else f"import {shape}"
+    return Term(STARTUP, float(processes), shape, what, processes if at_once else 1)
+
+
+def count(value: float) -> str:
+    """A count in words: 1,234 / 12.3 k / 4.56 M / 7.89 G ... as numbers are read in a plan."""
+    for size, suffix in ((1e15, " P"), (1e12, " T"), (1e9, " G"), (1e6, " M"), (1e3, " k")):
+        if abs(value) >= size:
+            return f"{value / size:.3g}{suffix}"
+    return f"{value:.3g}"
+
+
+def file_facts(paths: Iterable[str | Path]) -> list[Any]:
+    """What identifies the content of files and folders cheaply: each file's path, size and
+    modification time (every file of a folder), or None for a path that is not here."""
+    facts: list[Any] = []
+    for path in map(Path, paths):
+        if path.is_dir():
+            for root, dirs, files in os.walk(path):
+                dirs.sort()
+                for name in sorted(files):
+                    stat = os.stat(os.path.join(root, name))
+                    facts.append([os.path.join(root, name), stat.st_size, stat.st_mtime_ns])
+        elif path.is_file():
+            stat = path.stat()
+            facts.append([str(path), stat.st_size, stat.st_mtime_ns])
+        else:
+            facts.append([str(path), None])
+    return facts
+
+
+def counted(
+    name: str, settings: Any, files: Iterable[str | Path], compute: Callable[[], Any]
+) -> Any:
+    """`compute()` (a JSON value) of what `settings` select from `files`, counted once: kept in
+    this process and in the run folder's COUNTS, keyed by the settings, each file's path, size
+    and modification time and the gpuflow version, so a later process (a dry run, `status`, a
+    SLURM job's Snakemake) reads it back instead of counting again, until one of them changes."""
+    key = json.dumps([name, settings, file_facts(files), gpuflow.__version__], sort_keys=True)
+    digest = hashlib.sha256(key.encode()).hexdigest()[:24]
+    path = Path.cwd() / COUNTS / f"{name}-{digest}.json"
+    if str(path) in _counted:
+        return _counted[str(path)]
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        value = json.loads(json.dumps(compute()))
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            temporary = path.with_name(f".{path.name}.{os.getpid()}")
+            temporary.write_text(json.dumps(value), encoding="utf-8")
+            os.replace(temporary, path)
+        except OSError:
+            pass  # a folder this process may not write: count again next time
+    _counted[str(path)] = value
+    return value

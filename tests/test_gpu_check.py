@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from gpuflow.cli import main as gpuflow_main
+from gpuflow.cost.records import this_cpu
 from gpuflow.ops.gpu_check.perplexity_check import BOS, random_texts, save_random_lm
 from gpuflow.ops.gpu_check.records import compare, latest_record, save_and_compare
 from gpuflow.ops.gpu_check.rows import CheckRow
@@ -133,11 +134,12 @@ def test_a_run_writes_its_record_with_environment_and_every_row(smoke):
     created = datetime.datetime.fromisoformat(record["created"])
     assert datetime.datetime.now(datetime.UTC) - created < datetime.timedelta(hours=1)
     # named by the day it was made (not the day this test runs: no flake at midnight)
-    assert written.name == f"{created.date().isoformat()}-2x-cpu.json"  # two CPU workers
-    assert record["rows"] == rows
+    cpu = this_cpu()
+    assert written.name == f"{created.date().isoformat()}-2x-{cpu}.json"  # two CPU workers
+    assert record["rows"] == rows and record["device_class"] == cpu
     assert record["torch"] == torch.__version__ and record["devices"] == ["cpu", "cpu"]
     assert {"driver", "cuda", "commit", "created"} <= set(record)
-    assert latest_record(records, "2x-cpu") == written
+    assert latest_record(records, f"2x-{cpu}") == written
 
 
 def test_the_next_run_prints_each_rows_change_against_the_latest_record_of_its_device(
@@ -147,13 +149,15 @@ def test_the_next_run_prints_each_rows_change_against_the_latest_record_of_its_d
     then = [dict(row) for row in rows]
     then[0] = {**then[0], "throughput": rows[0]["throughput"] / 2, "ok": False}
     older = [{**row, "throughput": 1.0} for row in rows]
-    for name, old_rows in (("2026-01-01-cpu", older), ("2026-02-01-cpu", then)):
-        (tmp_path / f"{name}.json").write_text(json.dumps({"created": name, "rows": old_rows}))
+    cpu = this_cpu()
+    for day, old_rows in (("2026-01-01", older), ("2026-02-01", then)):
+        record = {"created": day, "rows": old_rows}
+        (tmp_path / f"{day}-{cpu}.json").write_text(json.dumps(record))
     (tmp_path / "2026-03-01-nvidia-h100.json").write_text(json.dumps({"rows": []}))
-    assert latest_record(tmp_path, "cpu").name == "2026-02-01-cpu.json"
+    assert latest_record(tmp_path, cpu).name == f"2026-02-01-{cpu}.json"
     when = datetime.datetime(2026, 3, 2, tzinfo=datetime.UTC)
     path, lines = save_and_compare(tmp_path, rows, CPU, Path.cwd(), when)
-    assert path.name == "2026-03-02-cpu.json" and "2026-02-01-cpu.json" in lines[0]
+    assert path.name == f"2026-03-02-{cpu}.json" and f"2026-02-01-{cpu}.json" in lines[0]
     first = next(line for line in lines if line.startswith(rows[0]["path"][:70]))
     assert "2.00x" in first and "(was NO)" in first
     assert sum("1.00x" in line for line in lines) == len(rows) - 1 - sum(
@@ -181,7 +185,7 @@ def test_a_run_of_some_sections_has_only_their_rows_and_keeps_the_whole_runs_rec
     partial = folder / whole.name.replace(".json", "-locks-telemetry.json")
     assert json.loads(partial.read_text())["sections"] == ["locks", "telemetry"]
     assert (folder / whole.name).read_bytes() == whole.read_bytes()
-    assert latest_record(folder, "2x-cpu") == folder / whole.name
+    assert latest_record(folder, f"2x-{this_cpu()}") == folder / whole.name
 
 
 def test_a_run_of_some_sections_names_no_row_of_the_others_gone():

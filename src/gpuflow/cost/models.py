@@ -1,5 +1,6 @@
-"""Every family's work models (its `work` module: WORK, rule -> (config, wildcards) -> Work,
-and TRIALS, kind -> the trial that times it) and a job's planned work."""
+"""Every family's work models (its `work` module: WORK, rule -> (config, wildcards) -> Work;
+TRIALS, kind -> the trial that times it; DONE, for a rule whose params do not fix its work,
+rule -> (outputs, inputs) -> the work a finished job did) and a job's planned work."""
 
 from __future__ import annotations
 
@@ -12,17 +13,20 @@ from gpuflow.work import Need, NotHere, Trial, Work
 
 Planned = Callable[[dict[str, Any], dict[str, str]], Work]
 TrialMaker = Callable[[Need], "Trial | None"]
+Done = Callable[[list[str], list[str]], "Work | None"]
 
 
 @cache
-def models() -> tuple[dict[str, Planned], dict[str, TrialMaker]]:
-    """(WORK, TRIALS) of every family with a `work` module."""
+def models() -> tuple[dict[str, Planned], dict[str, TrialMaker], dict[str, Done]]:
+    """(WORK, TRIALS, DONE) of every family with a `work` module."""
     planned: dict[str, Planned] = {}
     trials: dict[str, TrialMaker] = {}
+    done: dict[str, Done] = {}
     for module in family_modules("work"):
         planned.update(module.WORK)
         trials.update(module.TRIALS)
-    return planned, trials
+        done.update(getattr(module, "DONE", {}))
+    return planned, trials, done
 
 
 def has_work_model(rule: str) -> bool:
@@ -42,3 +46,11 @@ def planned_work(rule: str, config: dict[str, Any], wildcards: dict[str, str]) -
         return counted_work(rule, config, wildcards)
     except NotHere:
         return None
+
+
+def done_work(rule: str, config: dict[str, Any], job: Any) -> Work | None:
+    """The work a finished job did: read from its outputs and inputs where its params do not
+    fix it (DONE; None where they are unreadable), else its planned work under `config`, the
+    config of its params."""
+    read = models()[2].get(rule)
+    return read(job.output, job.input) if read else planned_work(rule, config, job.wildcards)

@@ -253,21 +253,21 @@ def perplexity(config: dict[str, Any], wildcards: dict[str, str]) -> Work:
     )
 
 
+def toxicity_work(scorer: str, texts: int, size: int) -> Work:
+    """Scoring the toxicity of `texts` texts of `size` UTF-8 bytes with `scorer`."""
+    return Work(
+        (
+            startup("gpuflow.fluency.toxicity", "profanity_check"),
+            Term("toxicity.bytes", size, scorer, f"{texts} texts, {count(size)}B"),
+        )
+    )
+
+
 def toxicity(config: dict[str, Any], wildcards: dict[str, str]) -> Work:
     """The work of one toxicity shard: the bytes of its texts through the scorer."""
     fluency = config["fluency"]
     size = shard_sizes(fluency)[int(wildcards["shard"])]
-    return Work(
-        (
-            startup("gpuflow.fluency.toxicity", "profanity_check"),
-            Term(
-                "toxicity.bytes",
-                size["bytes"],
-                fluency["toxicity"]["scorer"],
-                f"{size['texts']} texts, {count(size['bytes'])}B",
-            ),
-        )
-    )
+    return toxicity_work(fluency["toxicity"]["scorer"], size["texts"], size["bytes"])
 
 
 def train_lm(config: dict[str, Any], wildcards: dict[str, str]) -> Work:
@@ -424,11 +424,45 @@ def toxicity_trial(need: Need) -> Trial | None:
     return Trial(need.term.kind, "bytes/s", f"scoring {len(texts)} texts", run)
 
 
+def done(outputs: list[str], inputs: list[str]) -> Work | None:
+    """The work a finished perplexity or toxicity shard did, from its run record (and its
+    model) or its texts (None where they are unreadable): its params do not fix its texts."""
+    try:
+        run = json.loads(Path(outputs[1]).read_text(encoding="utf-8"))
+        if "ids" in run:
+            lm = folder_lm(str(run["model"]))
+            parallel = len(run.get("devices") or [1])
+            return (
+                None
+                if lm is None
+                else Work(
+                    (
+                        *lm.startups(parallel),
+                        Term("lm.load", lm.parameters * DTYPE_BYTES.get(run["dtype"], 4)),
+                        Term(
+                            "lm.forward.flop",
+                            lm.forward_flops(run["ids"], run["tokens"]),
+                            lm.shape(run["dtype"]),
+                            parallel=parallel,
+                        ),
+                    )
+                )
+            )
+        from gpuflow.fluency.texts import read_texts
+
+        texts = read_texts(inputs[0])["text"].tolist()
+        scorer = "profanity-check" if "profanity" in str(run["scorer"]) else "huggingface"
+        return toxicity_work(scorer, len(texts), sum(len(text.encode()) for text in texts))
+    except (OSError, ValueError, KeyError, IndexError):
+        return None
+
+
 WORK = {
     "fluency_perplexity": perplexity,
     "fluency_toxicity": toxicity,
     "fluency_train_lm": train_lm,
 }
+DONE = {"fluency_perplexity": done, "fluency_toxicity": done}
 TRIALS = {
     "lm.forward.flop": forward_trial,
     "lm.train.flop": train_trial,

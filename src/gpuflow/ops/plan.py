@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuflow.cost.benchmarks import benchmark_seconds, earlier_attempts_s
 from gpuflow.cost.expected import Expected, gpus_of, runtime_s
-from gpuflow.cost.models import planned_work
+from gpuflow.cost.models import done_work
 from gpuflow.job.record import record_of
 from gpuflow.ops.snakemake_adapter import Dag, DagJob, build_dag
 
@@ -108,7 +108,7 @@ def measured(dag: Dag, directory: Path) -> tuple[list[dict[str, Any]], int]:
             continue
         seconds += earlier_attempts_s(record_of(directory / output for output in job.output))
         entry = {"rule": job.rule, "wildcards": job.wildcards, "seconds": seconds, "params": ran}
-        work = planned_work(job.rule, dag.config, job.wildcards) if ran == job.params else None
+        work = done_work(job.rule, dag.config, job) if ran == job.params else None
         if work is not None:
             entry["work"] = work.as_dict()
         rows.append({"path": job.benchmark, "job": entry})

@@ -12,6 +12,7 @@ threads, for epochs of a few steps on random digits (a step's cost does not depe
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -175,5 +176,20 @@ def step_trial(need: Need) -> Trial:
     )
 
 
+def done(outputs: list[str], inputs: list[str]) -> Work | None:
+    """The work a finished job did, from its metrics files (None where they are unreadable):
+    its params do not fix its data's size."""
+    try:
+        metrics = [json.loads(Path(path).read_text(encoding="utf-8")) for path in outputs]
+        first = metrics[0]
+        settings = first["settings"]
+        settings["train"]["epochs"] = first["epochs"]
+        sizes = (first["n_train"], first.get("n_val", 0), first["n_test"])
+        return job_work(first["model"], sizes, first["n_labelled"], settings, len(metrics))
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        return None
+
+
 WORK = {"ssvae_train": planned("m2"), "ssvae_baseline": planned("baseline")}
+DONE = {"ssvae_train": done, "ssvae_baseline": done}
 TRIALS = {"ssvae.m2.flop": step_trial, "ssvae.baseline.flop": step_trial}

@@ -187,9 +187,11 @@ def forget_counts() -> None:
     from gpuflow.scaling import work as scaling_work
 
     work._counted.clear()
+    work.file_facts.cache_clear()
     fluency_work._texts.cache_clear()
     fluency_work.folder_lm.cache_clear()
     scaling_work._splits.cache_clear()
+    scaling_work._tokens.cache_clear()
 
 
 def refuse(*_: object, **__: object) -> None:

@@ -19,6 +19,7 @@ import json
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -113,23 +114,28 @@ def count(value: float) -> str:
     return f"{value:.3g}"
 
 
-def file_facts(paths: Iterable[str | Path]) -> list[Any]:
-    """What identifies the content of files and folders cheaply: each file's path, size and
-    modification time (every file of a folder), or None for a path that is not here."""
-    facts: list[Any] = []
-    for path in map(Path, paths):
-        if path.is_dir():
-            for root, dirs, files in os.walk(path):
-                dirs.sort()
-                for name in sorted(files):
-                    stat = os.stat(os.path.join(root, name))
-                    facts.append([os.path.join(root, name), stat.st_size, stat.st_mtime_ns])
-        elif path.is_file():
-            stat = path.stat()
-            facts.append([str(path), stat.st_size, stat.st_mtime_ns])
-        else:
-            facts.append([str(path), None])
-    return facts
+@cache
+def file_facts(path: str, folder: str) -> str:
+    """A digest of what identifies the content of a file or folder cheaply (`path` relative to
+    `folder`, the working one): each file's path, size and modification time, every file of a
+    folder, or that it is not here; read once per process."""
+    digest = hashlib.sha256()
+    full = os.path.join(folder, path)
+    pending = [full] if os.path.isdir(full) else []
+    if not pending:
+        try:
+            stat = os.stat(full)
+            digest.update(f"{path}\0{stat.st_size}\0{stat.st_mtime_ns}".encode())
+        except OSError:
+            digest.update(f"{path}\0not here".encode())
+    while pending:
+        for entry in sorted(os.scandir(pending.pop()), key=lambda entry: entry.name):
+            if entry.is_dir():
+                pending.append(entry.path)
+            else:
+                stat = entry.stat()
+                digest.update(f"{entry.path}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()
 
 
 def counted(
@@ -139,7 +145,8 @@ def counted(
     this process and in the run folder's COUNTS, keyed by the settings, each file's path, size
     and modification time and the gpuflow version, so a later process (a dry run, `status`, a
     SLURM job's Snakemake) reads it back instead of counting again, until one of them changes."""
-    key = json.dumps([name, settings, file_facts(files), gpuflow.__version__], sort_keys=True)
+    facts = [file_facts(str(path), os.getcwd()) for path in files]
+    key = json.dumps([name, settings, facts, gpuflow.__version__], sort_keys=True)
     digest = hashlib.sha256(key.encode()).hexdigest()[:24]
     path = Path.cwd() / COUNTS / f"{name}-{digest}.json"
     if str(path) in _counted:

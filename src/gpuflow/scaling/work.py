@@ -17,6 +17,7 @@ import bisect
 import itertools
 import json
 import multiprocessing
+import os
 import socket
 import tempfile
 import time
@@ -99,8 +100,14 @@ def planned_tokens(chosen: dict[str, Any]) -> Tokens:
     trained on the first SAMPLE_BYTES of the (shuffled) training split, each text's tokens its
     UTF-8 bytes at the sample's tokens per byte (a training split that fits the sample is
     counted exactly, with its validation split). docs/plan.md says what this misses: about 1%
-    of the exact count."""
-    data, settings = chosen["data"], chosen["tokenizer"]
+    of the exact count. Read once per process and run folder."""
+    settings = [chosen["data"], chosen["tokenizer"], chosen["model"]["max_seq_len"]]
+    return _tokens(json.dumps(settings, sort_keys=True), os.getcwd())
+
+
+@cache
+def _tokens(settings_json: str, folder: str) -> Tokens:
+    data, settings, cut = json.loads(settings_json)
 
     def lengths() -> dict[str, Any]:
         from gpuflow.scaling.tokens import train_tokenizer
@@ -131,7 +138,6 @@ def planned_tokens(chosen: dict[str, Any]) -> Tokens:
         }
 
     found = counted("scaling-tokens", [data, settings], data_files(data), lengths)
-    cut = chosen["model"]["max_seq_len"]
     train = [min(n, cut) for n in found["train"]]
     return Tokens(train, sum(min(n, cut) for n in found["val"]), found["vocab"], found["classes"])
 

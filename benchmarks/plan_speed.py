@@ -248,13 +248,15 @@ def line(values: Times) -> str:
 
 
 def ratio(top: Times, bottom: Times) -> dict[str, Any]:
-    """Per-round wall ratios, their median and range, and the ratio of the median walls."""
+    """Per-round wall ratios, their median, the ratio of the median walls, and the ratio of
+    the median CPU seconds (less stretched by a busy machine)."""
     rounds = [t[0] / b[0] for t, b in zip(top, bottom, strict=True)]
     median = statistics.median
     return {
         "per_round": [round(r, 3) for r in rounds],
         "median_of_rounds": round(median(rounds), 3),
         "of_medians": round(median(w for w, _ in top) / median(w for w, _ in bottom), 3),
+        "cpu_of_medians": round(median(c for _, c in top) / median(c for _, c in bottom), 3),
     }
 
 
@@ -302,11 +304,14 @@ def report(
             f"{label:26}median of round ratios {found['median_of_rounds']:.2f}x, ratio of "
             f"medians {found['of_medians']:.2f}x, rounds "
             f"[{', '.join(f'{r:.2f}' for r in found['per_round'])}] "
-            f"(goal <= {GOALS[name]}x: {verdict})"
+            f"(goal <= {GOALS[name]}x: {verdict}); CPU: ratio of medians "
+            f"{found['cpu_of_medians']:.2f}x"
         )
     verdict = "met" if status <= GOALS["status_s"] else "NOT met"
+    cpu = statistics.median(c for _, c in times["status"])
     print(
-        f"{'gpuflow status':26}median {status:.2f} s (goal <= {GOALS['status_s']:.0f} s: {verdict})"
+        f"{'gpuflow status':26}median {status:.2f} s (goal <= {GOALS['status_s']:.0f} s: "
+        f"{verdict}); CPU {cpu:.2f} s"
     )
     return ratios
 

@@ -85,6 +85,8 @@ def main() -> None:
         help="write the figures as JSON (default benchmarks/records/<date>-<cpu>-plan-speed.json)",
     )
     args = parser.parse_args()
+    if args.runs < 1:
+        parser.error("--runs must be at least 1")
     checkout = args.checkout.resolve()
     work = args.keep.resolve() if args.keep else Path(tempfile.mkdtemp(prefix="plan-speed-"))
     inputs = write_inputs(work / "inputs")

@@ -89,6 +89,8 @@ def main() -> None:
     parser.add_argument("--keep", type=Path, help="folder for the runs, kept (default: temporary)")
     parser.add_argument("--save-record", type=Path, metavar="PATH", help="write figures as JSON")
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
     checkout = args.checkout.resolve()
     work = args.keep.resolve() if args.keep else Path(tempfile.mkdtemp(prefix="job-start-"))
     work.mkdir(parents=True, exist_ok=True)

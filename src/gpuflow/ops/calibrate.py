@@ -78,7 +78,7 @@ def startup_trial(shapes: list[str]) -> tuple[Trial, dict[str, float]]:
         return sum(rates.values()) / len(rates)
 
     what = f"{len(shapes)} start-ups in fresh processes"
-    return Trial(STARTUP, "starts/s", what, run), per_shape  # type: ignore[return-value]
+    return Trial(STARTUP, "starts/s", what, run), per_shape
 
 
 def state_write(need: Need) -> Trial:

@@ -55,23 +55,30 @@ def main(argv: list[str] | None = None) -> int:
     resumable loop, and writes the job record when the step ends.
     """
     args = build_parser().parse_args(argv)
+    return run_step(args, f"gpuflow {args.step}")
+
+
+def run_step(args: argparse.Namespace, name: str) -> int:
+    """Run the step `args.run` (a gpuflow.registry.LazyStep) inside its job `args.step`, as
+    `main` describes; `name` heads its error lines. A command outside the package that runs as a
+    step (benchmarks/gpu_check) calls this with a parser of its own."""
     try:
         with Job(args.step, step_outputs(args), take_job_settings(args)) as job:
             with held():  # a stop request waits for the step's imports (torch): see `held`
                 step = args.run.load()
             return job.finish(int(step(args) or 0))
     except (GpuflowError, Stopped) as error:
-        print(f"gpuflow {args.step}: error: {error}", file=sys.stderr)
+        print(f"{name}: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"gpuflow {args.step}: error: interrupted by Ctrl-C", file=sys.stderr)
+        print(f"{name}: error: interrupted by Ctrl-C", file=sys.stderr)
         return 128 + signal.SIGINT
     except OSError as error:
         if error.errno not in WRITE_ERRNOS:
             raise
         where = f"{error.filename}: " if error.filename else ""
         print(
-            f"gpuflow {args.step}: error: {where}cannot write ({error.strerror})"
+            f"{name}: error: {where}cannot write ({error.strerror})"
             " (expected a writable output folder with free space)",
             file=sys.stderr,
         )

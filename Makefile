@@ -12,7 +12,8 @@ CORES ?= 2
 WHEELHOUSE ?=
 WHEEL_PYTHON ?= 3.11
 WHEEL_SKIP ?=
-# Extra `gpuflow gpu-check` arguments, e.g. GPU_CHECK="--sections scaling ssvae --skip-compile".
+# Extra gpu-check arguments (`python -m benchmarks.gpu_check --help`), e.g.
+# GPU_CHECK="--sections scaling ssvae --skip-compile".
 GPU_CHECK ?=
 # Machines without an NVIDIA driver get the CPU build of torch that lies on local disk.
 TORCH_PIN := $(if $(shell command -v nvidia-smi 2>/dev/null),,torch==2.13.0)
@@ -70,8 +71,9 @@ test: $(STAMP)
 	pytest -n $(TEST_WORKERS)
 
 # Every CUDA path at paper sizes against references (tiny sizes on CPU): results/gpu_check.json.
+# A GPU test suite outside the package (benchmarks/gpu_check/), run from the repository root.
 gpu-check: $(STAMP)
-	gpuflow gpu-check --out results/gpu_check.json --record-dir benchmarks/records $(GPU_CHECK)
+	python -m benchmarks.gpu_check --out results/gpu_check.json --record-dir benchmarks/records $(GPU_CHECK)
 
 # On a GPU node: calibrate the node, plan one job per GPU family at paper sizes (config/pilot.yaml),
 # run them and print predicted against measured; the rates and the comparison go to

@@ -1,4 +1,5 @@
-"""`gpuflow gpu-check` on a machine without a GPU: every row runs at tiny sizes and is ok.
+"""gpu-check (`python -m benchmarks.gpu_check`) on a machine without a GPU: every row runs at
+tiny sizes and is ok, inside a job as a gpuflow step (output lock, job record).
 
 The same command on a GPU runs the same rows at paper sizes (see docs/gpu-check.md).
 Each row is held against a reference that shares no code with the path it checks: the
@@ -11,20 +12,24 @@ from __future__ import annotations
 import datetime
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from gpuflow.cli import main as gpuflow_main
+from benchmarks.gpu_check.__main__ import main as gpu_check
+from benchmarks.gpu_check.perplexity_check import BOS, random_texts, save_random_lm
+from benchmarks.gpu_check.records import compare, latest_record, save_and_compare
+from benchmarks.gpu_check.rows import CheckRow
+from benchmarks.gpu_check.sizes import tiny_sizes
+from benchmarks.gpu_check.ssvae_check import ssvae_rows
 from gpuflow.cost.records import this_cpu
-from gpuflow.ops.gpu_check.perplexity_check import BOS, random_texts, save_random_lm
-from gpuflow.ops.gpu_check.records import compare, latest_record, save_and_compare
-from gpuflow.ops.gpu_check.rows import CheckRow
-from gpuflow.ops.gpu_check.sizes import tiny_sizes
-from gpuflow.ops.gpu_check.ssvae_check import ssvae_rows
+from gpuflow.job.paths import RECORD, job_file
 from gpuflow.ssvae.model import StackedM2
+from tests.conftest import REPO
 
 FAMILIES = (
     "perplexity",
@@ -45,8 +50,8 @@ CPU = [torch.device("cpu")]
 def smoke(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, list[dict], Path]:
     folder = tmp_path_factory.mktemp("gpu-check")
     out, records = folder / "gpu_check.json", folder / "records"
-    argv = ["gpu-check", "--size", "tiny", "--device", "cpu", "--out", str(out)]
-    code = gpuflow_main([*argv, "--record-dir", str(records)])
+    argv = ["--size", "tiny", "--device", "cpu", "--out", str(out)]
+    code = gpu_check([*argv, "--record-dir", str(records)])
     return code, json.loads(out.read_text()), records
 
 
@@ -54,6 +59,51 @@ def test_every_row_of_the_cpu_smoke_test_is_ok(smoke):
     code, rows, _ = smoke
     assert [row["path"] for row in rows if not row["ok"]] == []
     assert code == 0
+
+
+def test_the_command_runs_from_the_repository_root_and_loads_its_options_without_torch():
+    help_text = subprocess.run(
+        [sys.executable, "-m", "benchmarks.gpu_check", "--help"],
+        capture_output=True, text=True, cwd=REPO, check=True,
+    ).stdout  # fmt: skip
+    assert "--record-dir" in help_text and "--skip-compile" in help_text
+    probe = (
+        "import sys; from benchmarks.gpu_check.__main__ import build_parser; build_parser(); "
+        "print([m for m in ('torch', 'numpy', 'transformers') if m in sys.modules])"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO)
+    assert done.stdout.strip() == "[]", done.stderr[-2000:]
+
+
+def test_the_check_runs_in_its_job_and_writes_the_job_record(smoke):
+    _, _, records = smoke
+    out = records.parent / "gpu_check.json"
+    record = json.loads(job_file(out, RECORD).read_text())
+    assert record["step"] == "gpu-check" and record["status"] == "finished"
+    assert record["outputs"] == [str(out)]
+
+
+def test_an_output_another_process_writes_is_refused_before_the_check_starts(tmp_path, capsys):
+    out = tmp_path / "gpu_check.json"
+    holder = subprocess.Popen(
+        [
+            sys.executable, "-c",
+            "import sys, time; from gpuflow.job.outputlock import exclusive_output\n"
+            "with exclusive_output(sys.argv[1]):\n    print('held', flush=True); time.sleep(60)",
+            str(out),
+        ],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        assert gpu_check(["--size", "tiny", "--device", "cpu", "--out", str(out)]) == 2
+    finally:
+        holder.kill()
+        holder.wait()
+    refusal = capsys.readouterr().err.splitlines()
+    assert len(refusal) == 1 and f"pid {holder.pid}" in refusal[0], refusal
+    assert refusal[0].startswith(f"gpu-check: error: {out}: another job is writing this output")
+    assert not out.exists()
 
 
 def test_every_cuda_path_has_a_row_with_its_tolerance_and_rate(smoke):
@@ -91,8 +141,8 @@ def test_perplexity_rows_equal_hugging_faces_own_loss_of_the_same_model_and_text
 
 
 def test_a_perplexity_scorer_off_by_a_thousandth_fails_its_rows(monkeypatch, tmp_path):
+    from benchmarks.gpu_check.perplexity_check import precision_rows
     from gpuflow.fluency import ppl_scoring
-    from gpuflow.ops.gpu_check.perplexity_check import precision_rows
 
     honest = ppl_scoring.target_nll
     monkeypatch.setattr(ppl_scoring, "target_nll", lambda *args: honest(*args) * 1.001)
@@ -174,10 +224,8 @@ def test_a_run_of_some_sections_has_only_their_rows_and_keeps_the_whole_runs_rec
     folder.mkdir()
     (folder / whole.name).write_bytes(whole.read_bytes())
     out = tmp_path / "gpu_check.json"
-    argv = ["gpu-check", "--size", "tiny", "--device", "cpu", "--out", str(out)]
-    assert (
-        gpuflow_main([*argv, "--sections", "locks", "telemetry", "--record-dir", str(folder)]) == 0
-    )
+    argv = ["--size", "tiny", "--device", "cpu", "--out", str(out)]
+    assert gpu_check([*argv, "--sections", "locks", "telemetry", "--record-dir", str(folder)]) == 0
     ran = json.loads(out.read_text())
     assert [row["path"] for row in ran] == [
         row["path"] for row in rows if row["path"].startswith(("GPU locks", "telemetry"))
@@ -201,12 +249,12 @@ def test_rows_that_only_one_record_has_are_named():
 
 
 def test_a_row_beyond_its_tolerance_is_not_ok_and_fails_the_command(tmp_path, monkeypatch):
-    from gpuflow.ops.gpu_check import main as check_main
+    from benchmarks.gpu_check import run as check_run
 
     def one_bad_row(*args):
         return [CheckRow("made up", ok=False, tolerance="<= 1", deviation="2")]
 
-    monkeypatch.setattr(check_main, "run_checks", one_bad_row)
+    monkeypatch.setattr(check_run, "run_checks", one_bad_row)
     out = tmp_path / "gpu_check.json"
-    assert gpuflow_main(["gpu-check", "--size", "tiny", "--device", "cpu", "--out", str(out)]) == 1
+    assert gpu_check(["--size", "tiny", "--device", "cpu", "--out", str(out)]) == 1
     assert json.loads(out.read_text())[0]["ok"] is False

@@ -17,11 +17,11 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
+from benchmarks.gpu_check.perplexity_check import BOS, random_texts, save_random_lm
+from benchmarks.gpu_check.sizes import tiny_sizes
 from gpuflow.errors import ConfigError
 from gpuflow.fluency.perplexity import score_token_ids, scoring_settings
 from gpuflow.fluency.ppl_workers import compiled_forward
-from gpuflow.ops.gpu_check.perplexity_check import BOS, random_texts, save_random_lm
-from gpuflow.ops.gpu_check.sizes import tiny_sizes
 
 LM = tiny_sizes().lm
 

@@ -42,7 +42,7 @@ def add_timings_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--timings",
         default=str(rate_records()),
-        help="the records of measured job times (gpuflow record-timings) and rates (gpu-check,"
+        help="the records of measured job times (gpuflow record-timings) and rates (make gpu-check,"
         " gpuflow calibrate) that expected times come from (default: $GPUFLOW_RECORDS, else"
         " benchmarks/records)",
     )

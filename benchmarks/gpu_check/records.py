@@ -18,9 +18,9 @@ from typing import Any
 
 import torch
 
+from benchmarks.gpu_check.sections import SECTIONS
 from gpuflow.cost.records import device_slug, environment
 from gpuflow.job.atomic import write_json
-from gpuflow.ops.gpu_check.sections import SECTIONS
 
 PREFIX = re.compile(r"^\d{4}-\d{2}-\d{2}-")
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import torch
 
+from benchmarks.gpu_check.rows import CheckRow
 from gpuflow.job.devices import describe_device
 from gpuflow.job.telemetry.sampler import Sampler
-from gpuflow.ops.gpu_check.rows import CheckRow
 from gpuflow.scaling.distributed import synchronize
 
 INTERVAL_S = 0.2

@@ -11,19 +11,19 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.gpu_check.lock_check import lock_row
+from benchmarks.gpu_check.peak import measured_peaks
+from benchmarks.gpu_check.perplexity_check import oom_row, precision_rows, save_random_lm
+from benchmarks.gpu_check.records import save_and_compare
+from benchmarks.gpu_check.rows import CheckRow, failed_row
+from benchmarks.gpu_check.scaling_check import scaling_rows
+from benchmarks.gpu_check.sections import SECTIONS
+from benchmarks.gpu_check.sizes import CheckSizes, full_sizes, tiny_sizes
+from benchmarks.gpu_check.ssvae_check import ssvae_rows
+from benchmarks.gpu_check.sweep_check import sweep_row
+from benchmarks.gpu_check.telemetry_check import telemetry_row
 from gpuflow.job.atomic import write_json
 from gpuflow.job.devices import describe_device, worker_devices
-from gpuflow.ops.gpu_check.lock_check import lock_row
-from gpuflow.ops.gpu_check.peak import measured_peaks
-from gpuflow.ops.gpu_check.perplexity_check import oom_row, precision_rows, save_random_lm
-from gpuflow.ops.gpu_check.records import save_and_compare
-from gpuflow.ops.gpu_check.rows import CheckRow, failed_row
-from gpuflow.ops.gpu_check.scaling_check import scaling_rows
-from gpuflow.ops.gpu_check.sections import SECTIONS
-from gpuflow.ops.gpu_check.sizes import CheckSizes, full_sizes, tiny_sizes
-from gpuflow.ops.gpu_check.ssvae_check import ssvae_rows
-from gpuflow.ops.gpu_check.sweep_check import sweep_row
-from gpuflow.ops.gpu_check.telemetry_check import telemetry_row
 
 
 def checked(name: str, section: Callable[[], list[CheckRow]]) -> list[CheckRow]:
@@ -95,7 +95,7 @@ def format_table(rows: list[CheckRow]) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    """`gpuflow gpu-check`: exit 0 when every row is ok, 1 otherwise."""
+    """gpu-check: exit 0 when every row is ok, 1 otherwise."""
     devices = worker_devices(args.device, args.cpu_workers)
     on_gpu = devices[0].type == "cuda"
     sizes = (

@@ -7,8 +7,8 @@ from typing import Any
 
 import torch
 
+from benchmarks.gpu_check.rows import CheckRow, max_relative_difference
 from gpuflow.job.devices import describe_device
-from gpuflow.ops.gpu_check.rows import CheckRow, max_relative_difference
 from gpuflow.sweep.experiment import run_seed
 from gpuflow.sweep.pool import Outcome, SeedPool
 from gpuflow.sweep.shard import TARGET

@@ -14,13 +14,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from benchmarks.gpu_check.rows import CheckRow, max_relative_difference
+from benchmarks.gpu_check.sizes import CheckSizes
 from gpuflow.fluency.perplexity import score_token_ids, scoring_settings
 from gpuflow.fluency.ppl_model import load_causal_lm
 from gpuflow.fluency.ppl_scoring import Forward
 from gpuflow.fluency.work import lm_shape
 from gpuflow.job.devices import describe_device
-from gpuflow.ops.gpu_check.rows import CheckRow, max_relative_difference
-from gpuflow.ops.gpu_check.sizes import CheckSizes
 
 BOS = 0
 TOLERANCE = {"float32": 1e-4, "float16": 1e-2, "bfloat16": 3e-2}

@@ -2,7 +2,7 @@
 
 The stacked runs must reproduce the runs trained one after another (same seeds, same labelled
 subsets, same noise streams), and every run's first-step loss must equal M2's loss written out
-plainly (gpuflow.ops.gpu_check.ssvae_reference), which shares no code with the trainer's model;
+plainly (benchmarks.gpu_check.ssvae_reference), which shares no code with the trainer's model;
 the stacked rate projects the GPU-hours of the paper grid.
 """
 
@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from benchmarks.gpu_check.rows import CheckRow, max_relative_difference
+from benchmarks.gpu_check.ssvae_reference import m2_loss
 from gpuflow.job.devices import describe_device
-from gpuflow.ops.gpu_check.rows import CheckRow, max_relative_difference
-from gpuflow.ops.gpu_check.ssvae_reference import m2_loss
 from gpuflow.scaling.distributed import synchronize
 from gpuflow.settings.validate import merge_config
 from gpuflow.ssvae.batches import epoch_indices

@@ -1,4 +1,4 @@
-"""The sections of `gpuflow gpu-check`, in the order they run (the biggest GPU user first)."""
+"""The sections of gpu-check, in the order they run (the biggest GPU user first)."""
 
 from __future__ import annotations
 

@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.gpu_check.rows import CheckRow
 from gpuflow.errors import GpuflowError
-from gpuflow.ops.gpu_check.rows import CheckRow
 from gpuflow.scaling.tokens import save_encoded
 from gpuflow.scaling.work import flops_per_token
 from gpuflow.scaling.work import shape as scaling_shape

@@ -9,8 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks.gpu_check.rows import CheckRow
 from gpuflow.job.gpulock import DEVICES_ENV, GPUS_ENV, LOCK_DIR_ENV, LOCKED_ENV
-from gpuflow.ops.gpu_check.rows import CheckRow
 from gpuflow.ops.probe import seeded_value
 
 HOLD_SECONDS = 1.5

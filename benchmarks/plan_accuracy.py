@@ -17,8 +17,8 @@ Usage: python benchmarks/plan_accuracy.py [--folder DIR] [--cores 2] [--skip-run
    benchmarks/records/.
 2. The H100, from the committed records: the Kingma M2 job (config/kingma.yaml at 100 labels,
    alpha 5000, 150 epochs: 248.9 s) and one paper grid point (100 labels, 75 epochs: 121.6 s)
-   predicted from the committed rates alone (gpu-check's and the H100 node's calibration): the
-   timings records, which hold these two jobs, are left out (no whole-job rate, no benchmark).
+   predicted from the committed rates alone (`make gpu-check`'s and the H100 node's calibration):
+   the timings records, which hold these two jobs, are left out (no whole-job rate, no benchmark).
    Goal: +-25%.
 
 Run from the repository root; part 1 takes about 7 minutes on 2 cores (calibration 1, run 6).

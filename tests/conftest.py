@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from gpuflow.job import stopping  # imports no torch, reads no variable: the lines below still lead
+from tests.slurm import cluster
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -37,6 +38,52 @@ for name in [name for name in os.environ if name.startswith("GPUFLOW_")]:
         del os.environ[name]
 
 SIGNAL_HANDLERS = {s: signal.getsignal(s) for s in stopping.STOPS_AND_CTRL_C}
+
+# The live-SLURM tests (marked `slurm`) need a machine that can host the test cluster (root, and
+# SLURM or apt-get: cluster.cannot_host). Elsewhere they are skipped before their fixtures start,
+# and the session ends with one line that says how many, why, and the command that runs them;
+# under REQUIRE_SLURM=1 (.ci/run) such a machine fails the session up front instead.
+REQUIRE_SLURM = "GPUFLOW_TEST_REQUIRE_SLURM"
+SLURM_SKIPPED = "live-SLURM test not run: this machine cannot host the test cluster"
+SLURM_COMMAND = "sudo .venv/bin/pytest -m slurm -n 2"
+CANNOT_HOST = pytest.StashKey[str | None]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Decide once whether this machine can host the test cluster; where it cannot and the
+    session must run the live-SLURM tests, stop before any test runs."""
+    why = cluster.cannot_host()
+    if why and os.environ.get(REQUIRE_SLURM) == "1":
+        raise pytest.UsageError(
+            f"{REQUIRE_SLURM}=1 (.ci/run): the live-SLURM tests must run, but this machine "
+            f"cannot host the test cluster: {why}"
+        )
+    config.stash[CANNOT_HOST] = why
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A live-SLURM test on a machine that cannot host the cluster is skipped, here (one
+    location, so `-ra` folds them into one line) and before its fixtures start."""
+    why = item.config.stash[CANNOT_HOST]
+    if why and item.get_closest_marker("slurm"):
+        pytest.skip(f"{SLURM_SKIPPED}: {why}")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """One line for the live-SLURM tests that did not run, above the short test summary
+    (counted from the reports, which pytest-xdist's workers send here)."""
+    skipped = [
+        report
+        for report in terminalreporter.stats.get("skipped", [])
+        if SLURM_SKIPPED in str(report.longrepr)
+    ]
+    if skipped:
+        terminalreporter.write_line(
+            f"gpuflow: {len(skipped)} live-SLURM tests did not run: {config.stash[CANNOT_HOST]}; "
+            f"run them as root on a machine with apt-get: {SLURM_COMMAND}"
+        )
 
 
 @pytest.fixture(autouse=True)

@@ -35,7 +35,10 @@ outlive the job under linuxproc: the harness ends a cancelled job's processes by
 Three more nodes, each a slurmd in a network namespace of its own (tests/slurm/nodes.py), make
 partition 'multi' for jobs that span nodes and partition 'pack', a four-GPU node of its own for
 the test that counts how SLURM packs jobs onto one.
-Anything that goes wrong raises ClusterError with the daemons' log tails: tests fail, never skip.
+A machine that cannot host the cluster at all (`cannot_host`: not root, or neither SLURM nor
+apt-get) skips the live-SLURM tests up front, saying so in one line at the end (tests/conftest.py),
+or fails the whole session where GPUFLOW_TEST_REQUIRE_SLURM=1 (.ci/run). On a machine that can,
+anything that goes wrong raises ClusterError with the daemons' log tails: tests fail, never skip.
 """
 
 from __future__ import annotations
@@ -86,9 +89,31 @@ def _run(command: list[str], **kwargs) -> subprocess.CompletedProcess[str]:
     return subprocess.run(command, capture_output=True, text=True, check=False, **kwargs)
 
 
+def installed() -> bool:
+    """Whether SLURM's, munge's and MariaDB's programs are all on PATH."""
+    return all(shutil.which(p) for p in PROGRAMS)
+
+
+def cannot_host() -> str | None:
+    """Why this machine cannot host the test cluster, or None where it can.
+
+    `up` writes /etc/slurm, starts the daemons as root and makes network namespaces: it needs
+    root, and SLURM's programs installed or apt-get to install them. With
+    GPUFLOW_TEST_SLURM_RUNNING=1 the tests use a cluster started by hand instead (it must then
+    answer: tests/slurm/fixtures.py), and this machine needs neither.
+    """
+    if os.environ.get("GPUFLOW_TEST_SLURM_RUNNING") == "1":
+        return None
+    if os.geteuid() != 0:
+        return "not root (the cluster's daemons run as root and it writes /etc/slurm)"
+    if not installed() and not shutil.which("apt-get"):
+        return "SLURM is not installed and there is no apt-get to install it"
+    return None
+
+
 def install() -> None:
     """apt-get the SLURM and munge packages when their programs are missing."""
-    if all(shutil.which(p) for p in PROGRAMS):
+    if installed():
         return
     if os.geteuid() != 0 or not shutil.which("apt-get"):
         raise ClusterError(f"SLURM is missing; installing {PACKAGES} needs root and apt-get")

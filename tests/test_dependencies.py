@@ -1,0 +1,92 @@
+"""What gpuflow needs is declared, once, with the floors it was tested at.
+
+- every package a module of src/ imports is a dependency in pyproject.toml (an undeclared one
+  installs only by luck: as a dependency of a dependency, until that one drops it);
+- envs/gpuflow.yaml, the conda environment, declares the same packages with the same ranges.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+import tomllib
+from importlib import metadata
+from pathlib import Path
+
+import yaml
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+
+REPO = Path(__file__).resolve().parents[1]
+OWN = {"gpuflow", "snakemake_executor_plugin_gpuflow_slurm"}  # src/'s own top-level packages
+CONDA_NAMES = {"pytorch": "torch"}  # conda-forge's name -> PyPI's, where they differ
+CONDA_ONLY = {"python", "cuda-version", "pip"}  # the environment's own, not gpuflow's
+CONDA_LINE = re.compile(r"([A-Za-z0-9_.\-]+)(?:\[([^\]]*)\])?(.*)")  # name, [keys], range
+
+
+def canonical(name: str) -> str:
+    """PyPI's normalised form of a project name."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def declared() -> dict[str, SpecifierSet]:
+    """pyproject.toml's dependencies: canonical name -> range."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    requirements = [Requirement(line) for line in project["dependencies"]]
+    return {canonical(r.name): r.specifier for r in requirements}
+
+
+def imported_roots(source: str) -> set[str]:
+    """Top-level names of every absolute import in `source`, wherever it stands (in a function,
+    under `if TYPE_CHECKING`, in a try)."""
+    roots = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            roots |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            roots.add(node.module.split(".")[0])
+    return roots
+
+
+def test_every_package_a_module_imports_is_declared_in_pyproject():
+    providers = metadata.packages_distributions()
+    wanted = declared()
+    undeclared = []
+    for path in sorted((REPO / "src").rglob("*.py")):
+        for root in sorted(imported_roots(path.read_text(encoding="utf-8"))):
+            if root in sys.stdlib_module_names or root in OWN:
+                continue
+            names = {canonical(name) for name in providers.get(root, [])}
+            if not names & wanted.keys():
+                found = ", ".join(sorted(names)) or "no installed distribution"
+                undeclared.append(f"{path.relative_to(REPO)} imports {root} ({found})")
+    assert not undeclared, "declare them in pyproject.toml's dependencies:\n" + "\n".join(
+        undeclared
+    )
+
+
+def conda_requirements() -> dict[str, str]:
+    """envs/gpuflow.yaml's packages, conda's and pip's: PyPI name -> range as written."""
+    environment = yaml.safe_load((REPO / "envs" / "gpuflow.yaml").read_text(encoding="utf-8"))
+    found = {}
+    for entry in environment["dependencies"]:
+        lines = entry["pip"] if isinstance(entry, dict) else [entry]
+        for line in lines:
+            if line.startswith("--"):  # --editable=.. (gpuflow itself)
+                continue
+            name, bracket, rest = CONDA_LINE.match(line).groups()
+            if bracket:  # pytorch[version='>=2.11',build='cuda*']
+                rest = re.search(r"version='([^']*)'", bracket).group(1)
+            name = CONDA_NAMES.get(name, name)
+            if name not in CONDA_ONLY:
+                found[canonical(name)] = rest.strip()
+    return found
+
+
+def test_the_conda_environment_declares_pyprojects_packages_and_ranges():
+    conda = conda_requirements()
+    wanted = declared()
+    assert sorted(conda) == sorted(wanted), "the same packages in both"
+    differ = {n: (str(wanted[n]), conda[n]) for n in wanted if SpecifierSet(conda[n]) != wanted[n]}
+    assert not differ, f"pyproject.toml's range against envs/gpuflow.yaml's: {differ}"

@@ -1,13 +1,19 @@
 # Two commands do all set-up: `make run` and `make test`. Both create .venv when it is missing and
-# reinstall only when pyproject.toml changed (the stamp file below). uv installs (53 s against
-# pip's 117 s on a fresh clone here): it is given pip's PIP_FIND_LINKS, PIP_INDEX_URL and
-# PIP_EXTRA_INDEX_URL (which it does not read), picks the best version over all of them as pip
-# does, and compiles the bytecode as pip does (where PYTHONDONTWRITEBYTECODE is set, nothing
-# else would).
+# reinstall only when pyproject.toml or uv.lock changed (the stamp file below). They install the
+# releases uv.lock holds (the tested set; `make lock` updates it): uv exports it as constraints,
+# so every package gpuflow needs gets its locked release, and torch, where TORCH_PIN pins the CPU
+# build, is left out of them. uv installs (53 s against pip's 117 s on a fresh clone here): it is
+# given pip's PIP_FIND_LINKS, PIP_INDEX_URL and PIP_EXTRA_INDEX_URL (which it does not read),
+# picks the best version over all of them as pip does, and compiles the bytecode as pip does
+# (where PYTHONDONTWRITEBYTECODE is set, nothing else would).
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(CURDIR)/$(VENV)/bin
 STAMP := $(VENV)/.installed
+LOCKED := $(VENV)/locked.txt
+# The uv that wrote uv.lock (its format) and installs from it; `make lock` uses the same.
+UV_VERSION := 0.13.9
+LOCK_ARGS ?=
 CORES ?= 2
 WHEELHOUSE ?=
 WHEEL_PYTHON ?= 3.11
@@ -27,7 +33,7 @@ export PATH := $(BIN):$(PATH)
 # The tiny configs in .test/<name>/config.yaml (the tests use them) are linted and dry-run too.
 TEST_CONFIGS := $(wildcard .test/*/config.yaml)
 
-.PHONY: run test lint dry-runs config-doc gpu-check gpu-pilot install wheelhouse clean
+.PHONY: run test lint dry-runs config-doc gpu-check gpu-pilot install lock wheelhouse clean
 
 install: $(STAMP)
 
@@ -36,12 +42,15 @@ install: $(STAMP)
 # and user site, which also works where PYTHON is itself a venv) and installs DIR's wheels and
 # gpuflow without resolving: on an H100 node (2026-11-27) pip did not count the torch it sees
 # through that file and stopped with "No matching distribution found for torch>=2.4".
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml uv.lock
 ifeq ($(WHEELHOUSE),)
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/python -m pip install --quiet --upgrade pip uv
+	$(VENV)/bin/python -m pip install --quiet --upgrade pip uv==$(UV_VERSION)
+	$(VENV)/bin/uv export --quiet --locked --no-emit-project --extra dev --no-header \
+		--no-annotate $(if $(TORCH_PIN),--no-emit-package torch) --output-file $(LOCKED)
 	$(VENV)/bin/uv pip install --quiet --python $(VENV)/bin/python --compile-bytecode \
-		--index-strategy unsafe-best-match $(UV_SOURCES) $(TORCH_PIN) -e '.[dev]'
+		--index-strategy unsafe-best-match $(UV_SOURCES) --constraints $(LOCKED) \
+		$(TORCH_PIN) -e '.[dev]'
 else
 	$(PYTHON) -m venv --clear $(VENV)
 	$(PYTHON) -c 'import site; print(*site.getsitepackages(), site.getusersitepackages(), sep="\n")' \
@@ -51,6 +60,15 @@ else
 	$(VENV)/bin/python -c 'import gpuflow.cli, snakemake, torch, transformers'
 endif
 	touch $(STAMP)
+
+# uv.lock again after pyproject.toml's dependencies changed, keeping every other locked release;
+# LOCK_ARGS=--upgrade takes the newest release each range allows, --upgrade-package NAME one
+# package's. Resolved for every platform and Python >= 3.11 from PyPI alone (torch's PyPI build:
+# CUDA on Linux), so the lock names no file of this machine.
+lock:
+	test -x $(VENV)/bin/uv || { $(PYTHON) -m venv $(VENV) && \
+		$(VENV)/bin/python -m pip install --quiet uv==$(UV_VERSION); }
+	$(VENV)/bin/uv lock $(LOCK_ARGS)
 
 # Wheels of all gpuflow needs but torch, for a GPU node without a registry (run on the login
 # node): WHEEL_PYTHON is the node's Python, WHEEL_SKIP names packages it already has.

@@ -2,6 +2,8 @@
 
 - every package a module of src/ imports is a dependency in pyproject.toml (an undeclared one
   installs only by luck: as a dependency of a dependency, until that one drops it);
+- uv.lock, which `make install` installs from, still answers pyproject.toml (`make lock`
+  rewrites it after a dependency changed);
 - envs/gpuflow.yaml, the conda environment, declares the same packages with the same ranges.
 """
 
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
 import sys
 import tomllib
 from importlib import metadata
@@ -17,6 +20,8 @@ from pathlib import Path
 import yaml
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
+
+from tests.conftest import BIN
 
 REPO = Path(__file__).resolve().parents[1]
 OWN = {"gpuflow", "snakemake_executor_plugin_gpuflow_slurm"}  # src/'s own top-level packages
@@ -64,6 +69,19 @@ def test_every_package_a_module_imports_is_declared_in_pyproject():
     assert not undeclared, "declare them in pyproject.toml's dependencies:\n" + "\n".join(
         undeclared
     )
+
+
+def test_uv_lock_answers_pyproject():
+    """`uv lock --check` resolves nothing new when the lock still answers pyproject.toml, and
+    needs no network for it (0.4 s here)."""
+    result = subprocess.run(
+        [str(BIN / "uv"), "lock", "--check", "--offline"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, f"uv.lock is out of date: run `make lock`\n{result.stderr}"
 
 
 def conda_requirements() -> dict[str, str]:

@@ -10,7 +10,9 @@ from snakemake.utils import min_version
 from gpuflow.settings.validate import validate_config
 from gpuflow.settings.files import check_config_files
 
-min_version("9.0")
+# What gpuflow requires (pyproject.toml: snakemake>=9.27.1,<9.28; the 9.27 internals that
+# gpuflow.ops.snakemake_adapter reads, SUPPORTED).
+min_version("9.27.1")
 
 # The default config, read from the working directory as Snakemake reads `configfile:` (under
 # --directory DIR: DIR/config/config.yaml where DIR has one; elsewhere the --configfile files

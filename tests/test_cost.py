@@ -306,3 +306,29 @@ def test_an_earlier_job_stands_for_another_by_the_ratio_of_their_predicted_times
     planned = Work((Term(STARTUP, 1, "m"), Term("k.flop", 10e9, "s")))
     scaled = from_benchmarks([(42.0, ran)], planned, book, "m", "day-timings.json")
     assert scaled.source == "m" and scaled.seconds == pytest.approx(42 * 11 / 21)
+
+
+def test_a_folder_s_facts_change_when_a_file_is_added_removed_or_replaced(tmp_path):
+    """A folder of inputs (aclImdb's 50,000 reviews) is told apart without a stat per file: a
+    review added, removed or replaced (written beside it, then renamed over it) is seen."""
+    from gpuflow.work import file_facts
+
+    reviews = tmp_path / "train" / "pos"
+    reviews.mkdir(parents=True)
+    for index in range(3):
+        (reviews / f"{index}_9.txt").write_text(f"review {index}")
+
+    def facts() -> str:
+        file_facts.cache_clear()
+        return file_facts("train", str(tmp_path))
+
+    seen = [facts()]
+    (reviews / "3_9.txt").write_text("one more")
+    seen.append(facts())
+    (reviews / "0_9.txt").unlink()
+    seen.append(facts())
+    (reviews / "new.tmp").write_text("another review")
+    (reviews / "new.tmp").rename(reviews / "1_9.txt")
+    seen.append(facts())
+    assert len(set(seen)) == 4
+    assert facts() == seen[-1], "nothing changed: the same facts"

@@ -116,9 +116,12 @@ def count(value: float) -> str:
 
 @cache
 def file_facts(path: str, folder: str) -> str:
-    """A digest of what identifies the content of a file or folder cheaply (`path` relative to
-    `folder`, the working one): each file's path, size and modification time, every file of a
-    folder, or that it is not here; read once per process."""
+    """A digest of what identifies the content of a file or folder cheaply, once per process
+    (`path` relative to `folder`, the working one): a file's size and modification time, or
+    that it is not here; a folder's every directory's modification time (a file added, removed
+    or renamed changes it) and every file's name and inode (a file replaced changes it), read
+    without a stat per file: 50,000 reviews in 0.1 s. A file rewritten in place inside a
+    folder is missed (docs/plan.md)."""
     digest = hashlib.sha256()
     full = os.path.join(folder, path)
     pending = [full] if os.path.isdir(full) else []
@@ -129,12 +132,13 @@ def file_facts(path: str, folder: str) -> str:
         except OSError:
             digest.update(f"{path}\0not here".encode())
     while pending:
-        for entry in sorted(os.scandir(pending.pop()), key=lambda entry: entry.name):
+        here = pending.pop()
+        digest.update(f"{here}\0{os.stat(here).st_mtime_ns}\n".encode())
+        for entry in sorted(os.scandir(here), key=lambda entry: entry.name):
             if entry.is_dir():
                 pending.append(entry.path)
             else:
-                stat = entry.stat()
-                digest.update(f"{entry.path}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+                digest.update(f"{entry.name}\0{entry.inode()}\n".encode())
     return digest.hexdigest()
 
 

@@ -13,8 +13,10 @@ the embedded one's shape, on random ids of the job's texts' token lengths.
 
 from __future__ import annotations
 
+import atexit
 import json
 import math
+import shutil
 import struct
 import tempfile
 import time
@@ -290,33 +292,27 @@ def train_lm(config: dict[str, Any], wildcards: dict[str, str]) -> Work:
     )
 
 
-def lm_folder(fluency: dict[str, Any], into: Path) -> str:
+def lm_folder(fluency: dict[str, Any]) -> str:
     """The user's model folder, else an untrained LM of the embedded one's shape and tokenizer
-    saved `into` (fluency-train-lm's own builder)."""
+    (fluency-train-lm's own builder), saved once per process and removed at its exit."""
     if fluency["lm"]["path"]:
         return str(fluency["lm"]["path"])
+    chosen = [fluency["texts"], fluency["perplexity"]["shards"], fluency["lm"]["train"]]
+    return _untrained_lm(json.dumps(chosen, sort_keys=True))
+
+
+@cache
+def _untrained_lm(chosen_json: str) -> str:
     from gpuflow.fluency.lm_tokens import training_texts
     from gpuflow.fluency.train_lm import save_untrained_lm
 
-    train = fluency["lm"]["train"]
-    texts = training_texts(list(all_texts(fluency)[1]), train["n_texts"], train["seed"])
-    shape = {
-        key: train[key] for key in ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head")
-    }
-    return str(save_untrained_lm(into / "lm", texts, **shape))
-
-
-class ModelTrial:
-    """A trial over a model folder the job would load (an untrained one is removed on close)."""
-
-    def __init__(self, need: Need):
-        self.fluency = need.config["fluency"]
-        self.lm = planned_lm(self.fluency)
-        self._folder = tempfile.TemporaryDirectory()
-        self.folder = lm_folder(self.fluency, Path(self._folder.name))
-
-    def close(self) -> None:
-        self._folder.cleanup()
+    selected, shards, train = json.loads(chosen_json)
+    originals = _texts(json.dumps(selected, sort_keys=True), shards)[1]
+    texts = training_texts(list(originals), train["n_texts"], train["seed"])
+    folder = tempfile.mkdtemp(prefix="gpuflow-untrained-lm-")
+    atexit.register(shutil.rmtree, folder, True)
+    keys = ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head")
+    return str(save_untrained_lm(Path(folder) / "lm", texts, **{key: train[key] for key in keys}))
 
 
 def forward_trial(need: Need) -> Trial:
@@ -330,12 +326,11 @@ def forward_trial(need: Need) -> Trial:
     from gpuflow.fluency.ppl_scoring import model_forward, score_segments
     from gpuflow.fluency.ppl_segments import make_segments, sort_longest_first
 
-    model = ModelTrial(need)
-    fluency, lm = model.fluency, model.lm
-    settings = fluency["perplexity"]
+    fluency = need.config["fluency"]
+    lm, settings = planned_lm(fluency), fluency["perplexity"]
     counts = shard_tokens(fluency)["shards"][int(need.wildcards["shard"])]
     device = torch.device(need.device)
-    forward = model_forward(load_causal_lm(model.folder, settings["dtype"], device))
+    forward = model_forward(load_causal_lm(lm_folder(fluency), settings["dtype"], device))
     rng = np.random.default_rng(0)
     token_ids = [rng.integers(1, lm.vocab, size=n).tolist() for n in counts]
     stride = check_stride(settings["stride"], lm.context)
@@ -353,7 +348,7 @@ def forward_trial(need: Need) -> Trial:
     flops = lm.forward_flops(sum(len(s.ids) for s in chosen), sum(s.n_targets for s in chosen))
     what = f"scoring {len(chosen)} windows x {repeats}"
     run = lambda: repeats * flops / sum(score() for _ in range(repeats))  # noqa: E731
-    return Trial(need.term.kind, "FLOP/s", what, run, model.close)
+    return Trial(need.term.kind, "FLOP/s", what, run)
 
 
 def train_trial(need: Need) -> Trial:
@@ -390,17 +385,17 @@ def load_trial(need: Need) -> Trial:
 
     from gpuflow.fluency.ppl_model import load_causal_lm
 
-    model = ModelTrial(need)
-    dtype = model.fluency["perplexity"]["dtype"]
-    size = model.lm.parameters * DTYPE_BYTES.get(dtype, 4)
+    fluency = need.config["fluency"]
+    dtype, folder = fluency["perplexity"]["dtype"], lm_folder(fluency)
+    size = planned_lm(fluency).parameters * DTYPE_BYTES.get(dtype, 4)
 
     def run() -> float:
         began = time.perf_counter()
-        load_causal_lm(model.folder, dtype, torch.device(need.device))
+        load_causal_lm(folder, dtype, torch.device(need.device))
         return size / (time.perf_counter() - began)
 
     run()
-    return Trial(need.term.kind, "bytes/s", "loading the LM", run, model.close)
+    return Trial(need.term.kind, "bytes/s", "loading the LM", run)
 
 
 def toxicity_trial(need: Need) -> Trial | None:

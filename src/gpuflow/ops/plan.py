@@ -88,25 +88,25 @@ def run_folder(args: argparse.Namespace) -> Iterator[None]:
         os.chdir(started)
 
 
-def measured(dag: Dag, directory: Path) -> tuple[list[dict[str, Any]], int]:
-    """This folder's benchmark files of the DAG's jobs (finished or to run) as job rows of the
-    one record format ({"path", "job": {rule, wildcards, seconds, params, work}}): the mean
-    seconds with its earlier attempts', the digest of the params it ran with (Snakemake's
-    record) and, where it ran with the params of the config in hand, its work under that
-    config; and how many files had no record of their params (left out: no one can say what
-    they measured)."""
+def measured(dag: Dag) -> tuple[list[dict[str, Any]], int]:
+    """The run folder's (the working one: `run_folder`) benchmark files of the DAG's jobs
+    (finished or to run) as job rows of the one record format ({"path", "job": {rule,
+    wildcards, seconds, params, work}}): the mean seconds with its earlier attempts', the
+    digest of the params it ran with (Snakemake's record) and, where it ran with the params of
+    the config in hand, its work; and how many files had no record of their params (left out:
+    no one can say what they measured)."""
     rows, unknown = [], 0
     for job in [*dag.jobs, *dag.done]:
         if not job.benchmark or not job.output:
             continue
-        seconds = benchmark_seconds(directory / job.benchmark)
+        seconds = benchmark_seconds(Path(job.benchmark))
         if seconds is None:
             continue
         ran = dag.records.ran_params.get(job.output[0])
         if ran is None:
             unknown += 1
             continue
-        seconds += earlier_attempts_s(record_of(directory / output for output in job.output))
+        seconds += earlier_attempts_s(record_of(Path(output) for output in job.output))
         entry = {"rule": job.rule, "wildcards": job.wildcards, "seconds": seconds, "params": ran}
         work = done_work(job.rule, dag.config, job) if ran == job.params else None
         if work is not None:
@@ -123,7 +123,7 @@ def expected_times(args: argparse.Namespace, planned: Dag, own: bool = True) -> 
 
     site = read_site(planned.partition_config) if planned.partition_config else {}
     gpu = args.gpu or site.get("gpu_model")
-    rows = measured(planned, Path("."))[0] if own else []
+    rows = measured(planned)[0] if own else []
     return Expected(planned.config, rows, args.timings, gpu and str(gpu), interconnect(site))
 
 
@@ -512,7 +512,7 @@ def record_timings(args: argparse.Namespace) -> None:
     planned = plan_jobs(args, every_job=True)
     out_folder = Path(args.out).resolve()
     with run_folder(args):
-        rows, unknown = measured(planned, Path("."))
+        rows, unknown = measured(planned)
     if not rows:
         raise SystemExit(
             f"record-timings: no benchmark file of a finished job under {args.directory}"

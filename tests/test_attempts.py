@@ -10,6 +10,7 @@ the outputs equal an undisturbed run's.
 
 from __future__ import annotations
 
+import signal
 import subprocess
 
 import pytest
@@ -56,13 +57,17 @@ def test_an_attempt_superseded_on_a_shared_file_system_stops_without_writing(dat
     first = subprocess.Popen(
         command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
-    state = job_file(shared / "seed~4.json", STATE)
+    state, attempt = (job_file(shared / "seed~4.json", name) for name in (STATE, ATTEMPT))
     wait_for_file(state, first, timeout=120)
+    first.send_signal(signal.SIGSTOP)  # the lost node: it trains on once the second has started
+    named_first = attempt.read_text()
     for output in ("seed~4.json", "seed~9.json"):
         lock_path(shared / output).unlink()  # as the second node sees it: no lock held
     second = subprocess.Popen(
         command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
+    wait_for(lambda: attempt.read_text() != named_first, "the second attempt", timeout=120)
+    first.send_signal(signal.SIGCONT)
     wait_for(lambda: first.poll() is not None, "the first attempt to stop", timeout=120)
     _, first_err = first.communicate()
     second_out, second_err = second.communicate(timeout=300)

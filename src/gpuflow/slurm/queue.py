@@ -1,12 +1,11 @@
 """The jobs SLURM lists for a run: squeue (pending, running, recently ended) and sacct.
 
-The one place that runs squeue and sacct. Each command is asked for `--json` first (SLURM's
-openapi plugins: Debian's 22.05 has them); where that fails or prints no SLURM JSON, the command
-is asked for delimited text instead, from then on in this process. SLURM 22.05's
-`squeue --json` ignores `--me` and `--states`, so this user's jobs are picked here.
+The one place that runs squeue and sacct, read as delimited text: `--json` needs SLURM's openapi
+plugins and changes shape across releases, the text does not. A state is read by its first
+word (sacct prints a job ended by scancel as `CANCELLED by <uid>`).
 
-sacct is read with each job's steps, JSON or text, so that a job whose step ran out of memory
-is named OUT_OF_MEMORY (SLURM says FAILED) whichever output this cluster gives.
+sacct is read with each job's steps, so that a job whose step ran out of memory is named
+OUT_OF_MEMORY (SLURM says FAILED).
 
 A job is a run's when its name starts with `gpuflow_` (the profile's job name prefix) and it
 was submitted from the run's working directory; its comment (`job_comment`) names its rule and
@@ -20,25 +19,19 @@ retry for a long time while the controller is down; `gpuflow status` gives them 
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from contextlib import suppress
 from dataclasses import dataclass, replace
-from functools import partial
 from pathlib import Path
-from typing import Any
 
 JOB_NAME_PREFIX = "gpuflow_"
 SQUEUE_TEXT = ["squeue", "--me", "--states=all", "--noheader", "--format=%i|%j|%k|%T|%Z|%S|%e"]
-SQUEUE_JSON = ["squeue", "--me", "--states=all", "--json"]
 # without --allocations both list each job's steps (<id>.batch, <id>.0, ...)
 SACCT_TEXT = ["sacct", "--noheader", "--parsable2", "--starttime=now-7days"]
 SACCT_TEXT += ["--format=JobID,JobName,Comment,State,WorkDir,Start,End"]
-SACCT_JSON = ["sacct", "--starttime=now-7days", "--json"]
 TIMEOUT_S = 30.0
 # squeue's and sacct's each under `gpuflow status`, which answers within 5 s (1 to 2 s its own)
 STATUS_TIMEOUT_S = 2.0
@@ -62,8 +55,6 @@ ENDED_BADLY = {
 # One row per allocation (job or retry), for what a run spent (gpuflow ledger).
 SACCT_ALLOCATIONS = ["sacct", "-X", "--noheader", "--parsable2", "--starttime=now-30days"]
 SACCT_ALLOCATIONS += ["--format=JobID,JobName,Comment,WorkDir,Partition,ElapsedRaw,AllocTRES"]
-
-_json_fails: set[str] = set()
 
 
 class Unreachable(Exception):
@@ -109,49 +100,9 @@ def parse_text(out: str) -> list[SlurmJob]:
     return jobs
 
 
-def parse_squeue_json(data: dict[str, Any], user_id: int) -> list[SlurmJob]:
-    """The jobs of `user_id` in `squeue --json` (openapi v0.0.38 of SLURM 22.05, or later)."""
-    return [
-        _job(
-            job_id=str(job["job_id"]),
-            comment=job.get("comment") or "",
-            state=_first(job["job_state"]),
-            name=job["name"],
-            workdir=job["current_working_directory"],
-            started=_clock(job.get("start_time")),
-            ended=_clock(job.get("end_time")),
-        )
-        for job in data["jobs"]
-        if job.get("user_id", user_id) == user_id
-    ]
-
-
-def parse_sacct_json(data: dict[str, Any]) -> list[SlurmJob]:
-    """The jobs in `sacct --json` (openapi dbv0.0.38 of SLURM 22.05, or later)."""
-    jobs = []
-    for job in data["jobs"]:
-        comment = job.get("comment")
-        times = job.get("time") or {}
-        jobs.append(
-            _job(
-                job_id=str(job["job_id"]),
-                comment=(comment.get("job") if isinstance(comment, dict) else comment) or "",
-                state=_memory_failure(
-                    _first(job["state"]["current"]),
-                    [_first(step.get("state", "")) for step in job.get("steps") or []],
-                ),
-                name=job["name"],
-                workdir=job["working_directory"],
-                started=_clock(times.get("start")),
-                ended=_clock(times.get("end")),
-            )
-        )
-    return jobs
-
-
 def parse_sacct_text(out: str) -> list[SlurmJob]:
     """The jobs in sacct's delimited lines (parse_text), each job's step lines (<id>.<step>)
-    folded into its state as in parse_sacct_json."""
+    folded into its state."""
     lines = parse_text(out)
     steps: dict[str, list[str]] = {}
     for line in lines:
@@ -220,9 +171,7 @@ def sacct_jobs(workdir: str | Path, timeout: float = TIMEOUT_S) -> list[SlurmJob
     """Jobs SLURM's accounting database holds for `workdir` (none where there is no database
     or sacct got no answer in `timeout` seconds)."""
     try:
-        return _of_run(
-            _read(SACCT_JSON, parse_sacct_json, SACCT_TEXT, parse_sacct_text, timeout), workdir
-        )
+        return _of_run(parse_sacct_text(_run(SACCT_TEXT, timeout) or ""), workdir)
     except Unreachable:
         return []
 
@@ -245,8 +194,7 @@ def status_jobs(
 
 
 def _squeue(workdir: str | Path, timeout: float) -> list[SlurmJob]:
-    parse_json = partial(parse_squeue_json, user_id=os.getuid())
-    return _of_run(_read(SQUEUE_JSON, parse_json, SQUEUE_TEXT, parse_text, timeout), workdir)
+    return _of_run(parse_text(_run(SQUEUE_TEXT, timeout) or ""), workdir)
 
 
 def _newest(jobs: list[SlurmJob]) -> dict[str, SlurmJob]:
@@ -258,26 +206,6 @@ def _newest(jobs: list[SlurmJob]) -> dict[str, SlurmJob]:
         if known is None or _number(job.job_id) > _number(known.job_id) or (same and job.active):
             found[job.comment] = job
     return found
-
-
-def _read(
-    json_command: list[str],
-    parse_json: Callable[[dict[str, Any]], list[SlurmJob]],
-    text_command: list[str],
-    parse_lines: Callable[[str], list[SlurmJob]],
-    timeout: float,
-) -> list[SlurmJob]:
-    """The jobs a command lists: its JSON while that works here, else its text (Unreachable
-    where it got no answer, which says nothing of its JSON)."""
-    program = json_command[0]
-    if program not in _json_fails:
-        out = _run(json_command, timeout)
-        with suppress(ValueError, AttributeError, KeyError, TypeError):  # failed, or no SLURM JSON
-            data = json.loads(out or "")
-            if not data.get("errors"):
-                return parse_json(data)
-        _json_fails.add(program)
-    return parse_lines(_run(text_command, timeout) or "")
 
 
 def _run(command: list[str], timeout: float = TIMEOUT_S) -> str | None:
@@ -330,18 +258,6 @@ def _job(
 
 def _value(field: str) -> str:
     return "" if field in NO_VALUE else field
-
-
-def _first(state: str | list[str]) -> str:
-    """A job state: SLURM 23.02 and later give a list of flags, the base state first."""
-    return state[0] if isinstance(state, list) else state
-
-
-def _clock(value: int | dict[str, Any] | None) -> str:
-    """A JSON time as SLURM's text prints it; "" for unset (0, or SLURM 23.02's unset number)."""
-    if isinstance(value, dict):
-        value = value.get("number") if value.get("set") and not value.get("infinite") else None
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(value)) if value else ""
 
 
 def _number(job_id: str) -> int:

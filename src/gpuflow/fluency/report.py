@@ -16,7 +16,7 @@ import pandas as pd
 
 from gpuflow.errors import DataError
 from gpuflow.fluency.stats import BINNED_COLUMNS, CORRELATION_COLUMNS, OVERALL
-from gpuflow.job import telemetry_section, write_text
+from gpuflow.job import markdown_table, telemetry_section, write_text
 
 SUMMARY_KEYS = (
     "model",
@@ -112,12 +112,6 @@ def read_table(path: str | Path, columns: list[str], what: str = "table") -> pd.
     return table
 
 
-def _markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return lines
-
-
 def correlation_rows(table: pd.DataFrame, methods: tuple[str, ...]) -> list[list[str]]:
     """Markdown rows (group column, group, method, estimate, CI, p, n, note) for `methods`."""
     return [
@@ -205,7 +199,7 @@ def build_report(summary: dict[str, Any], table: pd.DataFrame, binned: pd.DataFr
         "",
         "## Perplexity",
         "",
-        *_markdown_table(
+        markdown_table(
             ["measure", "value"],
             [
                 ["corpus perplexity: exp(total NLL / total tokens)", fmt(corpus, 2, False)],
@@ -235,7 +229,7 @@ def build_report(summary: dict[str, Any], table: pd.DataFrame, binned: pd.DataFr
         lines += [
             "Per group:",
             "",
-            *_markdown_table(
+            markdown_table(
                 ["group column", "group", "texts", "tokens", "corpus perplexity"], group_rows
             ),
             "",
@@ -248,7 +242,7 @@ def build_report(summary: dict[str, Any], table: pd.DataFrame, binned: pd.DataFr
         f"{confidence:.0%} percentile bootstrap over texts, {n_bootstrap} resamples; p-values "
         "from scipy.",
         "",
-        *_markdown_table(header, correlation_rows(table, PLAIN)),
+        markdown_table(header, correlation_rows(table, PLAIN)),
         "",
         "## Partial correlation, controlling for length",
         "",
@@ -256,11 +250,11 @@ def build_report(summary: dict[str, Any], table: pd.DataFrame, binned: pd.DataFr
         "(Pearson), or of their ranks on the rank of n_tokens (Spearman); p-values from a "
         "t-test with n − 3 degrees of freedom.",
         "",
-        *_markdown_table(header, correlation_rows(table, PARTIAL)),
+        markdown_table(header, correlation_rows(table, PARTIAL)),
         "",
         "## Mean toxicity in quantile bins of log-perplexity",
         "",
-        *_markdown_table(
+        markdown_table(
             [
                 "bin",
                 "log-ppl range",

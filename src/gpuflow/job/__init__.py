@@ -36,6 +36,7 @@ _WHERE = {
     "load_optimizer_state": "state",
     "SkippedSteps": "divergence",
     "telemetry_section": "record_tables",
+    "markdown_table": "markdown",
 }
 
 __all__ = ["Job", "current", *_WHERE]

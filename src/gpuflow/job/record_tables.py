@@ -6,6 +6,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from gpuflow.job.markdown import markdown_table
 from gpuflow.job.paths import RECORD, family_root, job_of
 from gpuflow.job.record import ended, read_record
 from gpuflow.job.telemetry.flags import flag, utilisation
@@ -61,12 +62,6 @@ JOB_HEADER = [
 ]
 
 
-def markdown(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(cell.replace("|", "/") for cell in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
 def jobs_section(folder: str | Path, threshold: float) -> str:
     """The report section: GPU-hours and utilisation of every job under `folder`, flagged."""
     jobs = read_folder(folder)
@@ -84,7 +79,7 @@ def jobs_section(folder: str | Path, threshold: float) -> str:
     ]
     if absent:
         lines.append(f"No GPU telemetry: {'; '.join(sorted(absent))}.")
-    return "\n".join([*lines, "", markdown(JOB_HEADER, rows), ""])
+    return "\n".join([*lines, "", markdown_table(JOB_HEADER, rows, bar="/"), ""])
 
 
 def section(out: str | Path) -> str:

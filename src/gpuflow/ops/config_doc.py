@@ -22,6 +22,7 @@ import yaml
 
 from gpuflow.errors import DataError
 from gpuflow.job.atomic import atomic_path
+from gpuflow.job.markdown import markdown_table
 from gpuflow.settings.validate import SCHEMA_DIR, DefaultingValidator, load_schema
 
 REPO = Path(".")
@@ -219,13 +220,6 @@ def key_row(key: Key, path: str, *values: str) -> list[str]:
     ]
 
 
-def table(header: list[str], rows: list[list[str]]) -> str:
-    """A Markdown table."""
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
 def keys_section(name: str, sources: Sources) -> str:
     """The description of top-level key `name`, a row per key under it, a table per group."""
     schema = sources.schema["properties"][name]
@@ -237,7 +231,7 @@ def keys_section(name: str, sources: Sources) -> str:
         shown = UNMARKED if default is UNSET else f"`{show(default)}`"
         rows.append(key_row(key, key.path, shown, set_in_files(key.path, default, sources)))
     parts = [describe(schema)] if schema.get("properties") else []
-    parts.append(table(header, rows))
+    parts.append(markdown_table(header, rows))
     parts += [group_table(group, sources) for group in groups]
     return "\n\n".join(part for part in parts if part)
 
@@ -254,7 +248,7 @@ def group_table(group: Group, sources: Sources) -> str:
         rows.append([f"`{path}`", *cells, set_in_files(path, default, sources)])
     name = group.path.rsplit(".", 1)[-1]
     title = f"`{group.path}`: {describe(group.schema)} Each entry holds the `{name}` keys."
-    return title + "\n\n" + table(["entry", *columns, "config files"], rows)
+    return title + "\n\n" + markdown_table(["entry", *columns, "config files"], rows)
 
 
 def block_section(name: str, sources: Sources) -> str:
@@ -268,7 +262,7 @@ def block_section(name: str, sources: Sources) -> str:
             block = group.schema["properties"][group.blocks[0]]
             keys, _ = collect(block, "", group.affects)
             rows = [key_row(k, k.path[1:]) for k in keys]
-            tables.add(table(["key", "type", "range", "affects", "description"], rows))
+            tables.add(markdown_table(["key", "type", "range", "affects", "description"], rows))
     if len(tables) != 1:
         problem = "names no group of blocks" if not tables else "names blocks that differ"
         raise DataError(TEMPLATE, f"<!-- block: {name} --> {problem}", expected=BLOCKS_EXPECTED)

@@ -6,7 +6,7 @@ import argparse
 
 import pandas as pd
 
-from gpuflow.job import telemetry_section, write_text
+from gpuflow.job import markdown_table, telemetry_section, write_text
 
 # Kingma, Rezende, Mohamed, Welling (2014), Table 1: M2 test error (%) on MNIST, trained on the
 # 50,000 digits of the standard train / validation / test split (their code's mnist.pkl.gz).
@@ -30,7 +30,7 @@ def accuracy_table(summary: pd.DataFrame, rate: float) -> str:
         "baseline",
         "best M2 − baseline",
     ]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    body = []
     for frac, rows in at.groupby("frac"):
         m2 = rows[rows["model"] == "m2"].set_index("alpha")
         base = rows[rows["model"] == "baseline"]
@@ -42,8 +42,8 @@ def accuracy_table(summary: pd.DataFrame, rate: float) -> str:
         base_mean = base["accuracy_mean"].iloc[0] if len(base) else float("nan")
         cells.append(_cell(base_mean, base["accuracy_std"].iloc[0]) if len(base) else "")
         cells.append(f"{m2['accuracy_mean'].max() - base_mean:+.3f}" if len(base) else "")
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        body.append(cells)
+    return markdown_table(header, body)
 
 
 def gain_table(summary: pd.DataFrame) -> str:
@@ -144,11 +144,10 @@ def validation_curves(curves: pd.DataFrame) -> str:
     for n, rows in clean.groupby("n_labelled"):
         table = 100 * rows.pivot_table(index="epoch", columns="run", values="val_accuracy")
         order = sorted(table.columns, key=lambda name: (name != "baseline", name))
-        header = ["epoch", *order]
-        lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        for epoch, values in table[order].iterrows():
-            lines.append(f"| {epoch} | " + " | ".join(f"{v:.2f}" for v in values) + " |")
-        parts += [f"{n} labels, mean over seeds:", "", *lines, ""]
+        body = [
+            [f"{epoch}", *(f"{v:.2f}" for v in vals)] for epoch, vals in table[order].iterrows()
+        ]
+        parts += [f"{n} labels, mean over seeds:", "", markdown_table(["epoch", *order], body), ""]
     return "\n".join(parts).rstrip()
 
 

@@ -96,7 +96,9 @@ def parse_text(out: str) -> list[SlurmJob]:
         if len(fields) != 7:
             continue
         job_id, name, comment, state, workdir, started, ended = (_value(f) for f in fields)
-        jobs.append(_job(job_id, comment, state.split(" ")[0], name, workdir, started, ended))
+        state = state.split(" ")[0]
+        ended = "" if state in ACTIVE else ended  # an active job's end is its time limit's
+        jobs.append(SlurmJob(job_id, comment, state, name, workdir, started, ended))
     return jobs
 
 
@@ -246,14 +248,6 @@ def _of_run(jobs: list[SlurmJob], workdir: str | Path) -> list[SlurmJob]:
         for job in jobs
         if job.name.startswith(JOB_NAME_PREFIX) and os.path.realpath(job.workdir) == here
     ]
-
-
-def _job(
-    job_id: str, comment: str, state: str, name: str, workdir: str, started: str, ended: str
-) -> SlurmJob:
-    """A job's record; an active job's end (its time limit's, or none) is left out."""
-    ended = "" if state in ACTIVE else ended
-    return SlurmJob(job_id, comment, state, name, workdir, started, ended)
 
 
 def _value(field: str) -> str:

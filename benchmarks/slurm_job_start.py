@@ -59,8 +59,8 @@ from tests.slurm import cluster  # noqa: E402 (this checkout's test cluster)
 
 # the GPU rules measured, as 1-GPU jobs: one CPU each (the cluster runs on a small machine)
 GPU_RULES = {
-    "fluency_perplexity": ("fluency", {"gpu": 1, "cpus_per_task": 1, "mem_mb": 3000}),
-    "scaling_train": ("scaling", {"gpu": 1, "cpus_per_task": 1, "mem_mb": 3000}),
+    "fluency_perplexity": ("fluency", {"gpu": 1, "cpus_per_gpu": 1, "mem_mb": 3000}),
+    "scaling_train": ("scaling", {"gpu": 1, "cpus_per_gpu": 1, "mem_mb": 3000}),
 }
 TARGETS = [
     "results/fluency/perplexity/shard~0.csv",

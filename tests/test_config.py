@@ -172,3 +172,53 @@ def test_an_unread_key_in_the_wrong_half_is_still_refused_by_its_dotted_name():
 
     with pytest.raises(ConfigError, match=r"'scaling.amp_overflow_limit': is not a results key"):
         family_settings("scaling", '{"amp": "bf16", "amp_overflow_limit": 5}')
+
+
+def test_a_gpu_rule_s_cores_are_per_gpu_and_the_old_key_names_what_to_write(tmp_path, run_gpuflow):
+    """A GPU rule takes cpus_per_gpu (SLURM's --cpus-per-gpu). Its cpus_per_task, which gpuflow
+    once counted per GPU, stops the config before any job in one line saying what to write."""
+    old = tmp_path / "old.yaml"
+    old.write_text("ssvae: {resources: {ssvae_train: {gpu: 1, cpus_per_task: 4}}}\n")
+    result = run_gpuflow(
+        "doctor", "--configfile", str(REPO / "config" / "config.yaml"), str(old), check=False
+    )
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        "gpuflow doctor: error: config key 'ssvae.resources.ssvae_train.cpus_per_task': a GPU "
+        "rule (gpu: 1) counts its cores per GPU, as SLURM's --cpus-per-gpu (expected "
+        "cpus_per_gpu: 4 in its place)"
+    ]
+
+
+def test_a_cpu_rule_s_cores_are_per_task_and_cpus_per_gpu_there_names_what_to_write():
+    config = copy.deepcopy(shipped("config.yaml"))
+    config["fluency"]["resources"] = {"fluency_texts": {"gpu": 0, "cpus_per_gpu": 2}}
+    with pytest.raises(ConfigError) as raised:
+        validate_config(config)
+    assert str(raised.value) == (
+        "config key 'fluency.resources.fluency_texts.cpus_per_gpu': a CPU rule (gpu: 0) counts "
+        "its cores per task, as SLURM's --cpus-per-task (expected cpus_per_task: 2 in its place)"
+    )
+
+
+def test_each_rule_keeps_its_own_kind_s_cores_key_filled_and_layered_files_mix_kinds():
+    """The paper's GPU rules give cpus_per_gpu; a rule that sets no cores gets 1 of its kind; a
+    cpus_per_task layered under a file that makes the rule a GPU rule is not used."""
+    paper = load_config(REPO / "config" / "config.yaml", REPO / "config" / "paper.yaml")
+    resources = {family: paper[family]["resources"] for family in paper["families"]}
+    assert resources["scaling"]["scaling_train"] == {
+        "gpu": 1, "mem_mb": 16000, "runtime": "auto", "cpus_per_gpu": 8,
+    }  # fmt: skip
+    assert resources["fluency"]["fluency_toxicity"]["cpus_per_task"] == 4
+    for blocks in resources.values():
+        for block in blocks.values():
+            key, other = ("cpus_per_gpu", "cpus_per_task")[:: 1 if block["gpu"] else -1]
+            assert key in block and other not in block, block
+    config = copy.deepcopy(shipped("config.yaml"))
+    config["sweep"]["resources"] = {"sweep_shard": {"gpu": 2}}
+    config["scaling"]["resources"]["scaling_train"] = {"gpu": 1, "cpus_per_task": 2}
+    config["scaling"]["resources"]["scaling_train"]["cpus_per_gpu"] = 6  # the file over it
+    validate_config(config)
+    assert config["sweep"]["resources"]["sweep_shard"]["cpus_per_gpu"] == 1
+    assert "cpus_per_task" not in config["scaling"]["resources"]["scaling_train"]
+    assert config["scaling"]["resources"]["scaling_train"]["cpus_per_gpu"] == 6

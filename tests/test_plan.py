@@ -44,9 +44,9 @@ def write_probe_config(workdir: Path, n_gpu_jobs: int = 5) -> Path:
             "kill_hold": 0,
             "seed": 0,
             "resources": {
-                "probe_gpu": {"gpu": 1, "cpus_per_task": 2, "mem_mb": 1000, "runtime": 30},
+                "probe_gpu": {"gpu": 1, "cpus_per_gpu": 2, "mem_mb": 1000, "runtime": 30},
                 "probe_cpu": {"gpu": 0, "cpus_per_task": 1, "mem_mb": 500, "runtime": 5},
-                "probe_retried": {"gpu": 4, "cpus_per_task": 1, "mem_mb": 700, "runtime": 120},
+                "probe_retried": {"gpu": 4, "cpus_per_gpu": 1, "mem_mb": 700, "runtime": 120},
             },
         }
     }

@@ -22,6 +22,7 @@ import yaml
 from gpuflow.job.paths import RECORD, STATE, job_file, job_of
 from gpuflow.ops.plan import plan_jobs
 from gpuflow.settings.blocks import applies, family_schema, keys_of_kind
+from gpuflow.settings.resources import PER_GPU, PER_TASK, cpus_key
 from gpuflow.settings.validate import merge_config, schema_families, validate_config
 from tests.conftest import REPO, job_counts, snakemake, tiny_config
 
@@ -52,7 +53,7 @@ MUST_STAY_RUNTIME = {
     "sweep": ["device", "cpu_workers"],
     "telemetry": ["interval_s"],
 }  # fmt: skip
-RESOURCE_KEYS = ("gpu", "cpus_per_task", "mem_mb", "runtime")  # of every rule, every family
+RESOURCE_KEYS = ("gpu", "cpus_per_task", "cpus_per_gpu", "mem_mb", "runtime")  # of every rule
 
 
 def must_stay_runtime(family: str) -> list[tuple[str, ...]]:
@@ -131,15 +132,28 @@ def expand_names(path: tuple[str, ...], values: dict[str, Any]) -> list[tuple[st
     ]
 
 
+def changed_cores_key(family: str, config: dict[str, Any], rule: str) -> str:
+    """The key that holds a rule's cores once its `gpu`, a runtime key too, is changed: a CPU
+    rule becomes a GPU rule (cpus_per_gpu) and the other way round (cpus_per_task)."""
+    block = config[family]["resources"][rule]
+    gpu = other_value(leaf_schema(family, ("resources", rule, "gpu")), block["gpu"])
+    return cpus_key({**block, "gpu": gpu})
+
+
 def runtime_overrides(family: str, config: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """Every runtime-only key of the family set to another valid value, and the keys' names."""
     overrides: dict[str, Any] = {}
     names = []
     for pattern in runtime_keys(family):
         for path in expand_names(pattern, config[family]):
-            current = config[family]
-            for name in path:
-                current = current[name]
+            cores = path[0] == "resources" and path[-1] in (PER_GPU, PER_TASK)
+            if cores and path[-1] != changed_cores_key(family, config, path[1]):
+                continue  # a rule's cores are under its own kind's key alone
+            parent = config[family]
+            for name in path[:-1]:
+                parent = parent[name]
+            # a rule's cores: its count now, under either key, so that the change is a real one
+            current = parent.get(PER_GPU, parent.get(PER_TASK)) if cores else parent[path[-1]]
             value = other_value(leaf_schema(family, pattern), current)
             assert value != current
             node = overrides

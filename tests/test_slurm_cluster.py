@@ -41,9 +41,9 @@ def probe_config(n_gpu_jobs: int, kill_hold: int) -> dict[str, Any]:
             "kill_hold": kill_hold,
             "seed": 0,
             "resources": {
-                "probe_gpu": {"gpu": 1, "cpus_per_task": 2, "mem_mb": 1000, "runtime": 5},
+                "probe_gpu": {"gpu": 1, "cpus_per_gpu": 2, "mem_mb": 1000, "runtime": 5},
                 "probe_cpu": {"gpu": 0, "cpus_per_task": 1, "mem_mb": 500, "runtime": 5},
-                "probe_retried": {"gpu": 1, "cpus_per_task": 1, "mem_mb": 700, "runtime": 5},
+                "probe_retried": {"gpu": 1, "cpus_per_gpu": 1, "mem_mb": 700, "runtime": 5},
             },
         }
     }

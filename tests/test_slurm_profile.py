@@ -24,7 +24,8 @@ PROBE = {
     "probe": {
         "n_gpu_jobs": 1, "hold": 0, "kill_hold": 0, "seed": 0,
         "resources": {
-            rule: {"gpu": gpu, "cpus_per_task": 1, "mem_mb": 500, "runtime": 5}
+            rule: {"gpu": gpu, "cpus_per_gpu" if gpu else "cpus_per_task": 1, "mem_mb": 500,
+                   "runtime": 5}
             for rule, gpu in (("probe_gpu", 1), ("probe_cpu", 0), ("probe_retried", 1))
         },
     }

@@ -141,7 +141,7 @@ def test_a_run_with_a_job_that_fits_no_partition_stops_before_submitting_any(
     fails with "Requested node configuration is not available", three times a job."""
     config = tiny_config("sweep")
     config["sweep"]["resources"] = {
-        "sweep_shard": {"gpu": 5, "cpus_per_task": 1, "mem_mb": 2000, "runtime": 30}
+        "sweep_shard": {"gpu": 5, "cpus_per_gpu": 1, "mem_mb": 2000, "runtime": 30}
     }
     result, _ = harness.run_profile(tmp_path, REPO / "Snakefile", config)
     assert result.returncode == 1, result.stderr[-3000:]

@@ -128,7 +128,7 @@ def test_every_gpu_job_on_the_cluster_recorded_its_telemetry(cluster_run):
         cpu = telemetry["cpu"]
         assert cpu["cpu_seconds"] > 0 and cpu["peak_rss_mb"] > 50, (name, cpu)
         # the job's allotment (SLURM_CPUS_ON_NODE), capped by the cores the node really has
-        cores = min(len(os.sched_getaffinity(0)), wanted["cpus_per_task"])
+        cores = min(len(os.sched_getaffinity(0)), wanted["cpus_per_gpu"])
         assert cpu["allotted_cores"] == cores, (name, cpu)
         # the fake GPUs are device files without a driver: NVML says why there is no GPU part
         assert telemetry["gpu"]["absent"].startswith("NVML init failed"), (name, telemetry)
@@ -141,7 +141,7 @@ def test_gpu_jobs_were_submitted_with_one_gpu_their_cpus_per_gpu_and_memory(clus
         assert job["JobState"] == "COMPLETED", name
         assert job["Partition"] == "gpu", name
         assert job["TresPerJob"] == f"gres:gpu:{cluster.GPU_TYPE}:1", name
-        assert job["CpusPerTres"] == f"gres:gpu:{wanted['cpus_per_task']}", name
+        assert job["CpusPerTres"] == f"gres:gpu:{wanted['cpus_per_gpu']}", name
         # the plugin adds 1 MB to array jobs for their payload
         assert job["MinMemoryNode"] in (f"{wanted['mem_mb']}M", f"{wanted['mem_mb'] + 1}M"), name
         assert job["TimeLimit"] == f"00:{wanted['runtime']:02d}:00", name

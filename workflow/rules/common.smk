@@ -17,6 +17,7 @@ from gpuflow.errors import GpuflowError
 from gpuflow.job.finished_states import RECORDS_ENV, clean, records_folder
 from gpuflow.data.modelref import check_model_reference
 from gpuflow.settings.blocks import split_json
+from gpuflow.settings.resources import cpus_of
 from gpuflow.job.stopping import ignore_warning
 from gpuflow.cost.limits import AUTO, auto_runtime
 from gpuflow.cost.records import rate_records
@@ -119,21 +120,30 @@ def final_outputs(*rules_):
     return [path for rule_ in rules_ for path in rule_.output]
 
 
+def rule_cpus(family, rule_name):
+    """A rule's cores from config[family]['resources'][rule_name]: `cpus_per_gpu` on a GPU rule,
+    `cpus_per_task` on a CPU rule (gpuflow.settings.resources; the other kind's key alone is a
+    ConfigError naming it)."""
+    block = config[family]["resources"][rule_name]
+    return cpus_of(block, f"{family}.resources.{rule_name}")
+
+
 def rule_resources(family, rule_name):
     """Resources of a rule from config[family]['resources'][rule_name].
 
     Memory and runtime grow with each retry (attempt 1, 2, ...), so a job killed for memory or
-    time comes back with more (`retried`). On GPU rules `cpus_per_task` counts per GPU: SLURM gets
+    time comes back with more (`retried`). A GPU rule's cores are its `cpus_per_gpu`: SLURM gets
     --gpus=N --cpus-per-gpu=C and no --ntasks-per-gpu (tasks_per_gpu: 0), and the SLURM site
-    file's `gpu_model` where it names one (CPU rules ask for no GPU at all). GPU rules' shell
+    file's `gpu_model` where it names one; a CPU rule's are its `cpus_per_task`
+    (--cpus-per-task), and it asks for no GPU and no GPU model at all. GPU rules' shell
     commands start with `GPUFLOW_GPUS={resources.gpu}` (device locks in whole-node mode).
     """
     block = config[family]["resources"][rule_name]
     mem_mb, runtime = block["mem_mb"], block["runtime"]
     cpus = (
-        {"cpus_per_gpu": block["cpus_per_task"], "tasks_per_gpu": 0}
+        {"cpus_per_gpu": rule_cpus(family, rule_name), "tasks_per_gpu": 0}
         if block["gpu"]
-        else {"cpus_per_task": block["cpus_per_task"]}
+        else {"cpus_per_task": rule_cpus(family, rule_name)}
     )
     model = gpu_model(workflow.basedir) if block["gpu"] else None
     return {

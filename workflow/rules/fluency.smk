@@ -71,7 +71,7 @@ rule fluency_train_lm:
         f"{FLUENCY_DIR}/benchmarks/train_lm.tsv"
     conda:
         CONDA_ENV
-    threads: FLUENCY["resources"]["fluency_train_lm"]["cpus_per_task"]
+    threads: rule_cpus("fluency", "fluency_train_lm")
     resources:
         **rule_resources("fluency", "fluency_train_lm"),
     params:
@@ -109,7 +109,7 @@ rule fluency_perplexity:
         f"{FLUENCY_DIR}/benchmarks/perplexity/shard~{{shard}}.tsv"
     conda:
         CONDA_ENV
-    threads: FLUENCY["resources"]["fluency_perplexity"]["cpus_per_task"]
+    threads: rule_cpus("fluency", "fluency_perplexity")
     resources:
         **rule_resources("fluency", "fluency_perplexity"),
     params:

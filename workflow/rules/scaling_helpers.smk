@@ -8,8 +8,14 @@ SCALING_DIR = "results/scaling"
 SCALING_RUN = SCALING["run"]
 SCALING_WORLDS = sorted(SCALING["world_sizes"])
 SCALING_MULTI = SCALING["multinode"]
-SCALING_TRAIN_RES = SCALING["resources"]["scaling_train"]
-SCALING_ON_GPU = SCALING_TRAIN_RES["gpu"] > 0
+SCALING_ON_GPU = SCALING["resources"]["scaling_train"]["gpu"] > 0
+# Cores per training process: the config's cpus_per_gpu on GPUs, cpus_per_task on CPU. The
+# two-node rule (scaling.smk) reads them as SCALING_TRAIN_RES["cpus_per_task"].
+SCALING_TRAIN_CPUS = rule_cpus("scaling", "scaling_train")
+SCALING_TRAIN_RES = {
+    **SCALING["resources"]["scaling_train"],
+    "cpus_per_task": SCALING_TRAIN_CPUS,
+}
 SCALING_FIGURES = [
     "epoch_time",
     "speedup_efficiency",
@@ -53,7 +59,7 @@ def scaling_train_resources():
     machine never share it with each other.
     """
     block = SCALING_TRAIN_RES
-    mem_mb, runtime, cpus = block["mem_mb"], block["runtime"], block["cpus_per_task"]
+    mem_mb, runtime, cpus = block["mem_mb"], block["runtime"], SCALING_TRAIN_CPUS
     resources = {
         "mem_mb": retried(
             "mem_mb", SCALING_ON_GPU, lambda wildcards: mem_mb * int(wildcards.world)
@@ -78,8 +84,8 @@ def scaling_train_resources():
 
 def scaling_train_threads(wildcards):
     if SCALING_ON_GPU:
-        return SCALING_TRAIN_RES["cpus_per_task"] * int(wildcards.world)
-    return SCALING_TRAIN_RES["cpus_per_task"] * max(SCALING_WORLDS)
+        return SCALING_TRAIN_CPUS * int(wildcards.world)
+    return SCALING_TRAIN_CPUS * max(SCALING_WORLDS)
 
 
 def scaling_multinode_resources():
@@ -97,7 +103,7 @@ def scaling_multinode_resources():
         "tasks": SCALING_MULTI["nodes"],
         "mpi": "srun",
         "tasks_per_gpu": 0,
-        "cpus_per_task": block["cpus_per_task"] * per_node,
+        "cpus_per_task": SCALING_TRAIN_CPUS * per_node,
         "gres": f"gpu:{per_node}",
         "gpu_model": "",
         "mem_mb": retried("mem_mb", True, mem_mb * per_node),

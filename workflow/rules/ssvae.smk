@@ -83,7 +83,7 @@ if SSVAE_STACKED:
             **SSVAE_WILDCARDS,
         conda:
             CONDA_ENV
-        threads: SSVAE["resources"]["ssvae_train"]["cpus_per_task"]
+        threads: rule_cpus("ssvae", "ssvae_train")
         resources:
             **rule_resources("ssvae", "ssvae_train"),
         params:
@@ -108,7 +108,7 @@ else:
             seed=r"\d+",
         conda:
             CONDA_ENV
-        threads: SSVAE["resources"]["ssvae_train"]["cpus_per_task"]
+        threads: rule_cpus("ssvae", "ssvae_train")
         resources:
             **rule_resources("ssvae", "ssvae_train"),
         params:
@@ -132,7 +132,7 @@ rule ssvae_baseline:
         corrupt=SSVAE_WILDCARDS["corrupt"],
     conda:
         CONDA_ENV
-    threads: SSVAE["resources"]["ssvae_baseline"]["cpus_per_task"]
+    threads: rule_cpus("ssvae", "ssvae_baseline")
     resources:
         **rule_resources("ssvae", "ssvae_baseline"),
     params:

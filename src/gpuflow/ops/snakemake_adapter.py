@@ -263,6 +263,20 @@ def build_dag(args: argparse.Namespace, every_job: bool = False) -> Dag:
         raise GpuflowError(f"Snakemake could not plan the run: {error}") from None
 
 
+def profile_settings(profiles: list[str]) -> tuple[argparse.Namespace, Any]:
+    """Snakemake's options as `profiles` (and the workflow profile) set them, read by
+    Snakemake's own parser (YTE profiles rendered, as a run renders them), and the settings of
+    the executor they name (e.g. the SLURM plugin's `partition_config`: the site file)."""
+    check_version()
+    import_slurm_plugin_quickly()
+    from snakemake.cli import parse_args
+    from snakemake_interface_executor_plugins.registry import ExecutorPluginRegistry
+
+    cli = parse_args([arg for profile in profiles for arg in ("--profile", profile)])[1]
+    executor = cli.executor or "local"
+    return cli, ExecutorPluginRegistry().get_plugin(executor).get_settings(cli)
+
+
 def import_slurm_plugin_quickly() -> None:
     """Import the SLURM executor plugin with SLURM's commands out of its reach. At import it
     asks `scontrol show config` for a help text (snakemake-executor-plugin-slurm 2.8.0,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import getpass
 import os
+import shlex
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -19,6 +20,12 @@ from gpuflow.errors import ConfigError, DataError
 
 SITE_ENV = "GPUFLOW_SLURM_SITE"
 DEFAULT_SITE = "profiles/slurm/site.yaml"
+# Site keys that reach every job's sbatch through the profile's slurm_extra, and their options.
+SBATCH_EXTRA = {
+    "reservation": "--reservation",
+    "mail_type": "--mail-type",
+    "mail_user": "--mail-user",
+}
 
 
 def site_path(basedir: str | Path | None = None) -> str:
@@ -101,6 +108,18 @@ def warning_signal(site: dict[str, Any]) -> str | None:
     job's time limit, to every process of its step; None where the site wants none."""
     minutes = stop_warning_minutes(site)
     return f"--signal=USR1@{round(minutes * 60)}" if minutes else None
+
+
+def slurm_extra(site: dict[str, Any]) -> str | None:
+    """The profile's `slurm_extra` for every job: the stop warning (`warning_signal`), the
+    site's `reservation` and its mail options (`mail_type`, `mail_user`), which the SLURM plugin
+    has no resource for; shell-quoted (the plugin pastes it into sbatch's command line). None
+    where the site wants none of them. A rule's own slurm_extra would replace all of it."""
+    parts = [warning_signal(site)]
+    for key, option in SBATCH_EXTRA.items():
+        if site.get(key):
+            parts.append(f"{option}={shlex.quote(str(site[key]))}")
+    return " ".join(part for part in parts if part) or None
 
 
 def check_partitions(config: dict[str, Any], site_file: str | Path) -> None:

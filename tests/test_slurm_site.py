@@ -4,6 +4,9 @@ killed submitter's orphans)."""
 
 from __future__ import annotations
 
+import getpass
+import json
+import socket
 import subprocess
 from pathlib import Path
 from types import SimpleNamespace
@@ -18,8 +21,9 @@ from gpuflow.slurm.earlier_jobs import check_no_earlier_jobs, earlier_jobs
 from gpuflow.slurm.fit import PlannedJob, check_jobs_fit, grown, retry_limits
 from gpuflow.slurm.queue import job_comment
 from gpuflow.slurm.site import check_partitions
+from gpuflow.slurm.site_check import Cluster, Node, gpu_types, minutes, mismatches, unchecked
 from tests.conftest import BIN, tiny_config, workflow_env
-from tests.slurm import harness
+from tests.slurm import cluster, harness
 
 REPO = harness.REPO
 SITE = REPO / "profiles" / "slurm" / "site.yaml"
@@ -154,6 +158,141 @@ def test_a_run_with_a_job_that_fits_no_partition_stops_before_submitting_any(
     assert len(unfit) == 1, "the other rules fit"
     assert harness.workdir_jobs(tmp_path) == [], "nothing was submitted"
     assert not (tmp_path / "results").exists()
+
+
+def a_cluster() -> Cluster:
+    """Partition gpu (one node: 4 GPUs of type h100, 720 GB, 5 days) and cpu (two nodes of
+    336 GB, no time limit), as scontrol has them; user alice may use account prj1."""
+    nodes = [Node("g1", {"gpu"}, 720000, "gpu:h100:4(S:0-1)")]
+    nodes += [Node(f"c{i}", {"cpu"}, 336000, "(null)") for i in (1, 2)]
+    return Cluster({"gpu": "5-00:00:00", "cpu": "UNLIMITED"}, nodes, {"prj1"})
+
+
+def test_the_site_check_reads_scontrol_s_limits_and_gres_as_slurm_writes_them():
+    assert [minutes(t) for t in ("10:00:00", "2-00:00:00", "30:00", "1-12", "UNLIMITED")] == [
+        600, 2880, 30, 2160, float("inf"),
+    ]  # fmt: skip
+    assert gpu_types("gpu:a100:4(S:0-1),gpu:v100:2,tmpspace:100G") == {"a100", "v100"}
+    assert gpu_types("gpu:4") == set() and gpu_types("(null)") == set()
+
+
+def test_the_site_check_names_each_value_the_cluster_does_not_have_in_one_line(monkeypatch):
+    """The example site file (Snellius-like) against a cluster that has its partitions, and a
+    site file wrong in each way the check knows: partition, GPU type, time, memory, account."""
+    monkeypatch.setattr("getpass.getuser", lambda: "alice")
+    site = yaml.safe_load(SITE.read_text())
+    site["partitions"] = {
+        "gpu": site["partitions"].pop("gpu_h100"),
+        "cpu": site["partitions"]["genoa"],
+    }
+    site |= {"account": "prj1", "gpu_model": "h100"}
+    assert mismatches(site, a_cluster()) == []
+    site["partitions"]["gpu"] |= {"max_runtime": 8000, "available_gpu_models": ["h100", "a100"]}
+    site["partitions"]["cpu"] |= {"max_mem_mb": 400000, "max_runtime": 10**6}
+    site["partitions"]["gpu_a100"] = {"max_gpu": 4}
+    site |= {"gpu_model": "a100", "account": "prj2"}
+    assert mismatches(site, a_cluster()) == [
+        "partitions.gpu.max_runtime: 8000 minutes, above the partition's MaxTime of 7200 minutes "
+        "(5-00:00:00)",
+        "partitions.gpu.available_gpu_models: a100 is on no node of the partition (its GPUs: "
+        "gpu:h100:4(S:0-1))",
+        "partitions.cpu.max_mem_mb: 400000, above the memory of the partition's largest node, "
+        "336000 MB (c1: RealMemory)",
+        "partitions.gpu_a100: no such partition on the cluster (it has cpu, gpu)",
+        "gpu_model: a100 is on no node of GPU partition gpu (its GPUs: gpu:h100:4(S:0-1)): sbatch "
+        "refuses its GPU jobs",
+        "account: 'prj2' is not one of user alice's accounts in SLURM's database (sacctmgr show "
+        "assoc: prj1)",
+    ]
+
+
+def test_the_site_check_says_the_account_is_unchecked_where_slurm_keeps_no_accounts():
+    cluster = a_cluster()
+    cluster.accounts, cluster.accounting_error = None, "sacctmgr: accounting storage is disabled"
+    site = {"account": "prj2", "partitions": {}}
+    assert mismatches(site, cluster) == []
+    assert unchecked(site, cluster) == [
+        "account: not checked (sacctmgr: accounting storage is disabled)"
+    ]
+
+
+def doctor(site: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`gpuflow doctor --profile profiles/slurm` with `site` as the site file, in the
+    repository (its default config)."""
+    env = {**harness.cluster_env(), "GPUFLOW_SLURM_SITE": str(site)}
+    command = [str(BIN / "gpuflow"), "doctor", "--profile", "profiles/slurm", *args]
+    return subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
+
+
+def site_lines(stdout: str) -> list[str]:
+    """The lines under doctor's site file head line."""
+    lines = stdout.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("SLURM site file "))
+    found = []
+    for line in lines[head + 1 :]:
+        if not line.startswith("  "):
+            break
+        found.append(line.strip())
+    return [lines[head], *found]
+
+
+@pytest.mark.slurm
+def test_doctor_names_each_value_of_a_wrong_site_file_the_test_cluster_lacks(
+    slurm_cluster, tmp_path
+):
+    """A partition that does not exist, a GPU type no node has, a time limit above the
+    partition's (10 h), memory above the node's (32 GB), an account the user has none of in
+    SLURM's database: one line each, beginning with the site file's key."""
+    site = yaml.safe_load(harness.TEST_SITE.read_text())
+    site |= {"gpu_model": "h100", "account": "nope"}
+    site["partitions"]["gpu"] |= {"max_runtime": 900, "available_gpu_models": ["h100"]}
+    site["partitions"]["cpu"]["max_mem_mb"] = 64000
+    site["partitions"]["gpu_h100"] = {"max_gpu": 4, "max_runtime": 600}
+    wrong = tmp_path / "site.yaml"
+    wrong.write_text(yaml.safe_dump(site))
+    result = doctor(wrong)
+    assert result.returncode == 1, result.stderr[-3000:]
+    head, *lines = site_lines(result.stdout)
+    assert (
+        head == f"SLURM site file {wrong} against the cluster: 6 value(s) the cluster does not have"
+    )
+    host = socket.gethostname().split(".")[0]
+    gres = f"gpu:{cluster.GPU_TYPE}:{cluster.N_GPUS}"
+    listed = subprocess.run(["sinfo", "--noheader", "--format=%R"], capture_output=True, text=True)
+    partitions = ", ".join(sorted(set(listed.stdout.split())))
+    assert lines[:5] == [  # partitions in the file's order (safe_dump sorts them)
+        f"partitions.cpu.max_mem_mb: 64000, above the memory of the partition's largest node, "
+        f"{cluster.MEMORY_MB} MB ({host}: RealMemory)",
+        "partitions.gpu.max_runtime: 900 minutes, above the partition's MaxTime of 600 minutes "
+        "(10:00:00)",
+        f"partitions.gpu.available_gpu_models: h100 is on no node of the partition (its GPUs: "
+        f"{gres})",
+        f"partitions.gpu_h100: no such partition on the cluster (it has {partitions})",
+        f"gpu_model: h100 is on no node of GPU partition gpu (its GPUs: {gres}): sbatch refuses "
+        "its GPU jobs",
+    ]
+    accounts = subprocess.run(
+        ["sacctmgr", "-nP", "show", "assoc", f"user={getpass.getuser()}", "format=Account"],
+        capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    assert lines[5:] == [
+        f"account: 'nope' is not one of user {getpass.getuser()}'s accounts in SLURM's database "
+        f"(sacctmgr show assoc: {', '.join(sorted(set(accounts)))})"
+    ]
+
+
+@pytest.mark.slurm
+def test_doctor_finds_the_test_cluster_s_own_site_file_true_to_it(slurm_cluster):
+    result = doctor(harness.TEST_SITE, "--json")
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout)
+    assert report["site"] == {"file": str(harness.TEST_SITE), "mismatches": [], "unchecked": []}
+    assert report["machine"]["slurm_commands"]["sbatch"], "the rest of doctor's report stays"
+    text = doctor(harness.TEST_SITE)
+    assert text.returncode == 0, text.stderr[-3000:]
+    assert site_lines(text.stdout) == [
+        f"SLURM site file {harness.TEST_SITE} against the cluster: matches it"
+    ]
 
 
 pytest_plugins = ["tests.slurm.fixtures"]

@@ -67,6 +67,9 @@ N_GPUS = 4
 GPU_TYPE = "testgpu"
 CPUS = 16
 MEMORY_MB = 32000
+# Partitions gpu and cpu: a time limit, as on a production cluster, which tests/slurm/site.yaml
+# states (max_runtime: 600) and `gpuflow doctor --profile` checks the site file against.
+MAX_TIME = "10:00:00"
 MIN_JOB_AGE = 3600  # longer than any test run: checks after a run read every job of it from squeue
 CLUSTER = "gpuflowtest"
 MULTI_NODE = (4, 8000)  # CPUs, memory MB of each of partition multi's nodes (tests/slurm/nodes.py)
@@ -162,8 +165,8 @@ MpiDefault=none
 GresTypes=gpu
 NodeName={host} NodeAddr=127.0.0.1 CPUs={CPUS} RealMemory={MEMORY_MB} \
  Gres=gpu:{GPU_TYPE}:{N_GPUS} State=UNKNOWN
-PartitionName=gpu Nodes={host} MaxTime=INFINITE State=UP
-PartitionName=cpu Nodes={host} Default=YES MaxTime=INFINITE State=UP
+PartitionName=gpu Nodes={host} MaxTime={MAX_TIME} State=UP
+PartitionName=cpu Nodes={host} Default=YES MaxTime={MAX_TIME} State=UP
 {nodes.conf_lines(f"gpu:{GPU_TYPE}:{N_GPUS}", MULTI_NODE, PACK_NODE)}"""
 
 

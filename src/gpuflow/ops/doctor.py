@@ -2,7 +2,9 @@
 
 The seeds' setup-test scripts, done once for all families: GPUs and their memory, CUDA, the
 distributed backends, library versions, SLURM commands, the embedded data packages, a small
-computation on every device, and the GPUs each configured rule asks for.
+computation on every device, and the GPUs each configured rule asks for. With `--profile
+profiles/slurm`, also the profile's SLURM site file against the live cluster, one line per value
+the cluster does not have (gpuflow.slurm.site_check); doctor then exits 1 where there is one.
 """
 
 from __future__ import annotations
@@ -114,6 +116,8 @@ def format_report(report: dict[str, Any]) -> str:
     lines.append(f"SLURM commands: {', '.join(found) if found else 'none (local runs only)'}")
     for name, path in machine["embedded_data"].items():
         lines.append(f"embedded data {name}: {path or 'MISSING'}")
+    if "site" in report:
+        lines += site_lines(report["site"])
     lines.append(f"config {report['configfile']}:")
     for family, usage in report["config"].items():
         lines.append(f"  {family}: device={usage['device']}")
@@ -124,12 +128,48 @@ def format_report(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def site_report(profiles: list[str]) -> dict[str, Any]:
+    """The SLURM site file the profiles name (`gpuflow-slurm-partition-config`), the values of
+    it the live cluster does not have (`mismatches`) and those it gives no way to check."""
+    from gpuflow.ops.snakemake_adapter import profile_settings
+    from gpuflow.slurm.site import read_site
+    from gpuflow.slurm.site_check import ClusterUnreachable, mismatches, read_cluster, unchecked
+
+    site_file = getattr(profile_settings(profiles)[1], "partition_config", None)
+    if not site_file:
+        named = " + ".join(profiles)
+        why = f"profile {named} names no SLURM site file (gpuflow-slurm-partition-config)"
+        return {"file": None, "mismatches": [], "unchecked": [why]}
+    site = read_site(site_file)
+    try:
+        cluster = read_cluster()
+    except ClusterUnreachable as error:
+        why = f"not checked against a cluster: {error}"
+        return {"file": str(site_file), "mismatches": [], "unchecked": [why]}
+    return {
+        "file": str(site_file),
+        "mismatches": mismatches(site, cluster),
+        "unchecked": unchecked(site, cluster),
+    }
+
+
+def site_lines(site: dict[str, Any]) -> list[str]:
+    """The site file's check as text: a head line, then each mismatch and each value left
+    unchecked on a line of its own."""
+    found = site["mismatches"]
+    verdict = f"{len(found)} value(s) the cluster does not have" if found else "matches it"
+    head = f"SLURM site file {site['file']} against the cluster: {verdict}"
+    return [head, *(f"  {line}" for line in [*found, *site["unchecked"]])]
+
+
 def main(args: argparse.Namespace) -> int:
-    """Print the doctor's report."""
+    """Print the doctor's report; 1 where the profile's site file does not match the cluster."""
     report = {
         "machine": machine_report(),
         "configfile": " + ".join(args.configfile),
         "config": config_usage(load_config(*args.configfile)),
     }
+    if args.profile:
+        report["site"] = site_report(args.profile)
     print(json.dumps(report, indent=2) if args.json else format_report(report))
-    return 0
+    return 1 if report.get("site", {}).get("mismatches") else 0

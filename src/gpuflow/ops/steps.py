@@ -65,6 +65,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=["config/config.yaml"],
         help="config files to explain, later ones merged over earlier (as Snakemake does)",
     )
+    doctor.add_argument(
+        "--profile",
+        action="append",
+        default=[],
+        help="Snakemake profile, e.g. profiles/slurm: check its SLURM site file against the live"
+        " cluster (partitions, GPU types, time and memory limits, account)",
+    )
     doctor.add_argument("--json", action="store_true", help="print the report as JSON")
     doctor.set_defaults(run=lazy("gpuflow.ops.doctor:main"))
 

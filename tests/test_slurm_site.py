@@ -16,6 +16,7 @@ import yaml
 from snakemake_executor_plugin_slurm.utils import get_job_wildcards
 
 from gpuflow.errors import ConfigError, GpuflowError
+from gpuflow.ops.doctor import site_lines as doctor_site_lines
 from gpuflow.settings.validate import load_config
 from gpuflow.slurm.earlier_jobs import check_no_earlier_jobs, earlier_jobs
 from gpuflow.slurm.fit import PlannedJob, check_jobs_fit, grown, retry_limits
@@ -213,6 +214,15 @@ def test_the_site_check_says_the_account_is_unchecked_where_slurm_keeps_no_accou
     assert mismatches(site, cluster) == []
     assert unchecked(site, cluster) == [
         "account: not checked (sacctmgr: accounting storage is disabled)"
+    ]
+
+
+def test_doctor_never_says_the_site_file_matches_a_cluster_it_could_not_ask():
+    why = "not checked against a cluster: scontrol show partition: Unable to contact slurm"
+    report = {"file": "site.yaml", "mismatches": [], "unchecked": [why]}
+    assert doctor_site_lines(report) == [
+        "SLURM site file site.yaml against the cluster: nothing it lacks among the values checked",
+        f"  {why}",
     ]
 
 

@@ -156,8 +156,11 @@ def site_report(profiles: list[str]) -> dict[str, Any]:
 def site_lines(site: dict[str, Any]) -> list[str]:
     """The site file's check as text: a head line, then each mismatch and each value left
     unchecked on a line of its own."""
-    found = site["mismatches"]
-    verdict = f"{len(found)} value(s) the cluster does not have" if found else "matches it"
+    found, unchecked = site["mismatches"], site["unchecked"]
+    if found:
+        verdict = f"{len(found)} value(s) the cluster does not have"
+    else:
+        verdict = "nothing it lacks among the values checked" if unchecked else "matches it"
     head = f"SLURM site file {site['file']} against the cluster: {verdict}"
     return [head, *(f"  {line}" for line in [*found, *site["unchecked"]])]
 

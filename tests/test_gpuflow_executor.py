@@ -8,6 +8,7 @@ import asyncio
 import logging
 import os
 import shlex
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -158,21 +159,54 @@ def test_a_submission_refused_for_want_of_the_controller_is_tried_again(monkeypa
     assert reported == ["invalid account"], "a real failure is reported at once"
 
 
-def test_submissions_refused_past_the_outage_fail_with_its_one_line(monkeypatch):
-    executor = bare_executor()
-    reported: list[str] = []
-    monkeypatch.setattr(executor, "report_job_error", lambda info, msg: reported.append(msg))
+ONE_RULE = """
+rule train:
+    output: "model.txt"
+    resources: mem_mb=lambda wc, attempt: 1500 * attempt, runtime=lambda wc, attempt: 15 * attempt
+    shell: "touch {output}"
+"""
 
-    def too_long(self, what, error):
-        raise WorkflowError("SLURM did not answer for 1.1 minutes (sbatch: ...)")
 
-    monkeypatch.setattr(plugin.Outage, "failed", too_long)
-    job = SimpleNamespace(name="train")
-    executor._submitted(
-        [job],
-        lambda jobs: executor._report_job_error_threadsafe(SimpleNamespace(job=job), UNREACHABLE),
+def run_through_an_outage(tmp_path: Path, answering: dict[str, str]) -> tuple[int, str]:
+    """Snakemake through gpuflow's executor, with the profile's retries and keep-going, on a
+    host whose SLURM commands all fail "Unable to contact slurm controller" but those of
+    `answering` (command: what it prints); the outage is waited out for 1.2 s. Exit status and
+    log."""
+    fake = tmp_path / "bin"
+    for command in ("sbatch", "sacct", "sacctmgr", "sinfo", "squeue", "scontrol", "scancel"):
+        refused = f"echo '{command}: error: Unable to contact slurm controller' >&2; exit 1"
+        fake_program(fake, command, answering.get(command, refused))
+    (tmp_path / "Snakefile").write_text(ONE_RULE)
+    done = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--executor", "gpuflow-slurm", "--jobs", "1",
+         "--retries", "2", "--keep-going", "--gpuflow-slurm-outage-minutes", "0.02",
+         "--gpuflow-slurm-init-seconds-before-status-checks", "1"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PATH": f"{fake}{os.pathsep}{os.environ['PATH']}"},
+    )  # fmt: skip
+    return done.returncode, done.stderr
+
+
+def ended_by_the_outage_alone(code: int, log: str) -> None:
+    """The run stopped with the outage's one line, and no job was counted as failed: none
+    restarted as a later attempt, with more memory and time."""
+    assert code == 1, log[-3000:]
+    assert "WorkflowError:\nSLURM did not answer for " in log, log[-3000:]
+    assert "run the same command again" in log
+    assert "Trying to restart job" not in log, "an outage used up a retry"
+    assert "mem_mb=3000" not in log and "Error in rule" not in log, log[-3000:]
+
+
+def test_submissions_refused_past_the_outage_stop_the_run_without_using_a_retry(tmp_path):
+    ended_by_the_outage_alone(*run_through_an_outage(tmp_path, answering={}))
+
+
+def test_status_queries_refused_past_the_outage_stop_the_run_without_using_a_retry(tmp_path):
+    code, log = run_through_an_outage(
+        tmp_path, answering={"sbatch": "echo 5", "sinfo": "printf 'PARTITION\\ncpu*\\n'"}
     )
-    assert reported == ["SLURM did not answer for 1.1 minutes (sbatch: ...)"]
+    assert "submitted with SLURM jobid 5" in log, log[-3000:]
+    ended_by_the_outage_alone(code, log)
 
 
 def test_in_a_job_each_job_step_s_snakemake_runs_under_the_signal_forwarder(monkeypatch):

@@ -10,9 +10,11 @@ fixed, for `executor: gpuflow-slurm` (profiles/slurm). Everything else is the pl
    submissions that fail for want of the controller (sbatch and the account, partition and
    node checks around it: "Unable to contact slurm controller", timeouts, a busy controller)
    are tried again with growing pauses for `outage_minutes` (the site file's
-   controller_outage_minutes); a longer outage ends the run with one line that says to run the
-   same command again. 2.8.0 reports such a submission as a failed job at once (three tries in
-   seconds) and forgets the jobs whose status it could not read (the run then hangs).
+   controller_outage_minutes); a longer outage ends the run (exit 1) with one line that says to
+   run the same command again, as Snakemake ends a run on an executor error: no job counts as
+   failed, so none uses up a retry or comes back with a later attempt's memory and time. 2.8.0
+   reports such a submission as a failed job at once (three tries in seconds) and forgets the
+   jobs whose status it could not read (the run then hangs).
 3. A node failure does not break later submissions. After NODE_FAIL and a requeue, 2.8.0 reads
    the job's node from sacct's newest record, `None assigned`, and adds it unquoted to every
    later sbatch (`--exclude=None assigned`: "Unable to open file assigned"). The failed node is
@@ -252,7 +254,9 @@ class Executor(base.Executor):
     # --- status ----------------------------------------------------------------------------
     async def query_job_status(self, command: str, logger) -> tuple[dict[str, str], float]:
         """The states of the run's jobs (first word, unknown ones FAILED), the query tried
-        again while SLURM does not answer (Outage); NODE_FAIL records their node."""
+        again while SLURM does not answer (Outage); NODE_FAIL records their node. Past the
+        outage its error leaves the status loop, which Snakemake takes as the executor's error:
+        the run stops, no job reported failed."""
         while True:
             began = time.time()
             process = await asyncio.create_subprocess_exec(
@@ -288,8 +292,9 @@ class Executor(base.Executor):
 
     def _submitted(self, jobs: list, submit) -> None:
         """Submit `jobs`; those whose submission failed for want of the controller are
-        submitted again after a pause (Outage), other failures are reported as they come."""
-        while jobs:
+        submitted again after a pause (Outage), other failures are reported as they come. Past
+        the outage, or once the run stops, nothing more is submitted or reported."""
+        while jobs and not self._stopping.is_set():
             self._captured.errors = []
             try:
                 submit(jobs)
@@ -305,13 +310,19 @@ class Executor(base.Executor):
             try:
                 pause = self._outage.failed("sbatch", TRANSIENT.search(retry[0][1])[0])
             except WorkflowError as error:
-                for info, _ in retry:
-                    super()._report_job_error_threadsafe(info, str(error))
+                self._stop_run(error)
                 return
             if self._stopping.wait(pause):
                 return
             jobs = [info.job for info, _ in retry]
             self._cancel_twins(jobs)
+
+    def _stop_run(self, error: WorkflowError) -> None:
+        """End the run as Snakemake ends it on an executor error: no job is reported failed, so
+        none uses up a retry or comes back with the larger resources of a later attempt.
+        Snakemake prints the error's one line (no traceback: it is handed on unraised)."""
+        self._stopping.set()
+        self.workflow.scheduler.executor_error_callback(WorkflowError(str(error)))
 
     def _report_job_error_threadsafe(self, job_info, msg: str) -> None:
         captured = getattr(self._captured, "errors", None)

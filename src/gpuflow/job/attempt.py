@@ -7,6 +7,11 @@ one host the output locks keep the two apart; on a shared file system whose lock
 across nodes they may not. So each attempt names itself in the job's attempt file when it
 starts, and before every write of an output or of its resume state (gpuflow.job.atomic) checks
 that the file still names it: an attempt that finds a newer one there stops without writing.
+
+That holds from the moment the newer attempt has started. Between SLURM's requeue and that start
+(the job PENDING) no newer attempt has named itself, so the last one writes on, its state and,
+if it gets that far, its outputs (measured: the final metrics.json, 2 min 09 s past NODE_FAIL);
+each write is a whole file (gpuflow.job.atomic) of the same results.
 """
 
 from __future__ import annotations

@@ -10,6 +10,9 @@ without a second command, equal to an undisturbed local run, and no job runs twi
   requeues it; once slurmd is back it starts again and resumes from its saved epoch, and the
   shard submitted after it is submitted without a broken exclude list.
 
+A second, shorter run meets an outage longer than the site's wait (controller_outage_minutes):
+the run stops in one line, using up no job's retry, and the same command then finishes it.
+
 A job cancelled by hand (`CANCELLED by <uid>` in sacct) is tests/test_slurm_cluster.py's and
 tests/test_slurm_stop_resume.py's.
 """
@@ -27,6 +30,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
+import yaml
 
 from gpuflow.job.paths import STATE, job_file
 from tests.conftest import snakemake, tiny_config, wait_for
@@ -45,6 +49,7 @@ SHARD = "results/sweep/shards/method~gd/rank~2/width~4/shard~0.csv"
 CONTROLLER_DOWN_S = 25
 NO_ANSWER = "SLURM does not answer (sbatch: Unable to contact slurm controller)"
 STATUS_OUTAGE_S = 15  # while the training runs
+OUTAGE_MINUTES = 0.1  # the wait of the run that meets a longer outage (6 s)
 # of at least 1.2 s each: the first attempt trains on through the second outage and until the
 # node fails (SlurmdTimeout 30 s: it reached epoch 32-36 after a 20 s outage), so that the
 # requeued one has epochs left
@@ -206,6 +211,42 @@ def test_later_submissions_after_a_node_failure_have_no_broken_exclude_list(faul
     submitted after the failure, ran (the exclusion itself: tests/test_gpuflow_executor.py)."""
     stderr = faults["result"].stderr
     assert "Unable to open file" not in stderr and "--exclude=None" not in stderr
+
+
+@pytest.fixture(scope="module")
+def outage_past_the_wait(slurm_cluster, tmp_path_factory) -> dict[str, Any]:
+    """The shard alone, with the profile's retries, while the controller is down for longer
+    than the site's wait (OUTAGE_MINUTES); once it is back, the same command again."""
+    workdir = tmp_path_factory.mktemp("outage-cluster")
+    site = yaml.safe_load(harness.TEST_SITE.read_text())
+    site["controller_outage_minutes"] = OUTAGE_MINUTES
+    site_file = tmp_path_factory.mktemp("outage-site") / "site.yaml"
+    site_file.write_text(yaml.safe_dump(site))
+    env = {"GPUFLOW_SLURM_SITE": str(site_file)}
+    run = lambda: harness.run_profile(  # noqa: E731
+        workdir, harness.REPO / "Snakefile", faults_config(), SHARD, env=env, timeout=300
+    )[0]
+    cluster.stop_daemon("slurmctld")
+    try:
+        stopped = run()
+    finally:
+        cluster.start_daemon("slurmctld")
+    return {"stopped": stopped, "resumed": run(), "cluster": workdir}
+
+
+def test_an_outage_past_the_wait_stops_the_run_using_up_no_retry(outage_past_the_wait):
+    """The run stops with the outage's one line and exit 1: the job is not counted as failed
+    (no restart, which would come back with twice its memory and time). The same command,
+    once the controller answers, submits it once, with the memory and time of attempt 1."""
+    stopped, resumed = outage_past_the_wait["stopped"], outage_past_the_wait["resumed"]
+    assert stopped.returncode == 1, stopped.stderr[-3000:]
+    assert "WorkflowError:\nSLURM did not answer for " in stopped.stderr, stopped.stderr[-3000:]
+    assert "Trying to restart job" not in stopped.stderr, stopped.stderr[-3000:]
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert (outage_past_the_wait["cluster"] / SHARD).exists()
+    jobs = harness.sacct_jobs(harness.run_id(resumed.stderr), "ReqMem,Timelimit")
+    shard = faults_config()["sweep"]["resources"]["sweep_shard"]
+    assert jobs == [[f"{shard['mem_mb']}M", f"00:{shard['runtime']:02d}:00"]]
 
 
 def comparable(path: Path) -> dict[str, Any]:

@@ -1,10 +1,4 @@
-"""`gpuflow <step> ...`: every workflow step, callable by hand inside or outside Snakemake.
-
-Steps are registered by `register(subparsers)` functions in the `steps` module of each package
-(the families, `job`, `cost`, `ops`), with `gpuflow.registry.lazy` entry points.
-Registration imports only argparse-level code, so `gpuflow --help` stays fast; each step imports
-torch and friends when it runs.
-"""
+"""`gpuflow <step> ...`: every workflow step, callable by hand inside or outside Snakemake."""
 
 from __future__ import annotations
 

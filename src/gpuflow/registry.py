@@ -1,8 +1,5 @@
 """The step registry's building blocks, shared by `gpuflow.cli` and every family's `steps`.
 It imports nothing from gpuflow, so every layer may register steps.
-
-A family's `steps.register(subparsers)` adds its steps with `lazy` entry points, so the CLI
-imports only argparse-level code and each step imports torch and friends when it runs.
 """
 
 from __future__ import annotations

@@ -1,16 +1,4 @@
-"""What a job costs, as data: the interface between the families and the cost engine.
-
-A family declares its rules' work in its `work` module (`WORK`: rule -> (config, wildcards) ->
-Work, raising NotHere where the inputs it is counted from are not on this machine) and how to
-time each kind of work (`TRIALS`: kind -> (Need) -> Trial, its own step at the job's shape).
-
-A job's work is a sum of terms: an amount of one kind of work (FLOP of a model's step, bytes of
-text, seeds of a cell, a process start) at the shape a rate of the same kind must match; a rate
-measured on a device turns it into seconds (gpuflow.cost). Work is counted while Snakemake builds
-the DAG (`runtime: auto`), by every dry run, `gpuflow plan` and `status`, and by the Snakemake
-inside each SLURM job, so what it reads of the inputs is counted once (`counted`) and reused
-until an input file or a setting changes. Nothing here imports torch.
-"""
+"""What a job costs, as data: the interface between the families and the cost engine."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""A run's measured job times: its `benchmark:` files, and what its job records add to them.
-
-Snakemake writes each job's wall time into its rule's benchmark file, in the run's folder. A job
-resumed after a time limit or a preemption has a benchmark of its last attempt only; its job
-record's `earlier_attempts_s` says what its earlier attempts spent on the work it resumed.
-`gpuflow plan` reads them as job rows (gpuflow.ops.plan.measured).
-"""
+"""A run's measured job times: its `benchmark:` files, and what its job records add to them."""
 
 from __future__ import annotations
 

@@ -1,20 +1,4 @@
-"""Every planned job's expected time, from the best source there is:
-
-1. `b`: this folder's benchmark files of the rule's jobs (gpuflow.cost.benchmarks);
-2. `m`: the newest record's job rows of the rule (`gpuflow record-timings`);
-3. `w`: the work model at the rates of the job's device (gpu-check and calibration records);
-   `s` where a rate is the site file's interconnect (a datasheet all-reduce), not a measurement;
-4. `r`: the rule's runtime limit, with the reason none of these applies.
-
-A benchmark of a rule with a work model stands for a job of the same params, or of work of the
-same kinds and shapes, scaled by the job's work over the work it measured: the same params on
-other inputs, or 150 epochs for 75, are never reused as they are. Rules without a work model
-take benchmarks of the same params, scaled by their size-like numeric wildcards
-(SIZE_WILDCARDS). GPU jobs use the rates of the GPU class named (`--gpu`, the site's gpu_model)
-or the newest one with records; other jobs this machine's CPU class. `runtime: auto` limits
-(gpuflow.cost.limits) take the same prediction from the records alone (`m`, `w`, `s`): a
-Snakefile being parsed knows no params and no benchmark of its folder.
-"""
+"""Every planned job's expected time, from the best source there is:"""
 
 from __future__ import annotations
 
@@ -134,7 +118,7 @@ def recorded_jobs(timings: str | Path | None) -> list[tuple[str, tuple[str, ...]
 
 
 class Expected:
-    """Expected times of a DAG's jobs (see the module's docstring)."""
+    """Expected times of a DAG's jobs (docs/plan.md)."""
 
     def __init__(
         self,

@@ -1,20 +1,4 @@
-"""`runtime: auto`: a job's time limit from its predicted time.
-
-limit = the job's own start-up allowance (Snakemake's in-job start) + the prediction's upper
-end x margin + SLURM's stop warning and the minute by which SLURM may send it early + one saved
-unit past it (a step warned in its last unit still saves it before the limit), in whole
-minutes; never above the largest max_runtime of the site's partitions of the job's kind. The
-early minute is sbatch's own word ("the signal may be sent up to 60 seconds earlier than
-specified"): without it, a short limit's warning can come before the job's step has started,
-reaches no process, and the step runs into SIGTERM at the limit unwarned. The
-margin and allowance are the site file's (`auto_runtime`). The prediction is the one `gpuflow
-plan` makes from the records alone (gpuflow.cost.expected: `m`, `w`, `s`); where none exists (no
-work model, inputs or rate), the job asks for the site's `unknown_minutes`, and `gpuflow plan`
-says which calibration would give a prediction. A too-tight limit costs a retry, not the work:
-the step saves at the warning and its retry (twice the limit) resumes. Every job of the DAG asks
-for its limit while Snakemake builds it: the records, the site file and each job's work are
-read once per process (the work once per inputs: gpuflow.work.counted).
-"""
+"""`runtime: auto`: a job's time limit from its predicted time."""
 
 from __future__ import annotations
 

@@ -1,20 +1,4 @@
-"""Rates measured on a device class: the rate book every prediction reads.
-
-A rate says how fast one kind of work goes at one shape on one device class: FLOP/s of a
-model's step, bytes/s of a scorer, seeds/s of a sweep cell, process starts per second. A record
-row that carries a `rate` (gpu-check's rows, `gpuflow calibrate`'s) gives one: the median of
-its trials, its range their lowest and highest; a record's `job` rows give whole-job rates (what
-jobs of one kind of computation ran at, overheads included), which come first. The newest
-record wins for each kind and shape.
-
-An all-reduce that no calibration measured (no multi-GPU node has run `gpuflow calibrate`)
-takes the site file's interconnect bandwidths (`interconnect`: NCCL bus bandwidth within a node
-and between nodes, datasheet figures), marked as such (`measured` False: the plan's `s`).
-
-Host rates (process start-up, state writes, model loading) are the host's: where a device
-class's records lack them (gpu-check measures none), a prediction leaves those terms out and
-says so; `gpuflow calibrate` on that machine measures them.
-"""
+"""Rates measured on a device class: the rate book every prediction reads."""
 
 from __future__ import annotations
 

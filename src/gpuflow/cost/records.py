@@ -1,13 +1,4 @@
-"""Records: what was measured on a device class, in one format, as small JSON files.
-
-`benchmarks/records/<date>-<name>.json` (or $GPUFLOW_RECORDS) holds where it was measured (the
-device class, devices, driver, torch, CUDA, commit) and `rows`. A row carries a `rate` (gpu-check
-and `gpuflow calibrate`: how fast one kind of work goes at one shape, the median of its trials)
-or a `job` (`gpuflow record-timings`: a finished job's rule, wildcards, seconds, params digest
-and the work it did). `gpuflow plan` reads every record through `read_records`; the rate book
-(gpuflow.cost.rates) and the expected times (gpuflow.cost.expected) take their rows from it.
-Nothing here imports torch at import time: the Snakefile reads records while it is parsed.
-"""
+"""Records: what was measured on a device class, in one format, as small JSON files."""
 
 from __future__ import annotations
 

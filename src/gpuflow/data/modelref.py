@@ -1,8 +1,4 @@
-"""Find a Hugging Face model on this machine, without downloading and without importing torch.
-
-A model reference is a local folder or a model id already in the Hugging Face cache. Nothing is
-ever fetched: a reference that is neither fails here, before any job starts.
-"""
+"""Find a Hugging Face model on this machine, without downloading and without importing torch."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""Figures of the fluency-toxicity analysis, drawn with seaborn on matplotlib's Agg backend.
-
-Every number a figure prints is in a table: the Pearson and Spearman r come from
-`stats.point_estimates`, the function that fills correlations.csv, on the same texts; the binned
-means and their intervals are read from binned.csv. Fit lines are drawn, never printed.
-"""
+"""Figures of the fluency-toxicity analysis, drawn with seaborn on matplotlib's Agg backend."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""Join texts, per-shard perplexities and toxicity scores into one table, and summarise.
-
-Every text must come back exactly once from each scorer: a lost or doubled text is an error,
-never a silently shorter table.
-"""
+"""Join texts, per-shard perplexities and toxicity scores into one table, and summarise."""
 
 from __future__ import annotations
 

@@ -1,13 +1,4 @@
-"""`gpuflow perplexity`: exact batched perplexity of each text under a local causal LM.
-
-Per text the reference is `ids = [BOS] + tokens`, `ppl = exp(mean CE(logits[:-1], ids[1:]))`.
-The scorer computes exactly that, fast: texts are tokenized once without padding, cut into
-context-sized windows when too long (each window scores only its new tokens), sorted longest
-first, batched by a token budget with right padding to each batch's own maximum, dealt to one
-worker per device as workers free up, scored with fp32 loss, summed per text in float64 and
-mapped back to input order. Scores are saved after each chunk of batches (gpuflow.job's
-ChunkedScores), so a step stopped by SLURM resumes where it stopped, with the same numbers.
-"""
+"""`gpuflow perplexity`: exact batched perplexity of each text under a local causal LM."""
 
 from __future__ import annotations
 

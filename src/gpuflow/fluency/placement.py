@@ -1,12 +1,4 @@
-"""Where the reference LM lives: a copy per GPU (replicate) or one copy across the GPUs (shard).
-
-`replicate` runs one scoring worker per device, each with the whole model: fastest while the
-model and a batch fit one GPU. `shard` loads one copy with an accelerate device map spread over
-all the job's GPUs (layers on different devices, activations handed on between them) and scores
-through it in one worker: the only way to use a model larger than one GPU. `auto` replicates
-when the model plus one token-budget batch fit the smallest GPU's free memory, else shards.
-On the CPU the shard path runs with a device map onto the CPU (its twin).
-"""
+"""Where the reference LM lives: a copy per GPU (replicate) or one copy across the GPUs (shard)."""
 
 from __future__ import annotations
 

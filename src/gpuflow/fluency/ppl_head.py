@@ -1,11 +1,4 @@
-"""The LM head with its vocabulary padded to a multiple of 64, for half-precision GEMMs.
-
-GPT-2's vocabulary (50,257) is odd, so the head's logits have an odd row stride: cuBLAS cannot
-use its aligned tensor-core kernels and runs the head in an old unaligned one. On an H100
-(fp16, GPT-2-large shape) that head took 41 ms a batch at 94 TFLOP/s, a quarter of the whole
-scoring time. Padded to 50,304 rows (zeros) it is an aligned GEMM; the extra logits are sliced
-off, so the model computes the same function.
-"""
+"""The LM head with its vocabulary padded to a multiple of 64, for half-precision GEMMs."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""Score segments in token-budget batches: right padding, fp32 loss, float64 sums, OOM retry.
-
-The model is reached only through a `Forward` callable `(input_ids, scored) -> logits of the
-scored positions`, so the very same code runs on a GPU, on a CPU, and in tests that inject
-out-of-memory errors.
-"""
+"""Score segments in token-budget batches: right padding, fp32 loss, float64 sums, OOM retry."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""Perplexity work as segments: a short text whole, a long text as sliding windows.
-
-A text with tokens t1..tn is scored as `ids = [BOS, t1, ..., tn]`: every token after BOS is a
-target exactly once. When `ids` is longer than the model's context, it is cut into windows of at
-most `context` ids that advance by `stride`; each window scores only the targets the previous
-window did not reach, so each of them sees at least `context - stride` ids before it.
-"""
+"""Perplexity work as segments: a short text whole, a long text as sliding windows."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""One scoring worker per device: each loads the model once and scores the batches it is given.
-
-With several devices (all visible GPUs, or `cpu_workers` CPU slots) every worker is a process of
-the job's worker pool (gpuflow.job.workers), handed batches as it frees up; with one, the same
-scoring runs in this process. Either way the caller hears of each batch as it is scored and may
-stop handing out more (a stop request): the batches being scored are finished first.
-"""
+"""One scoring worker per device: each loads the model once and scores the batches it is given."""
 
 from __future__ import annotations
 

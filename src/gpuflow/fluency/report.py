@@ -1,8 +1,4 @@
-"""The fluency-toxicity summary in markdown: every number is read from the tables and the JSON.
-
-The plain-language reading is derived from those numbers by fixed rules (sign, whether the CI
-excludes zero, strength words from thresholds on |r|), never written in advance.
-"""
+"""The fluency-toxicity summary in markdown: every number is read from the tables and the JSON."""
 
 from __future__ import annotations
 

@@ -1,21 +1,4 @@
-"""Correlation of log-perplexity with toxicity: estimates, seeded bootstrap CIs, binned means.
-
-Methods, each overall and per value of each group column:
-- `pearson`, `spearman`, `kendall` (tau-b) of log-perplexity (natural log of ppl) and toxicity;
-- `partial_pearson`: Pearson of the residuals of log-ppl and toxicity after a linear regression
-  on log(n_tokens), i.e. controlling for length in tokens;
-- `partial_spearman`: the same on ranks (ranks of log-ppl and toxicity regressed on the rank of
-  n_tokens).
-
-Confidence intervals are percentile intervals over `n_bootstrap` resamples of the texts (with
-replacement), drawn from a generator seeded by `seed` and the group, so the same settings give the
-same numbers. All resamples of a chunk are computed at once from how often each text occurs in
-each (ranks from cumulative counts over the sorted distinct values, no sorting per resample);
-Kendall's tau-b too, up to 2,500 texts, by exact matrix products (above that, scipy once per
-resample). P-values come from scipy (partials: the t-test with n - 3 degrees of
-freedom). Degenerate cases (fewer texts than a method needs, a constant column) give NaN and say
-why in the `reason` column.
-"""
+"""Correlation of log-perplexity with toxicity: estimates, seeded bootstrap CIs, binned means."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""The texts to score: embedded movie reviews with word-shuffled twins, or the user's files.
-
-Output columns: text_id, text, source, condition, pair_id (embedded) or the configured group
-columns (files). Every text is non-empty and every text_id unique.
-"""
+"""The texts to score: embedded movie reviews with word-shuffled twins, or the user's files."""
 
 from __future__ import annotations
 

@@ -1,16 +1,4 @@
-"""A toxicity score per text, with the scorer's name recorded beside every score.
-
-- `profanity-check`: alt-profanity-check's offensive-language classifier (TF-IDF + calibrated
-  linear SVM), shipped on PyPI. It detects offensive words, so it is a proxy for toxicity.
-- `huggingface`: any local sequence-classification model; the score is the probability of the
-  configured toxic label, batched on the job's first device.
-
-Batches are scored by one worker in this process, through the job's worker pool
-(gpuflow.job.workers), which stops handing them out once a stop is requested.
-
-Scores are saved after each chunk of batches (gpuflow.job.chunks), so a shard stopped by
-SLURM resumes where it stopped.
-"""
+"""A toxicity score per text, with the scorer's name recorded beside every score."""
 
 from __future__ import annotations
 

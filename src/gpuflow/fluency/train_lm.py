@@ -1,8 +1,4 @@
-"""Train the embedded reference LM: a byte-level BPE tokenizer and a small GPT-2 on review text.
-
-The training reviews are disjoint from the scored texts. The result is saved with
-`save_pretrained`, so scoring loads it exactly as it loads any Hugging Face model.
-"""
+"""Train the embedded reference LM: a byte-level BPE tokenizer and a small GPT-2 on review text."""
 
 from __future__ import annotations
 

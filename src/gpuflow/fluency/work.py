@@ -1,15 +1,4 @@
-"""The work of a fluency job, counted before it runs, and the trials that time its steps.
-
-A perplexity shard scores the texts `gpuflow fluency-texts` selects and `fluency-split` deals to
-it, each tokenised with the LM's own tokenizer (the user's model folder, or the embedded LM's
-byte-level BPE, trained here as fluency-train-lm trains it) and scored as `[BOS] + tokens`, in
-windows of the model's context where it is longer: 2 x parameters FLOP per id through the model,
-shared by the job's workers, plus loading the model. A toxicity shard's work is the bytes of its
-texts. Token counts and text sizes are counted once per texts, tokenizer and shards
-(gpuflow.work.counted). The trials (`gpuflow calibrate`) run the steps' own scorer, trainer,
-model loading and toxicity scorer at the job's shape: the user's model, else an untrained LM of
-the embedded one's shape, on random ids of the job's texts' token lengths.
-"""
+"""The work of a fluency job, counted before it runs, and the trials that time its steps."""
 
 from __future__ import annotations
 

@@ -1,15 +1,5 @@
 """gpuflow.job: the lifecycle every step runs inside (see `context`), and the one API the
 families use: they import from here, never from a submodule.
-
-`Job` and `current` give the step's job (its `state`, resumable `loop` and `units`, `release`,
-guards). The other names (atomic writes, devices and workers, resume states, the fp16 guard's
-`SkippedSteps`, `telemetry_section` for a family's report) are imported on first use from the
-module `_WHERE` names: `gpuflow status` and `plan` import this package without torch.
-
-Modules: `context` (the Job), `loop` (resumable loops over units), `chunks` (scores saved per
-chunk), `paths` (where job files live), `state` (the one resume format), `progress`, `record`
-(the job record), `finished_states` (states kept until the run accepts the outputs),
-`divergence` (NaN guard).
 """
 
 from importlib import import_module

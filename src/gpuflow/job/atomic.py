@@ -1,11 +1,4 @@
-"""Atomic outputs: write to a hidden temporary name beside the target, rename on success.
-
-A failed or killed job therefore never leaves a file (or folder) that looks complete. A writer
-holds the output's lock (gpuflow.job.outputlock) while it writes, and names its temporary by host,
-pid and a random part, so two writers never share one. The next writer removes only temporaries
-whose writer is gone: it holds the lock they would hold, and a temporary of a live process on
-this host is left alone.
-"""
+"""Atomic outputs: write to a hidden temporary name beside the target, rename on success."""
 
 from __future__ import annotations
 

@@ -1,18 +1,4 @@
-"""Which attempt of a job may write: the newest one.
-
-A SLURM job that is requeued (node failure, preemption) starts again as a new attempt
-(SLURM_RESTART_COUNT one higher) while the processes of its last attempt may run on, on a node
-the controller lost (measured: a training went on for three epochs until slurmd came back). On
-one host the output locks keep the two apart; on a shared file system whose locks do not reach
-across nodes they may not. So each attempt names itself in the job's attempt file when it
-starts, and before every write of an output or of its resume state (gpuflow.job.atomic) checks
-that the file still names it: an attempt that finds a newer one there stops without writing.
-
-That holds from the moment the newer attempt has started. Between SLURM's requeue and that start
-(the job PENDING) no newer attempt has named itself, so the last one writes on, its state and,
-if it gets that far, its outputs (measured: the final metrics.json, 2 min 09 s past NODE_FAIL);
-each write is a whole file (gpuflow.job.atomic) of the same results.
-"""
+"""Which attempt of a job may write: the newest one."""
 
 from __future__ import annotations
 

@@ -1,16 +1,4 @@
-"""Scores that survive a stop: saved after every chunk of batches, resumed where they stopped.
-
-A scoring step (perplexity segments, toxicity texts) cuts its items into batches fixed by the
-input and its settings, and groups consecutive batches into chunks of at least `chunk_weight`
-(tokens or texts). Batches finish in any order, on several workers. Each chunk is a unit of the
-job (gpuflow.job.loop): once its batches are all scored, the per-item scores so far go
-atomically into the job's resume state (no Snakemake output: Snakemake deletes the outputs of a
-failed job), then into the step's progress, then a pending stop is honoured. Asked to stop, the
-step hands out no more batches and stops at the next save: a chunk completed, or else the
-batches in hand scored and saved. The next run skips every batch already scored, so it scores
-each remaining batch exactly as an uninterrupted run would. A state of another fingerprint is
-ignored with one line.
-"""
+"""Scores that survive a stop: saved after every chunk of batches, resumed where they stopped."""
 
 from __future__ import annotations
 

@@ -1,15 +1,4 @@
-"""The job context: everything that makes one step trustworthy, owned in one place.
-
-`gpuflow.cli.main` opens one `Job` around every step. While it is open the job holds the locks
-of its outputs (gpuflow.job.outputlock) and is the attempt that may write them
-(gpuflow.job.attempt), the device locks it needs (gpuflow.job.gpulock), handles
-SIGTERM/SIGUSR1 as a stop request (gpuflow.job.stopping) and samples what it uses; when the step
-ends it writes the job record (gpuflow.job.record). A step reaches its job with `current()`
-and asks it for its resume state (a `State`), its resumable `loop` over units in order or its
-`units` that finish in any order (gpuflow.job.loop), which save, report progress and honour stop
-requests in the one safe order, and the NaN guard; it writes no state, progress or lock file of
-its own. All job files are named by the first output (gpuflow.job.paths).
-"""
+"""The job context: everything that makes one step trustworthy, owned in one place."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""Which devices a job uses, and the record of where it ran.
-
-Inside a job gpuflow trusts CUDA_VISIBLE_DEVICES (set by SLURM or by the device lock): every
-visible GPU gets one worker. Without a GPU the same code runs `cpu_workers` CPU workers.
-"""
+"""Which devices a job uses, and the record of where it ran."""
 
 from __future__ import annotations
 

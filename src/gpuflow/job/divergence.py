@@ -1,16 +1,4 @@
-"""Stop a training run that diverged, naming the run, the epoch and what gave it away.
-
-A NaN or infinite loss would otherwise flow into the metrics as if it were a result. Training
-checks each epoch's loss terms before it saves that epoch's state, so the resume state left
-(gpuflow.job.state) is the last good one, for inspection (a re-run resumes from it).
-
-Under fp16 a loss scaler (torch.amp.GradScaler) skips every step whose gradients overflow and
-halves its scale; such a step changes no weight, so it is counted (`SkippedSteps`), kept out of
-the epoch's loss and never stops a run by itself. Only `limit` skipped steps in a row with the
-scale at its floor (`SCALE_FLOOR` or below: GradScaler itself keeps halving it) do: the scale
-no longer magnifies the gradients there, so they overflow on the model's own numbers, step
-after step, and no weight will move again.
-"""
+"""Stop a training run that diverged, naming the run, the epoch and what gave it away."""
 
 from __future__ import annotations
 

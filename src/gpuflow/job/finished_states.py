@@ -1,14 +1,4 @@
-"""Resume states outlive the job that wrote its outputs, until Snakemake has accepted them.
-
-A step removes its resume state once its outputs are written. Under Snakemake that is too early:
-a SLURM job can still end at its time limit or be preempted after the outputs are written (in its
-last seconds: the run record, Snakemake's own output checks). SLURM then reports TIMEOUT or
-PREEMPTED, Snakemake removes the outputs of the failed job, and without the state the retry
-would train from scratch. So a step run by the workflow keeps its state and records it here
-(`release`); the workflow removes the states whose outputs exist when the run ends (`clean`, from
-the Snakefile's `onsuccess` and `onerror`), and a retry of a failed job resumes after its last
-epoch instead. A step run by hand has no one to discard its outputs: its state goes at once.
-"""
+"""Resume states outlive the job that wrote its outputs, until Snakemake has accepted them."""
 
 from __future__ import annotations
 

@@ -1,18 +1,4 @@
-"""Run a command so that SLURM's signals reach every process under it, under any proctrack.
-
-    python -m gpuflow.job.forward -- python -m snakemake ...
-
-A SLURM job step's signals (SIGTERM at a time limit, requeue or preemption, the profile's
-SIGUSR1 warning, scancel) go, under `ProctrackType=proctrack/cgroup` (what production clusters
-run), only to the step's tasks, the direct children of slurmstepd (SLURM 22.05
-proctrack_cgroup.c); once the tasks have ended, slurmstepd SIGKILLs what is left of the step.
-A gpuflow step runs as srun -> Snakemake -> bash -> `gpuflow <step>`: the step is no task, never
-hears the stop and loses the unit in progress and its warning window (tests/slurm/cluster.py
-tells what was measured). Run as the task, this process forwards each such signal to every
-process below it, as proctrack/linuxproc does, and, a child subreaper, adopts the processes
-whose parents end first and exits only once none is left, so that the step's last save is
-never cut short. It exits with the command's status (128 + N for a command ended by signal N).
-"""
+"""Run a command so that SLURM's signals reach every process under it, under any proctrack."""
 
 from __future__ import annotations
 

@@ -1,26 +1,4 @@
-"""Distinct GPUs for jobs that share one machine: a lock file per device.
-
-Under SLURM's per-job submission every job gets its own GPUs and gpuflow simply trusts
-`CUDA_VISIBLE_DEVICES`. In whole-node mode (one allocation, Snakemake's local scheduler with
-`--resources gpu=4`) and on a multi-GPU workstation, Snakemake only counts GPUs; it does not say
-which. There gpuflow itself hands out devices:
-
-- `GPUFLOW_GPU_LOCK_DIR` names a folder of lock files, one per device (`gpu<id>.lock`);
-- a GPU rule's shell command sets `GPUFLOW_GPUS={resources.gpu}`;
-- before the step imports torch, `gpuflow` takes that many device locks (`fcntl.flock`, so a killed
-  job frees them: the kernel drops the lock with the process), sets `CUDA_VISIBLE_DEVICES` to the
-  locked devices and `GPUFLOW_GPU_LOCKED=1` (children and nested calls do not lock again).
-
-A step without `GPUFLOW_GPUS` (or with 0) sees no GPU there: jobs get exactly what they ask
-for. Without `GPUFLOW_GPU_LOCK_DIR` nothing happens (SLURM per-job mode, a laptop).
-
-Locks belong to the machine or allocation that set them up. Inside a SLURM job, they apply only
-when `GPUFLOW_GPU_LOCK_JOB` names that job (whole-node mode sets it): a `GPUFLOW_GPU_LOCK_DIR`
-left in a submitting shell reaches every SLURM job (`--export=ALL`), whose GPUs SLURM binds
-already, and is ignored there. Waiting for free devices ends after `GPUFLOW_GPU_LOCK_TIMEOUT`
-seconds (default 600: with Snakemake counting GPUs a wait means something else holds them)
-with a message naming the holders.
-"""
+"""Distinct GPUs for jobs that share one machine: a lock file per device."""
 
 from __future__ import annotations
 
@@ -131,7 +109,7 @@ def holders(folder: Path, pool: list[str]) -> str:
 
 
 def locking_applies(environ: dict[str, str] | None = None) -> bool:
-    """Whether this process shares devices by lock files (see module doc)."""
+    """Whether this process shares devices by lock files (docs/recovery.md)."""
     env = os.environ if environ is None else environ
     if not env.get(LOCK_DIR_ENV) or env.get(LOCKED_ENV):
         return False
@@ -170,7 +148,7 @@ def requested_gpus(environ: dict[str, str] | None = None) -> int:
 
 @contextmanager
 def gpus_for_this_process() -> Iterator[list[str]]:
-    """Take the device locks this process needs (see module doc) and expose only those devices.
+    """Take the device locks this process needs (docs/recovery.md) and expose only those devices.
 
     Yields the locked device ids ([] when no locking applies). The lock descriptors survive
     `exec`, so a command run in this process's place (`gpuflow with-gpus`) keeps them.

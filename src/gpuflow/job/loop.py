@@ -1,23 +1,4 @@
-"""Loops over units, resumable: one resume state and one safe order for every kind of loop.
-
-A step's units are epochs run in order, or scored chunks or a shard's seeds that finish in any
-order on several workers. Either way the job runs them as `Units` of its resume state:
-
-    for epoch in job.loop(state, epochs, "epochs", load=trainer.load_state, save=trainer.state):
-        ...one epoch of science...
-
-    units = job.units(state, len(seeds), "seeds", load=restore, save=lambda: {"rows": rows})
-    ...as each seed finishes: units.finished(len(rows), "after ... seeds")
-
-When they start, `Units` load the state (`load(saved)` restores it and returns the units it
-holds), report progress and hold stop requests (SIGTERM, SIGUSR1) for themselves. After each
-unit, `finished` saves `save()`, then reports progress (forced at the last unit and while a stop
-is pending, so that `gpuflow status` shows where the step stopped), then honours a stop request:
-`Stopped`, one line saying where. So progress never counts a unit that a kill would lose.
-
-Under DDP (`ranks`), rank 0 saves while every rank waits, and a stop asked of any rank stops
-every rank after the same unit.
-"""
+"""Loops over units, resumable: one resume state and one safe order for every kind of loop."""
 
 from __future__ import annotations
 
@@ -41,7 +22,7 @@ class Ranks(Protocol):
 
 class Units:
     """`total` units of a step, resumed from its `state` (None: nothing kept, nothing reported),
-    saved by the `writer` only (see the module docstring)."""
+    saved by the `writer` only (docs/recovery.md)."""
 
     def __init__(
         self,

@@ -1,16 +1,4 @@
-"""One writer per output: an exclusive lock beside each output, held while it is written.
-
-Two runs of the same target can overlap: after a killed submitter, `snakemake --unlock` and the
-same command resubmit jobs whose SLURM jobs still run. Each writer of an output therefore holds
-`fcntl.flock` on `.<name>.writer.lock` beside it (the kernel drops the lock with the process, so
-a killed writer frees it; flock also holds across nodes on NFSv4 and Lustre with `flock`). The
-lock file records its holder (host, pid, SLURM job); a second writer fails at once with one line
-naming them. `gpuflow <step>` takes the locks of all its outputs for the whole job; `atomic_path`
-takes one for the length of a write where the step does not already hold it.
-
-The holder removes the lock file before it lets go (a killed holder leaves it; the next writer
-takes it over); a writer that opened a file removed meanwhile notices and opens the new one.
-"""
+"""One writer per output: an exclusive lock beside each output, held while it is written."""
 
 from __future__ import annotations
 

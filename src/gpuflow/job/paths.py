@@ -1,11 +1,4 @@
-"""Where a job keeps its own files: one place per family, never beside its outputs.
-
-A job is named by its first output. Its files go under the family's `jobs/` folder, at the
-output's path inside the family: `results/ssvae/frac~0.01/alpha~1.0/seed~3/metrics.json` keeps
-`results/ssvae/jobs/frac~0.01/alpha~1.0/seed~3/metrics.json.progress.json`. The family folder is
-the output's ancestor right under a folder named `results`; an output elsewhere (a step run by
-hand into any folder) keeps its files in `jobs/` beside it.
-"""
+"""Where a job keeps its own files: one place per family, never beside its outputs."""
 
 from __future__ import annotations
 
@@ -18,7 +11,7 @@ KINDS = (RECORD, PROGRESS, STATE, ATTEMPT)
 
 
 def family_root(output: str | Path) -> Path:
-    """The folder whose `jobs/` holds the files of a job writing `output` (see the module doc)."""
+    """The folder whose `jobs/` holds the files of a job writing `output` (docs/job-files.md)."""
     output = Path(output)
     for folder in output.parents:
         if folder.parent.name == "results":

@@ -1,11 +1,4 @@
-"""How far a running step is: the one progress file format `gpuflow status` reads.
-
-Every long step (SSVAE and scaling epochs, sweep seeds, perplexity tokens, toxicity texts)
-writes `job_file(first output, "progress.json")` holding {"done", "total", "unit", "started",
-"updated", "resumed_at"}: times in unix seconds, `resumed_at` the units already done when this
-attempt started (a resumed job), so the ETA comes from this attempt's own rate. It is written
-atomically, at most every few seconds, and goes with the job's resume state.
-"""
+"""How far a running step is: the one progress file format `gpuflow status` reads."""
 
 from __future__ import annotations
 

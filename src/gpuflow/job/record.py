@@ -1,16 +1,4 @@
-"""The job record: one file per job with what it used, written when its step ends.
-
-`job_file(first output, "record.json")` holds the telemetry summary (status, GPU and CPU use,
-the step's own timings, see gpuflow.job.telemetry), where the job ran (step, outputs, host,
-SLURM job, start and end) and, when the step failed, the first line of its error. Reports,
-`gpuflow plan` and `gpuflow status` read it.
-
-It is written when the step starts (status "running": where, since when) and again when it
-finishes, fails or stops on a signal. A record still "running" whose step holds no output lock
-was left by a step killed before it could end (SIGKILL, the out-of-memory killer): `gpuflow
-status` reads it so. Which process samples and writes it: the one that holds the step's output
-locks (see gpuflow.job.telemetry.job).
-"""
+"""The job record: one file per job with what it used, written when its step ends."""
 
 from __future__ import annotations
 

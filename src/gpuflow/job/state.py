@@ -1,20 +1,5 @@
 """Resume states: one format and one path scheme for every family and every loop over units
 (training epochs, scored chunks, a shard's seeds: gpuflow.job.loop).
-
-A job's state is `job_file(first output, "state.pt")`: a torch file holding
-{"fingerprint", "gpuflow", "elapsed_s", "data"}; `elapsed_s` is the work the state holds in
-seconds (every attempt's, up to its last save), so that a job resumed after a time limit or a
-preemption still tells what it cost (the job record's `earlier_attempts_s`).
-
-The fingerprint covers the content of the job's input files, its results-affecting settings,
-anything else that makes two runs the same run, and the gpuflow version; a state with another
-fingerprint is ignored with one line and the run starts over.
-
-A state file is only a shortcut: when it is truncated, corrupted or not a state at all (a disk
-filled up, a copy went wrong, someone replaced it), the run reports it and starts from scratch
-instead of failing. Files are read with `weights_only=True`, so a file holding code is refused.
-States are saved atomically and kept until the run has accepted the outputs
-(gpuflow.job.finished_states).
 """
 
 from __future__ import annotations

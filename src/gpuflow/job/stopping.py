@@ -1,22 +1,4 @@
-"""Stop a step cleanly when SLURM ends its time or preempts it, so its retry resumes.
-
-SLURM sends SIGTERM at a job's time limit and when it preempts the job, then SIGKILL after
-KillWait (30 s by default). The SLURM profile also asks for SIGUSR1 some minutes before the
-limit (`--signal=USR1@<seconds>`). Each reaches every process of the job's step (proctrack/linuxproc
-sends it to all; under proctrack/cgroup the step's first process, gpuflow.job.forward, hands it
-on). gpuflow treats
-both signals as one request: stop. A second signal is the same request again: it does not
-interrupt a step that is already stopping (writing its record, releasing its locks).
-
-A step stops at once by default (`Stopped` is raised where it runs; its atomic outputs leave
-nothing half-written), except while it imports its module, and torch with it: a request waits
-for the import to end (`held`), as torch would otherwise swallow it. A step with a long loop
-calls `defer()` before it: from then on a request only sets a flag, and the loop calls
-`stop_if_requested(...)` right after it has saved its state (after an epoch, a seed). The step
-then ends with one line saying where it stopped, and the retry with more time, or the requeued
-job, resumes from that state instead of starting over. After the loop the step finishes its
-short remaining work (its final outputs) undisturbed.
-"""
+"""Stop a step cleanly when SLURM ends its time or preempts it, so its retry resumes."""
 
 from __future__ import annotations
 

@@ -1,24 +1,4 @@
-"""One worker per device: items handed out as workers free up, a dead worker's items reassigned.
-
-A `WorkerPool` starts one spawned process per device (`cuda:<i>` of the GPUs the job sees, as
-CUDA_VISIBLE_DEVICES leaves them; or one `cpu` slot per CPU worker). Each worker runs
-`setup(device)` once (load a model, import a function) and then the function it returns on
-every item it is handed. The parent hands each worker two items (so none waits between them),
-alternating between workers, and one more whenever a worker reports one; each report names the
-item, so results land in their place whatever order they come in.
-
-A worker that dies (killed, out of host memory) is noticed at once through its process sentinel:
-its unfinished items go back to the front of the line for the workers left, or to a replacement
-on the same device when none is left. An item that was running in two workers that died fails
-instead of killing a third. An item that raises is reported with its error; the others go on.
-
-Stop signals are handled once, by the parent: workers start with SIGTERM, SIGUSR1 and SIGINT
-ignored (SLURM signals every process of the job, Ctrl-C the process group; the resource tracker
-that spawning starts inherits this too) and die with their parent. When `should_stop()` turns
-true the parent hands out nothing more and tells each worker to stop: it finishes the item it
-is running and starts no other. With `isolate=False` a single device's worker runs in this
-process instead (no process to lose; the item function may be any callable).
-"""
+"""One worker per device: items handed out as workers free up, a dead worker's items reassigned."""
 
 from __future__ import annotations
 

@@ -1,16 +1,4 @@
-"""`gpuflow calibrate`: the rates a config's jobs need, measured on this machine in a minute.
-
-It plans the config's jobs as `gpuflow plan` does (every job, finished or not), collects the
-kind and shape of every term of their work, and times each on the device the jobs would use
-here with the family's own step at that shape (each family's `work.TRIALS`), process
-start-ups in fresh Python processes, state writes on the run folder's disk. The trials take
-turns round by round (three rounds), so a slow spell of a shared machine slows every rate
-alike; each rate is their median, with the lowest and highest as its range. The rates go to
-`<date>-<device class>-rates.json` in --out as record rows (gpuflow.cost.records), which
-`gpuflow plan` reads (`w`); a second calibration on the same day and device adds to it. On a
-GPU node the rates of the jobs that ask for no GPU go to a record of the node's CPU; the
-host's start-ups and state writes go to both records where jobs of both need them.
-"""
+"""`gpuflow calibrate`: the rates a config's jobs need, measured on this machine in a minute."""
 
 from __future__ import annotations
 

@@ -1,13 +1,4 @@
-"""config/README.md, generated: every config key with its type, range, defaults, kind and meaning.
-
-The prose lives once, in config/README.template.md. Its marker lines become tables made from
-the package's settings/schemas/config.schema.yaml (references inlined) and from the values the
-config files set:
-- `<!-- keys: NAME -->`: the top-level key NAME: its description and a row per key under it; a
-  group of blocks with the same keys (one `resources` entry per rule) becomes a second table,
-  one row per block;
-- `<!-- block: NAME -->`: the keys of the blocks in the groups called NAME, once.
-"""
+"""config/README.md, generated: each config key with its type, range, defaults, kind, meaning."""
 
 from __future__ import annotations
 

@@ -1,14 +1,4 @@
-"""`gpuflow ledger`: what a run spent against what was planned, per rule, with totals.
-
-Planned: each job's expected time as `gpuflow plan` gives it before the run (a committed
-timings record, the work model at measured rates, else the runtime limit), never this folder's
-own benchmarks (they are what was spent). Spent, during and after the run:
-- from the job records: each job's wall time (a running one's so far) and the time its earlier
-  attempts spent on the work it resumed, x the job's GPUs;
-- on SLURM, from sacct: every allocation of the run (each attempt, also those killed or timed
-  out), elapsed x allocated GPUs, and elapsed x the billing TRES where the site defines one;
-- allocation units: GPU-hours x the site file's charge for the partition (`charges`).
-"""
+"""`gpuflow ledger`: what a run spent against what was planned, per rule, with totals."""
 
 from __future__ import annotations
 

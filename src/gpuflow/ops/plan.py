@@ -1,21 +1,4 @@
-"""`gpuflow plan`: what a run would cost before it is submitted.
-
-Builds the DAG Snakemake would run (in-process, with the same profile, config files and
-targets) and prints per rule: jobs, GPUs per job, expected time per job with its source and
-range, the time limit each job asks for, GPU-hours requested (limit x GPUs) and expected,
-allocation units where the site file charges by partition, sbatch submissions (job arrays
-counted as one per chunk) and node-hours if jobs are packed `--gpus-per-node` GPUs to a node;
-then totals, and why each job would run: its outputs are missing, left incomplete by a killed
-or failed job (the part a re-run after a partial failure redoes), changed, or downstream.
-
-Expected times come from gpuflow.cost.expected: this folder's benchmarks (`b`), a committed
-record's jobs (`m`), the work model at measured rates (`w`; `s` where an all-reduce takes the
-site file's interconnect bandwidth), else the runtime limit (`r`, and the total line says how
-much of the plan that is), each with the records it rests on. Inputs are read in the run's
-folder (`--directory`), as the Snakemake that builds the DAG reads them. Beside it, per rule,
-what earlier jobs of the rule used (their job records): GPU-hours, mean utilisation, and the
-flag of rules below config `telemetry.low_utilisation_percent` with the most likely reason.
-"""
+"""`gpuflow plan`: what a run would cost before it is submitted."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""`gpuflow probe`: the record of where a job ran, for checking GPU placement and binding.
-
-Used by the SLURM tests and by hand (`srun --gpus=1 gpuflow probe --out where.json`): the
-host, SLURM job, `CUDA_VISIBLE_DEVICES`, the devices gpuflow would use, when it ran, and a
-seeded computation on the first device (the same number wherever it runs).
-"""
+"""`gpuflow probe`: the record of where a job ran, for checking GPU placement and binding."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""`gpuflow report-tables`: a family's summary CSV tables as one self-contained HTML page.
-
-Snakemake's HTML report shows HTML results inline (CSV files only as a download), so each
-family's summary tables reach the report through this page, beside its figures.
-"""
+"""`gpuflow report-tables`: a family's summary CSV tables as one self-contained HTML page."""
 
 from __future__ import annotations
 

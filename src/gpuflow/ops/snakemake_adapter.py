@@ -1,21 +1,4 @@
-"""The one adapter to Snakemake: everything gpuflow uses beyond Snakemake's command line.
-
-- `build_dag`: the DAG Snakemake would run, built in-process through its API as
-  `snakemake --dry-run --rerun-incomplete` would (same profile, config files and targets), with
-  each job's rule, resources, wildcards, files and why it runs read from Snakemake's job objects
-  (never from log text), and, on request, Snakemake's persistence for the DAG's outputs;
-- persistence under `--persistence-backend file` and `db`, read through Snakemake's own classes:
-  incomplete markers (when the job started, its SLURM id), the recorded start and end of finished
-  jobs, and whether a run's lock is held;
-- `snakemake_started`: the live Snakemake process working in a folder on this host;
-- `failed_jobs`: the jobs the latest run log reports failed;
-- `unlock_command`: the `snakemake --unlock` a stale lock needs;
-- `partition_config`, `jobs_to_run`: what the Snakefile's start-up check reads of the running
-  workflow (its SLURM site file, the jobs it will run).
-
-Snakemake's objects read here change between releases: the adapter names the versions it was
-written and tested against (SUPPORTED) and stops with one line on any other.
-"""
+"""The one adapter to Snakemake: everything gpuflow uses beyond Snakemake's command line."""
 
 from __future__ import annotations
 

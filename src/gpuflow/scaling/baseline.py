@@ -1,8 +1,4 @@
-"""`gpuflow scaling-baseline`: a CPU-only TF-IDF classifier on the same splits.
-
-The reference point the GPU runs must beat: word and bigram TF-IDF features with logistic
-regression, or (seed 004's tree-model option) histogram gradient boosting on an SVD of them.
-"""
+"""`gpuflow scaling-baseline`: a CPU-only TF-IDF classifier on the same splits."""
 
 from __future__ import annotations
 

@@ -1,17 +1,4 @@
-"""Communication measured apart from the timed epochs: total and exposed all-reduce per step.
-
-The timed epochs run DDP as it is meant to run, each bucket's all-reduce overlapping the rest of
-the backward pass. Afterwards a short window replays the epoch's first micro-batches:
-
-- *sync* step time: forward + backward with DDP's gradient all-reduce (overlap on);
-- *no_sync* step time: the same batch under `DistributedDataParallel.no_sync()`;
-- *exposed* communication = sync - no_sync: the part of the all-reduce overlap does not hide;
-- *total* all-reduce time: the step's gradients, cut into DDP-sized buckets (and compressed like
-  the run's hook), all-reduced one bucket after the other and waited for.
-
-Sync and no_sync steps alternate batch by batch, each started together on all ranks and timed as
-the slowest rank's step; medians over the window keep one descheduled step from deciding.
-"""
+"""Communication measured apart from the timed epochs: total and exposed all-reduce per step."""
 
 from __future__ import annotations
 

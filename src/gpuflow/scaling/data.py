@@ -1,8 +1,4 @@
-"""Labelled texts for the classifier: the embedded movie reviews, or IMDB / AG News user files.
-
-Every source becomes two tables with columns `text, label` (label = integer class 0..K-1):
-a training split and a validation split, drawn with the configured seed.
-"""
+"""Labelled texts for the classifier: the embedded movie reviews, or IMDB / AG News user files."""
 
 from __future__ import annotations
 

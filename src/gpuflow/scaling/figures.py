@@ -1,9 +1,4 @@
-"""`gpuflow scaling-figures`: the scaling figures, one panel per configuration.
-
-Every number drawn comes from the summary or the epoch table: epoch time per epoch, speedup and
-efficiency against ideal, throughput, validation accuracy (with the CPU baseline) and the
-compute / exposed communication split of a step beside the total all-reduce.
-"""
+"""`gpuflow scaling-figures`: the scaling figures, one panel per configuration."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""Kernel choices of a scaling run: fused AdamW, TF32 matmuls, padded lengths for cuDNN attention.
-
-Fused AdamW changes what a step computes only by float rounding: a runtime setting (a change
-re-runs nothing, and a resume state saved under one choice resumes under the other). TF32 lowers
-the precision of fp32 matmuls, as amp does: a results setting. The padded length is no setting:
-it follows from the device and the precision, which the resume fingerprint already holds.
-"""
+"""A scaling run's kernel choices: fused AdamW, TF32 matmuls, padded lengths for cuDNN attention."""
 
 from __future__ import annotations
 

@@ -1,11 +1,4 @@
-"""`gpuflow scaling-report`: performance_report.txt, a diagnosis derived from the measurements.
-
-Every sentence is chosen by a fixed rule from the summary's numbers (efficiency, the exposed
-and total gradient all-reduce per step, compute per step, gradient size, epoch-time spread) and
-quotes them; nothing is written in advance of the data. The diagnosis and every prediction use
-the *exposed* communication (what overlap with the backward pass does not hide): that is what
-the epoch time pays.
-"""
+"""`gpuflow scaling-report`: performance_report.txt, a diagnosis derived from the measurements."""
 
 from __future__ import annotations
 

@@ -1,11 +1,4 @@
-"""`gpuflow scaling-summary`: tidy tables from the run records.
-
-- epochs: one row per run and epoch, as measured;
-- comprehensive summary: one row per run (means over the measured epochs, speedup and efficiency
-  against the smallest single-node world size of the same configuration) and one per baseline;
-- cost: GPU-hours of each run and the speedup bought per extra GPU-hour;
-- a booktabs LaTeX table of the summary.
-"""
+"""`gpuflow scaling-summary`: tidy tables from the run records."""
 
 from __future__ import annotations
 

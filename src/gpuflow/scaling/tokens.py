@@ -1,8 +1,4 @@
-"""A BPE tokenizer trained offline on the training split, and both splits encoded once.
-
-Encoded splits are `.npz` files: `ids` (all token ids, concatenated, int32), `offsets` (start of
-each text, length n+1) and `labels`, so training jobs load them in milliseconds.
-"""
+"""A BPE tokenizer trained offline on the training split, and both splits encoded once."""
 
 from __future__ import annotations
 

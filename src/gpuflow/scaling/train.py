@@ -1,10 +1,4 @@
-"""`gpuflow scaling-train`: train the classifier with DDP and measure every epoch.
-
-Run under torchrun (`torchrun --standalone --nproc-per-node=N -m gpuflow scaling-train ...`) or
-by hand as one process. One process per GPU with NCCL, or per CPU slot with gloo. The global
-batch of each optimizer step is the same contiguous block of the epoch's shuffled order whatever
-the world size, so runs at different world sizes follow the same optimisation.
-"""
+"""`gpuflow scaling-train`: train the classifier with DDP and measure every epoch."""
 
 from __future__ import annotations
 

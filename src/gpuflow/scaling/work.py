@@ -1,15 +1,4 @@
-"""The work of a scaling run, counted before it runs, and the trials that time its steps.
-
-The training texts are those `gpuflow scaling-data` splits off, tokenised with the BPE tokenizer
-`scaling-tokenize` trains on them, cut at max_seq_len; their token counts are counted once per
-data and tokenizer settings (gpuflow.work.counted). An epoch trains on steps x global batch of
-them at 6 x dense parameters + attention FLOP per token, shared by the world's processes; each
-step of a world above one all-reduces every gradient; after training the epoch scores the
-validation split (a forward pass) and saves its state. The trials (`gpuflow calibrate`) run
-scaling-train's own Trainer on random ids of the job's token lengths at its per-process batch,
-all-reduces of a step's gradients between processes on the job's backend, and the baseline's
-own pipeline on the job's texts.
-"""
+"""The work of a scaling run, counted before it runs, and the trials that time its steps."""
 
 from __future__ import annotations
 

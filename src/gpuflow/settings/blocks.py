@@ -1,15 +1,4 @@
-"""Step settings: one family's part of the schema, split into results and runtime keys.
-
-Every schema key carries `x-affects: results` (it changes a job's numbers: it reaches the job as
-a Snakemake param and is part of every resume fingerprint) or `x-affects: runtime` (it changes
-only where and how fast the job runs). An object's mark applies to its children unless a child
-says otherwise. A key marked `x-applies-when: {sibling: [values]}` is read only when each named
-sibling holds one of its values (e.g. `toxic_label` when `scorer` is `huggingface`): otherwise
-it is left out of both halves, so changing it re-runs nothing. A step gets both halves as JSON
-(`--settings`, `--runtime`), each holding only its own kind of keys, and `family_settings` turns
-them into one settings object filled with the schema's defaults: the same call from Snakemake
-and by hand, so defaults live only in the schema.
-"""
+"""Step settings: one family's part of the schema, split into results and runtime keys."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""Read config files strictly: UTF-8, no key given twice, and no NaN or infinite number.
-
-YAML alone lets a repeated key silently win over the first, and reads `.nan` and `.inf` as
-floats that pass every range check of the schema (comparisons with NaN are false). Snakemake
-loads `--configfile`s before the Snakefile runs, so the Snakefile reads `workflow.configfiles`
-again through here and stops with one line naming the file and key.
-"""
+"""Read config files strictly: UTF-8, no key given twice, and no NaN or infinite number."""
 
 from __future__ import annotations
 
@@ -97,6 +91,6 @@ def check_finite_numbers(config: dict[str, Any], where: str = "") -> None:
 
 
 def check_config_files(paths: Iterable[str | Path]) -> None:
-    """Read each config file strictly (see module doc); the first problem stops the run."""
+    """Read each config file strictly (docs/settings.md); the first problem stops the run."""
     for path in paths:
         check_finite_numbers(read_config_file(path), str(path))

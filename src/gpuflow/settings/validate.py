@@ -1,10 +1,4 @@
-"""Validate a workflow config against src/gpuflow/settings/schemas/, filling in every default.
-
-The schema is split per family (`config.schema.yaml` refers to `fluency.schema.yaml`, ...).
-Snakemake's own `validate` checks through such references but fills defaults only in the top
-file, so gpuflow inlines the references first and validates the whole with defaults. Errors name
-the dotted key, the problem and what the schema expects.
-"""
+"""Validate a workflow config against src/gpuflow/settings/schemas/, filling in every default."""
 
 from __future__ import annotations
 

@@ -1,12 +1,4 @@
-"""Jobs that fit no partition of the site file, found before anything is submitted.
-
-The SLURM executor plugin picks each job's partition from the site file
-(`gpuflow-slurm-partition-config`) with its own scoring (`Partition.score_job_fit`, used here
-as is). A job that fits none is not refused: the plugin logs a warning and submits it to the
-cluster's default partition, where it is rejected or waits for nodes that do not exist. A run checks
-every job before its first (the start-up checks, workflow/rules/common.smk) and `gpuflow plan`
-lists them.
-"""
+"""Jobs that fit no partition of the site file, found before anything is submitted."""
 
 from __future__ import annotations
 

@@ -1,21 +1,4 @@
-"""The jobs SLURM lists for a run: squeue (pending, running, recently ended) and sacct.
-
-The one place that runs squeue and sacct, read as delimited text: `--json` needs SLURM's openapi
-plugins and changes shape across releases, the text does not. A state is read by its first
-word (sacct prints a job ended by scancel as `CANCELLED by <uid>`).
-
-sacct is read with each job's steps, so that a job whose step ran out of memory is named
-OUT_OF_MEMORY (SLURM says FAILED).
-
-A job is a run's when its name starts with `gpuflow_` (the profile's job name prefix) and it
-was submitted from the run's working directory; its comment (`job_comment`) names its rule and
-wildcard values. sacct keeps comments only where slurm.conf sets
-`AccountingStoreFlags=job_comment`. Parsing stays cheap (the Snakefile checks at start-up).
-
-A command that runs past its timeout is killed with whatever it started. The SLURM commands
-retry for a long time while the controller is down; `gpuflow status` gives them a few seconds
-(status_jobs) and says so rather than waiting.
-"""
+"""The jobs SLURM lists for a run: squeue (pending, running, recently ended) and sacct."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""One tidy row per run (M2 and baseline), the mean, std and 95% CI over seeds, and the curves.
-
-Where the data has a validation split, each run also gets its model selection: the evaluated
-epoch of best validation accuracy (the earliest of ties) and the test accuracy there.
-"""
+"""One tidy row per run (M2 and baseline), the mean, std and 95% CI over seeds, and the curves."""
 
 from __future__ import annotations
 

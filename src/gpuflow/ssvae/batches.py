@@ -1,9 +1,4 @@
-"""Mini-batches for R stacked runs: per-run shuffles, then index batching or a DataLoader.
-
-The order of every run comes from that run's own CPU generator, so the numbers do not depend on
-where the data lives: on the device (one gather per batch, fastest when MNIST fits, which it
-does) or on the host behind a DataLoader (`num_workers`, `pin_memory`, `persistent_workers`).
-"""
+"""Mini-batches for R stacked runs: per-run shuffles, then index batching or a DataLoader."""
 
 from __future__ import annotations
 

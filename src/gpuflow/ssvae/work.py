@@ -1,14 +1,4 @@
-"""The work of an SSVAE job, counted from its settings and data sizes before it runs.
-
-One job trains `runs` stacked runs (the seeds, with stack: seeds) for `epochs` epochs of
-`steps` steps: steps = unlabelled examples // batch_size (gpuflow.ssvae.batches.make_plan), each
-step `batch_size` unlabelled and `labelled_batch_size` labelled examples per run (the baseline:
-the labelled ones alone). Every `eval_frequency` epochs (and the last) it scores the test set
-(M2: the classifier and both bounds; the baseline: the classifier) and the validation set (the
-classifier); after every epoch it saves its state (weights and Adam's two moments).
-The trial (`gpuflow calibrate`) runs the job's own stacked trainer, with its settings and
-threads, for epochs of a few steps on random digits (a step's cost does not depend on pixels).
-"""
+"""The work of an SSVAE job, counted from its settings and data sizes before it runs."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""The columns of a sweep shard's table, one row per seed.
-
-A module of its own, free of torch, so that reading shard tables (`gpuflow sweep-aggregate`)
-does not import what computing them needs.
-"""
+"""The columns of a sweep shard's table, one row per seed."""
 
 COLUMNS = [
     "method",

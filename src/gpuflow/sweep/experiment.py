@@ -1,18 +1,4 @@
-"""One teacher-student run: a rank-r linear teacher, a two-layer linear student of width d.
-
-The teacher is W* = U V^T / ||U V^T||_F (output_dim x input_dim, rank r, unit Frobenius norm),
-inputs are standard Gaussian, labels Y = W* X + label_noise * noise. The student is the product
-W2 W1 (W1: width x input_dim, W2: output_dim x width). Both methods are judged by
-
-- train error: ||W2 W1 X - Y||^2 / ||Y||^2 on the n training examples (1 = predicting zero);
-- test error: ||W2 W1 - W*||_F^2 / ||W*||_F^2, the exact population error on fresh Gaussian
-  inputs against the noise-free teacher (no test sample, so no sampling noise).
-
-Every random draw comes from a torch.Generator seeded from (base seed, teacher rank, seed) for
-the teacher and data, and additionally (method, width) for the student, so a seed's result does
-not depend on which worker or in which order it ran. Teacher and data are drawn on the CPU and
-moved to the device; guesses are drawn on the device (same numbers for the same device type).
-"""
+"""One teacher-student run: a rank-r linear teacher, a two-layer linear student of width d."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
 """Run seeds in worker processes, one per device (gpuflow.job.workers), and survive workers
 that die: a dead worker's seeds go to the others, a seed that killed two workers fails.
-
-Every worker is a process of its own, even with one device, so a seed that kills its worker
-(out of memory, a crash in a kernel) costs that seed's retry, never the shard.
 """
 
 from __future__ import annotations

@@ -1,12 +1,4 @@
-"""`gpuflow sweep-shard`: one (method, teacher rank, student width) over a range of seeds.
-
-Seeds whose rows the job's resume state holds are skipped; the rest run in one worker per device
-(gpuflow.sweep.pool). Each seed is a unit of the job (gpuflow.job.loop): as it finishes, its row
-(or its error) goes into the resume state, then it is counted in the job's progress file. The
-table (CSV, one row per seed, in seed order) and the run record (JSON) are written atomically
-once every seed is done. Failed seeds do not stop the others; the step then fails naming them (a
-re-run tries them again).
-"""
+"""`gpuflow sweep-shard`: one (method, teacher rank, student width) over a range of seeds."""
 
 from __future__ import annotations
 

@@ -1,11 +1,4 @@
-"""The work of a sweep shard: its seeds of one cell, run by one worker process per device.
-
-How long a seed takes depends on its cell (method, teacher rank, student width) and settings:
-gradient descent runs until the loss threshold or max_steps, guess-and-check until a hit or its
-budget. So a seed of a cell is the unit, and its rate (seeds/s, kind sweep.<method>.seed) is
-measured per cell: by `gpuflow calibrate` running a few new seeds of every cell as the shard's
-workers run them (one thread, the job's device), or by gpu-check's sweep row.
-"""
+"""The work of a sweep shard: its seeds of one cell, run by one worker process per device."""
 
 from __future__ import annotations
 

@@ -1,14 +1,4 @@
-"""Which jobs used their devices poorly, and the reason their own timings give.
-
-A job's utilisation is its GPUs' mean SM utilisation, or on CPU the share of its allotted
-cores that were busy. Below the threshold (config `telemetry.low_utilisation_percent`) it is
-flagged, with the largest cause the step measured itself (`gpuflow.job.Job.note`):
-- data loading: `data_wait_s`, seconds spent waiting for batches, as a share of the wall time;
-- waiting on communication: `comm_exposed_share`, the share of a step's time spent in
-  communication that backward does not hide (scaling measures it, gpuflow.scaling.comm);
-- tiny batches: `step_s`, mean seconds per optimiser step, below TINY_STEP_S (kernel launches
-  and Python overhead dominate; `batch_size` names the batch).
-"""
+"""Which jobs used their devices poorly, and the reason their own timings give."""
 
 from __future__ import annotations
 

@@ -1,15 +1,4 @@
-"""One sampler per job, started by the job context (`gpuflow.job`) around the step.
-
-Which process samples: the one that holds the step's output locks (RANK unset or 0, see
-`gpuflow.job.outputlock.locks_this_process`) and has outputs. Under torchrun (LOCAL_RANK set) that
-is global rank 0, and it samples the tree of its parent, the torchrun agent, so every local
-rank is counted; on a multi-node job its node stands for the others (GPU-hours count every
-node's devices, utilisation is node 0's). `gpuflow with-gpus` has no outputs and samples
-nothing: the step it starts does.
-
-The sampling interval is the job's setting `telemetry.interval_s` (see
-gpuflow.job.telemetry.settings), held by the job context.
-"""
+"""One sampler per job, started by the job context (`gpuflow.job`) around the step."""
 
 from __future__ import annotations
 

@@ -1,11 +1,4 @@
-"""The job's GPUs through NVML (nvidia-ml-py): SM utilisation, memory used, power, energy.
-
-The job's devices are those CUDA_VISIBLE_DEVICES names (indices or GPU-/MIG- UUIDs; unset:
-every device NVML sees). Under SLURM with device cgroups NVML sees only the job's GPUs,
-numbered from 0 like CUDA_VISIBLE_DEVICES. Where NVML cannot start (no driver, no GPU) the
-devices are absent and `absent` says why, in NVML's words. A metric a device does not support
-(utilisation of a MIG slice, energy of older GPUs) stays None for that device.
-"""
+"""The job's GPUs through NVML (nvidia-ml-py): SM utilisation, memory used, power, energy."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""The job's own settings (config `telemetry`), defaulted from the schema: the one place.
-
-They reach a step as the `telemetry` part of its `--settings` (results keys: the flag threshold,
-which changes only what reports say) and `--runtime` (runtime keys: the sampling interval) JSON,
-as every family's settings do. `gpuflow.cli` takes that part off before the step reads its own,
-and the job context (`gpuflow.job.current().settings`) holds it.
-"""
+"""The job's own settings (config `telemetry`), defaulted from the schema: the one place."""
 
 from __future__ import annotations
 

@@ -1,23 +1,4 @@
-"""Each job's state (done, running, queued, failed, incomplete, todo), progress and GPU-hours.
-
-A job is
-- running / queued: SLURM runs it or holds it pending (squeue, sacct), or locally its output
-  lock's holder is alive (gpuflow.job.outputlock), or the Snakemake run active in the working
-  directory marked it incomplete (it started in this run);
-- done: every output exists and no incomplete marker is left;
-- failed: its job record says its last attempt failed, or was killed (a record written when
-  the step started and never ended, with no live holder of its output lock), while no
-  incomplete marker is left and no run has started since, which would retry it; or the latest
-  run log reports it ("Error in rule": a job that failed before its step began); or SLURM
-  ended it unsuccessfully;
-- incomplete: Snakemake's marker is left by a killed run or job (none, or one older than the
-  active run), whether or not its outputs exist (a killed job may have written part): a run
-  redoes it;
-- queued / todo: not started, while a run is active / while none is.
-
-Where the SLURM controller did not answer, a job the active run submitted (its marker names a
-SLURM job) is running once its job record says its step started, else queued.
-"""
+"""Each job's state (done, running, queued, failed, incomplete, todo), progress and GPU-hours."""
 
 from __future__ import annotations
 
@@ -149,7 +130,7 @@ KILLED = "failed (killed: its job record was never ended)"
 
 
 def classify(job: Job, seen: Seen) -> JobStatus:
-    """The state of one job (see the module docstring for the order of the checks)."""
+    """The state of one job (docs/status.md, design notes: the order of the checks)."""
     root = seen.directory
     paths = [root / o for o in job.output]
     marker = next((seen.markers[o] for o in job.output if o in seen.markers), None)

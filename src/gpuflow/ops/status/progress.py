@@ -1,11 +1,4 @@
-"""Progress of a running job, from the one progress file every long step keeps, and an ETA.
-
-Every long step writes its job's progress file through `gpuflow.job` (perplexity tokens,
-toxicity texts, sweep seeds, SSVAE and scaling epochs): {"done", "total", "unit", "started",
-"updated", "resumed_at"}, unix times. Status reads only that file, never a log, so rewording a
-step's output changes nothing here. Units already done when a resumed attempt started
-(`resumed_at`) are left out of the rate the ETA is computed from.
-"""
+"""Progress of a running job, from the one progress file every long step keeps, and an ETA."""
 
 from __future__ import annotations
 

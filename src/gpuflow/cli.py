@@ -40,14 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run one step; a GpuflowError or a stop request becomes one clear line on stderr and exit
-    status 2, Ctrl-C one line and 130.
-
-    The step runs inside one job context (gpuflow.job.Job, reachable as `gpuflow.job.current()`)
-    for the outputs its registration declares: it holds their locks and the device locks (taken
-    here, before the step imports torch), takes the job's own settings (the `telemetry` part of
-    `--settings` and `--runtime`), stops cleanly on SIGTERM and SIGUSR1, gives the step its
-    resumable loop, and writes the job record when the step ends.
-    """
+    status 2, Ctrl-C one line and 130."""
     args = build_parser().parse_args(argv)
     return run_step(args, f"gpuflow {args.step}")
 

@@ -34,12 +34,7 @@ def lazy(target: str, outputs: tuple[str, ...] = ()) -> LazyStep:
 
 
 def add_settings_arguments(parser: argparse.ArgumentParser, family: str) -> None:
-    """`--settings` (results keys) and `--runtime` (runtime keys) of config[family], as JSON.
-
-    Keys left out take the schema's defaults (gpuflow/settings/schemas/), the only place defaults
-    live. Each may also hold a `telemetry` part: the job's own settings, which gpuflow.cli takes
-    off before the step reads its family's keys.
-    """
+    """`--settings` (results keys) and `--runtime` (runtime keys) of config[family], as JSON."""
     parser.add_argument(
         "--settings",
         default="{}",

@@ -79,10 +79,7 @@ def from_benchmarks(
 ) -> Prediction | None:
     """A job's time from earlier benchmarks of its rule and params: each (seconds, the work that
     benchmark did; None where it is the job's own work, its params fixing it) scaled by the
-    job's work over that work, at the book's rates (else by the main term's amounts).
-
-    Samples whose work cannot be compared (another kind of work) are left out; None when none
-    is left."""
+    job's work over that work, at the book's rates (else by the main term's amounts)."""
     mine = predict(work, book)
     scaled = []
     for seconds, done in samples:

@@ -33,17 +33,7 @@ def decode_utf8(path: Path, data: bytes, expected: str) -> str:
 def records(
     path: Path, text: str, kind: Literal["csv", "tsv"], rows: Literal["lines", "records"]
 ) -> list[tuple[int, list[str]]]:
-    """(row, fields) of every record of a CSV or TSV text, blank lines included (no fields).
-
-    CSV is strict: a quote that opens a field must close it right before a comma or the line's
-    end, so a stray or unclosed quote is an error, never rows merged into one field; a field may
-    be as long as the text. TSV has no quoting: each line is one record and a quote an ordinary
-    character. `rows` numbers the records by the file line each starts on, or by the records
-    before it (a header is row 0). A malformed record is a DataError naming its row and lines.
-
-    Read whole before returning: the csv module's field size limit is one for the process, so
-    it is raised for this text and put back before anything else reads CSV.
-    """
+    """(row, fields) of every record of a CSV or TSV text, blank lines included (no fields)."""
     if kind == "csv":
         reader = csv.reader(io.StringIO(text, newline=""), delimiter=",", strict=True)
     else:

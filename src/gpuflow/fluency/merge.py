@@ -67,10 +67,7 @@ def join_scores(
 
 
 def corpus_perplexity(nll_sums: Sequence[float], n_tokens: Sequence[int]) -> float:
-    """exp(total NLL / total tokens): the perplexity of all texts as one corpus.
-
-    Each token counts once, so texts weigh by their length, unlike the mean of per-text ppl.
-    """
+    """exp(total NLL / total tokens): the perplexity of all texts as one corpus."""
     total_tokens = int(np.sum(np.asarray(n_tokens, dtype=np.int64)))
     if total_tokens == 0:
         return float("nan")

@@ -81,17 +81,7 @@ def score_token_ids(
     out: str | Path | None = None,
     state_fingerprint: str = "",
 ) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
-    """Per-text NLL sums (float64) and token counts, in input order, plus batching stats.
-
-    `settings` is the `fluency.perplexity` block as the job resolved it (its `token_budget`
-    sized, its `placement` replicate or shard): replicate runs one worker per device, shard one
-    worker whose model is spread over all `devices` (see gpuflow.fluency.placement).
-    `wrap_forward` (one worker only) wraps the model's forward call, e.g. to inject errors. With
-    `out`, the scores are saved after every chunk of about `chunk_tokens` scored tokens in the
-    job's resume state (resumed when its fingerprint is `state_fingerprint`), and a stop request
-    ends the step (Stopped) at the next save (gpuflow.job.chunks). The stats
-    hold the slowest worker's scoring and loading (with compiling) seconds.
-    """
+    """Per-text NLL sums (float64) and token counts, in input order, plus batching stats."""
     token_budget = settings["token_budget"]
     if token_budget < 1:
         raise ConfigError("fluency.perplexity.token_budget", f"got {token_budget}", ">= 1")

@@ -112,13 +112,7 @@ def check_dtype(dtype: str, devices: list[torch.device]) -> None:
 
 
 def prepare_for_scoring(model: torch.nn.Module, attn_implementation: str) -> torch.nn.Module:
-    """The loaded model made fast to score with, computing the same function.
-
-    Attention runs through `attn_implementation` (auto: transformers' choice, SDPA where the
-    model supports it). GPT-2's Python tanh-GELU (`gelu_new`, six elementwise kernels) becomes
-    torch's fused `gelu(approximate="tanh")`: the same formula in one kernel, different only by
-    float rounding. A half-precision head over an unaligned vocabulary is padded (ppl_head).
-    """
+    """The loaded model made fast to score with, computing the same function."""
     from transformers.activations import GELUTanh, NewGELUActivation
 
     from gpuflow.settings.blocks import family_schema

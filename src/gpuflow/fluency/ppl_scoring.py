@@ -20,14 +20,7 @@ LOSS_CHUNK_TOKENS = 512
 
 def model_forward(model: torch.nn.Module) -> Forward:
     """The forward call of a Hugging Face causal LM on right-padded ids: the logits of the
-    positions marked in `scored` (batch x length, bool), one row each in row-major order.
-
-    The LM head sees only those positions (a pre-hook on the output embeddings selects them), so
-    padding and the context part of a window cost no head matmul and no logits memory; whatever
-    the model does after its head (e.g. logit soft-capping) still applies. The attention mask is
-    all ones: the rows are right-padded and attention is causal, so no real token ever attends
-    to padding, and SDPA or flash attention may use their causal kernels.
-    """
+    positions marked in `scored` (batch x length, bool), one row each in row-major order."""
     head = model.get_output_embeddings()
 
     def forward(input_ids: torch.Tensor, scored: torch.Tensor) -> torch.Tensor:
@@ -51,11 +44,7 @@ def model_forward(model: torch.nn.Module) -> Forward:
 
 @dataclass
 class SegmentScores:
-    """Per-segment NLL sums (float64) and scored-token counts, in the order given.
-
-    `seconds` is the scoring time alone; `load_seconds` the worker's model loading (and
-    compiling) time, reported with the first batch it scores.
-    """
+    """Per-segment NLL sums (float64) and scored-token counts, in the order given."""
 
     nll: np.ndarray
     n_tokens: np.ndarray
@@ -89,10 +78,7 @@ def scored_positions(mask: torch.Tensor, first: torch.Tensor) -> torch.Tensor:
 
 def target_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """-log p(target) of each logits row in fp32, LOSS_CHUNK_TOKENS rows at a time, so each fp32
-    chunk (upcast from half precision) stays small: in cache on a CPU, little memory on a GPU.
-
-    (Fused cross-entropy beats logsumexp minus the gathered logit on a CPU: 2x in fp32.)
-    """
+    chunk (upcast from half precision) stays small: in cache on a CPU, little memory on a GPU."""
     return torch.cat(
         [
             F.cross_entropy(
@@ -139,13 +125,7 @@ def score_segments(
     device: torch.device,
     token_budget: int,
 ) -> SegmentScores:
-    """Score segments (sorted longest first for little padding) in token-budget batches.
-
-    A batch holds as many segments as fit `batch size x longest <= token_budget` (at least one)
-    and is padded only to its own longest. On out-of-memory the budget drops to half the
-    failed batch and the same segments are batched again, so the batch is split in halves
-    and later batches keep the lower budget; nothing is ever dropped.
-    """
+    """Score segments (sorted longest first for little padding) in token-budget batches."""
     results: list[tuple[float, int]] = []
     oom_splits, start = 0, 0
     started = time.perf_counter()

@@ -8,11 +8,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Segment:
-    """One forward pass row: `ids` of text number `text`, targets scored from `first` on.
-
-    `first` is the position (in `ids`) of the first scored target; targets `ids[first:]` are
-    scored, each predicted from the logits one position earlier, so `first >= 1`.
-    """
+    """One forward pass row: `ids` of text number `text`, targets scored from `first` on."""
 
     text: int
     ids: tuple[int, ...]
@@ -25,12 +21,7 @@ class Segment:
 
 
 def windows(n_ids: int, context: int, stride: int) -> list[tuple[int, int, int]]:
-    """(begin, end, first scored position counted from begin) of each window over `n_ids` ids.
-
-    One window when the sequence fits the context. Otherwise windows start every `stride` ids,
-    end `context` ids later (or at the end), and score the ids from where the previous window
-    stopped, so every id but the first is scored exactly once.
-    """
+    """(begin, end, first scored position counted from begin) of each window over `n_ids` ids."""
     if not 1 <= stride < context:
         raise ValueError(f"stride must be in [1, {context - 1}], got {stride}")
     if n_ids <= context:

@@ -26,12 +26,7 @@ WARMUP_ROWS, WARMUP_LENGTH = 3, 7
 
 
 def worker_threads(n_workers: int) -> int:
-    """CPU threads per worker: the cores this process may use, capped by OMP_NUM_THREADS.
-
-    Snakemake sets OMP_NUM_THREADS to the job's `threads`; honouring it keeps jobs that run side
-    by side from oversubscribing the cores (which slows small models down by an order of
-    magnitude).
-    """
+    """CPU threads per worker: the cores this process may use, capped by OMP_NUM_THREADS."""
     threads = threads_per_worker(n_workers)
     limit = os.environ.get("OMP_NUM_THREADS", "")
     if limit.isdigit() and int(limit) > 0:
@@ -41,20 +36,7 @@ def worker_threads(n_workers: int) -> int:
 
 def compiled_forward(model: torch.nn.Module, device: torch.device) -> tuple[Forward, float]:
     """`model`'s scoring forward (see model_forward) through torch.compile (config
-    fluency.perplexity.compile), already compiled on `device`, and the seconds compiling took.
-
-    Inductor compiles the model for dynamic shapes (one compile serves every batch shape) and
-    fuses its elementwise work (bias, GELU, layer norm, residual adds) into few kernels:
-    memory-bound work on a GPU. Compiling runs on small dummy batches here, so it is neither
-    timed as scoring nor first met in the middle of a job, and a node that cannot compile (no
-    C++ compiler on a CPU node) fails at once, naming the key. The weights stay inputs of the
-    compiled graph (not frozen constants), so a compiled graph reused for another model in the
-    same process computes with that model's weights.
-
-    Dynamic shapes still specialise sizes 0 and 1, so two dummy batches compile every graph a
-    job meets: several rows with every position scored, and one row with one position scored
-    (a batch of one long window; a head that sees one position).
-    """
+    fluency.perplexity.compile), already compiled on `device`, and the seconds compiling took."""
     started = time.perf_counter()
     forward = model_forward(torch.compile(model, dynamic=True))
     try:
@@ -137,10 +119,7 @@ def score_batches(
 ) -> list[str]:
     """Score batches `todo` with one worker per device and report each; after
     `should_stop()` hand out no more. A batch that fails ends the step naming its worker.
-    Returns one line per worker that died (its batches went to the others).
-
-    `wrap_forward` (one device only) wraps the model's forward call, e.g. to inject errors.
-    """
+    Returns one line per worker that died (its batches went to the others)."""
     if wrap_forward is not None and len(devices) != 1:
         raise ValueError("wrap_forward needs exactly one worker")
     pool = WorkerPool(

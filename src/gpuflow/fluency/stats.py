@@ -66,11 +66,7 @@ MIN_VALID_SHARE = 0.5
 
 
 def load_scores(path: str | Path, group_columns: list[str]) -> pd.DataFrame:
-    """Read scores.csv, check its columns and values, and add `log_ppl`.
-
-    Raises DataError naming the file, the missing column, or the row (CSV line number, header
-    = line 1) with a bad value.
-    """
+    """Read scores.csv, check its columns and values, and add `log_ppl`."""
     try:
         frame = pd.read_csv(  # labels such as "NA" or "None" are labels: only "" is missing
             path,
@@ -142,12 +138,7 @@ class Variable:
 def weighted_pearson(
     weights: np.ndarray, a: np.ndarray, b: np.ndarray, constant: np.ndarray
 ) -> np.ndarray:
-    """Pearson r of each resample given as counts over the texts (rows of `weights`).
-
-    `a` and `b` hold each text's value, shared (n,) or per resample (rows, n); NaN where
-    `constant` says a resample has a single distinct value in a or b. Works from weighted
-    moments (a matrix-vector product for shared values); shared values are centred first.
-    """
+    """Pearson r of each resample given as counts over the texts (rows of `weights`)."""
     total = weights.sum(axis=1)
 
     def mean(v: np.ndarray) -> np.ndarray:
@@ -167,12 +158,7 @@ def weighted_pearson(
 def partial_from(
     r_xy: np.ndarray, r_xz: np.ndarray, r_yz: np.ndarray, z_constant: np.ndarray
 ) -> np.ndarray:
-    """Partial r of x and y given z from the three correlations.
-
-    Equal to the Pearson r of the residuals of x and y after least-squares fits on z (with
-    intercept). A constant z has nothing to remove: the result is then the plain r of x and y;
-    NaN where z explains x or y fully.
-    """
+    """Partial r of x and y given z from the three correlations."""
     r_xz = np.where(z_constant, 0.0, r_xz)
     r_yz = np.where(z_constant, 0.0, r_yz)
     denominator = (1 - r_xz**2) * (1 - r_yz**2)
@@ -189,13 +175,7 @@ def kendall_signs(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 def kendall_from_counts(
     weights: np.ndarray, signs: np.ndarray, x_counts: np.ndarray, y_counts: np.ndarray
 ) -> np.ndarray:
-    """Kendall tau-b of each resample (counts w over the texts), exactly, by matrix products.
-
-    With A = kendall_signs(x, y), twice (concordant - discordant) pairs is w'Aw; the pairs tied
-    in x are (sum of squared counts per distinct x - N) / 2, likewise y, so that
-    tau_b = w'Aw / sqrt((N^2 - sum_x t^2)(N^2 - sum_y t^2)); NaN where a resample is constant.
-    Cost: rows * n^2 multiply-adds.
-    """
+    """Kendall tau-b of each resample (counts w over the texts), exactly, by matrix products."""
     twice_s = ((weights @ signs) * weights).sum(axis=1)
     total = weights.sum(axis=1) ** 2
     denominator = (total - (x_counts**2).sum(axis=1)) * (total - (y_counts**2).sum(axis=1))
@@ -219,11 +199,7 @@ def resample_statistics(
     methods: list[str],
     signs: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
-    """Each method on each resample (row of `index`, text positions drawn with replacement).
-
-    x is log-ppl, y toxicity, z log length. Kendall uses `signs` (kendall_signs) when given, else
-    scipy per resample.
-    """
+    """Each method on each resample (row of `index`, text positions drawn with replacement)."""
     n = len(x.values)
     weights = _row_counts(np.arange(n), n, index)
     counts = {name: v.counts(index) for name, v in (("x", x), ("y", y), ("z", z))}
@@ -263,10 +239,7 @@ def bootstrap(
     settings: Mapping[str, Any],
     key: str,
 ) -> dict[str, np.ndarray]:
-    """Bootstrap distributions (n_bootstrap values, NaN where degenerate) of each method.
-
-    Every method sees the same resamples, drawn from the generator of (seed, key).
-    """
+    """Bootstrap distributions (n_bootstrap values, NaN where degenerate) of each method."""
     rng = _rng(settings["seed"], key)
     variables = Variable.of(x), Variable.of(y), Variable.of(z)
     use_signs = "kendall" in methods and len(x) <= KENDALL_MATMUL_MAX_N
@@ -376,11 +349,7 @@ def correlation_table(
 
 
 def binned_means(frame: pd.DataFrame, settings: Mapping[str, Any]) -> pd.DataFrame:
-    """Mean toxicity (with a bootstrap CI) in quantile bins of log-perplexity.
-
-    Equal values always share a bin, so ties can leave fewer than `n_bins` bins; empty bins are
-    dropped and the rest numbered 1..k in order of log-perplexity.
-    """
+    """Mean toxicity (with a bootstrap CI) in quantile bins of log-perplexity."""
     log_ppl = frame["log_ppl"]
     if log_ppl.nunique() < 2:
         codes = np.zeros(len(frame), dtype=int)

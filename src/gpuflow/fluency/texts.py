@@ -26,10 +26,7 @@ def clean_review(text: str, max_words: int | None = None) -> str:
 
 
 def shuffle_words(text: str, rng: np.random.Generator) -> str:
-    """The same words in another order (a fluency-destroying twin with the same vocabulary).
-
-    The order differs from the original whenever the text has two different words.
-    """
+    """The same words in another order (a fluency-destroying twin with the same vocabulary)."""
     words = text.split()
     if len(set(words)) < 2:
         return text
@@ -47,11 +44,7 @@ def embedded_texts(
     shuffled_twins: bool,
     min_words: int = 8,
 ) -> pd.DataFrame:
-    """Original reviews drawn evenly from `corpus` sources, each optionally with a shuffled twin.
-
-    Only reviews of at least `min_words` words are drawn: shuffling two or three words says
-    little about fluency.
-    """
+    """Original reviews drawn evenly from `corpus` sources, each optionally with a shuffled twin."""
     rng = np.random.default_rng(seed)
     per_source = np.array_split(np.arange(n_texts), len(corpus))
     rows = []
@@ -175,11 +168,7 @@ def _text_id(path: str, row: int, value: object) -> str:
 
 
 def group_label(value: object) -> str:
-    """A group cell as written ("NA", "None" and "null" stay labels).
-
-    A JSON null or a key the record lacks is empty, like an empty CSV cell: the statistics
-    count such texts in a group of their own, "(missing)", so none is silently dropped.
-    """
+    """A group cell as written ("NA", "None" and "null" stay labels)."""
     return "" if value is None else str(value)
 
 

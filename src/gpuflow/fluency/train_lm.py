@@ -74,10 +74,7 @@ def save_untrained_lm(
     seed: int = 0,
     initializer_range: float = 0.02,
 ) -> Path:
-    """A randomly initialised GPT-2 and a BPE tokenizer trained on `texts`, saved to `folder`.
-
-    Loaded exactly like the embedded LM; for tests and benchmarks that need a model fast.
-    """
+    """A randomly initialised GPT-2 and a BPE tokenizer trained on `texts`, saved to `folder`."""
     tokenizer = train_tokenizer(texts, vocab_size)
     torch.manual_seed(seed)
     config = gpt2_config(

@@ -112,11 +112,7 @@ def _write_error_inside(error: BaseException) -> OSError | None:
 
 
 def save_torch(path: str | Path, obj: Any) -> None:
-    """`torch.save` atomically, through a Python file so a full disk is one clear line.
-
-    Given a file name, torch writes in C++ and a full disk surfaces as a bare RuntimeError;
-    through a Python file object the OSError stays attached and atomic_path reports it.
-    """
+    """`torch.save` atomically, through a Python file so a full disk is one clear line."""
     import torch
 
     with atomic_path(path) as tmp, open(tmp, "wb") as handle:

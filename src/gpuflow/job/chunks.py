@@ -28,11 +28,7 @@ def plan_chunks(batch_weights: Sequence[int], chunk_weight: int) -> list[range]:
 
 class ChunkedScores:
     """Per-item score columns of one output, resumed from the job's state, filled batch by
-    batch, saved after each chunk.
-
-    `batches` are the item indices of each batch, `weights` each batch's size in `unit`.
-    Without `out` nothing is saved (scoring outside a step, e.g. in a benchmark).
-    """
+    batch, saved after each chunk."""
 
     def __init__(
         self,

@@ -22,12 +22,7 @@ from gpuflow.settings.blocks import family_settings
 
 
 class Job:
-    """One step's lifecycle. Use as a context manager (`with Job(step, outputs) as job`).
-
-    A Job that is not entered (`current(outputs)` outside `gpuflow <step>`: a test, a library
-    call) locks and samples nothing but names the same files. `settings`: the job's own
-    (config `telemetry`, see gpuflow.job.telemetry.settings); default: the schema's.
-    """
+    """One step's lifecycle. Use as a context manager (`with Job(step, outputs) as job`)."""
 
     active: Job | None = None
 

@@ -62,10 +62,7 @@ def _try_lock(lock_dir: Path, device: str) -> IO[bytes] | None:
 def acquire(
     n_gpus: int, lock_dir: str | Path, pool: list[str], timeout: float | None = None
 ) -> tuple[list[str], list[IO[bytes]]]:
-    """Lock `n_gpus` free devices of `pool` (waiting while others hold them): (ids, handles).
-
-    The locks live as long as the handles (or the process) do.
-    """
+    """Lock `n_gpus` free devices of `pool` (waiting while others hold them): (ids, handles)."""
     if n_gpus > len(pool):
         raise GpuflowError(
             f"this job asks for {n_gpus} GPUs but only {len(pool)} are shared out "
@@ -148,16 +145,7 @@ def requested_gpus(environ: dict[str, str] | None = None) -> int:
 
 @contextmanager
 def gpus_for_this_process() -> Iterator[list[str]]:
-    """Take the device locks this process needs (docs/recovery.md) and expose only those devices.
-
-    Yields the locked device ids ([] when no locking applies). The lock descriptors survive
-    `exec`, so a command run in this process's place (`gpuflow with-gpus`) keeps them.
-
-    CUDA numbers GPUs fastest first unless told otherwise; nvidia-smi, NVML (telemetry) and
-    the ids locked here count them by PCI bus, as SLURM's gres files do. CUDA_DEVICE_ORDER is
-    set to PCI_BUS_ID (unless the user set it) so that on a node of mixed GPUs every part of
-    gpuflow means the same device by the same id.
-    """
+    """Take the device locks this process needs (docs/recovery.md) and expose only those devices."""
     os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     n_gpus = requested_gpus()
     if n_gpus == 0:
@@ -180,11 +168,7 @@ def gpus_for_this_process() -> Iterator[list[str]]:
 
 
 def with_gpus_main(args: argparse.Namespace) -> None:
-    """`gpuflow with-gpus -- CMD ...`: run CMD in this process's place, keeping its GPU locks.
-
-    For commands that are not gpuflow steps (torchrun): `gpuflow` has already taken the locks
-    before calling this step, and `exec` keeps them for CMD and frees them when CMD ends.
-    """
+    """`gpuflow with-gpus -- CMD ...`: run CMD in this process's place, keeping its GPU locks."""
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         raise GpuflowError("no command given (use: gpuflow with-gpus -- CMD ...)")

@@ -52,11 +52,7 @@ def read_holder(output: str | Path) -> dict[str, str] | None:
 
 @contextmanager
 def exclusive_output(output: str | Path) -> Iterator[None]:
-    """Hold the lock of `output` (a no-op when this process holds it already).
-
-    Raises OutputTakenError naming the holder when another process has it, and the one-line
-    DataError of `cannot_write` when the lock file cannot be made (a full or read-only folder).
-    """
+    """Hold the lock of `output` (a no-op when this process holds it already)."""
     key = Path(os.path.abspath(output))
     if key in _held:
         yield

@@ -47,10 +47,7 @@ def read_progress(path: str | Path) -> dict[str, Any] | None:
 
 
 class ProgressWriter:
-    """Writes one job's progress at most every EVERY_S seconds (and always the first time).
-
-    A writer without a path (a non-writing DDP rank, scoring outside a step) writes nothing.
-    """
+    """Writes one job's progress at most every EVERY_S seconds (and always the first time)."""
 
     def __init__(self, path: Path | None, total: float, unit: str, resumed_at: float = 0):
         self.path, self.total, self.unit = path, total, unit

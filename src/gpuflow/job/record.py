@@ -34,12 +34,7 @@ def read_record(path: str | Path) -> dict[str, Any] | None:
 
 
 def record_of(outputs: Iterable[str | Path]) -> dict[str, Any]:
-    """The record of the job that writes `outputs` (a rule's outputs); {} where it has none.
-
-    A step names its job files after the first output its registration declares
-    (gpuflow.registry.lazy), which need not be the rule's first (fluency_stats lists its
-    correlations first; its step's first is --out-binned), so each output is tried.
-    """
+    """The record of the job that writes `outputs` (a rule's outputs); {} where it has none."""
     for output in outputs:
         record = read_record(record_path(output))
         if record is not None:
@@ -56,10 +51,7 @@ def ended(record: dict[str, Any]) -> bool:
 @contextmanager
 def job_record(step: str, outputs: list[Path], interval_s: float) -> Iterator[JobTelemetry | None]:
     """Sample this job every `interval_s` seconds while the block runs; write its record at the
-    end.
-
-    Yields None in a process that does not sample (no outputs, or a DDP rank other than 0).
-    """
+    end."""
     if not outputs or os.environ.get("RANK", "0") != "0":
         yield None
         return

@@ -136,11 +136,7 @@ class State:
 
 
 def load_optimizer_state(optimizer: Any, state: dict[str, Any]) -> None:
-    """Load a saved optimizer state under this run's kernel choice.
-
-    torch takes every group's `fused` flag from the saved state (and places the step counters
-    for it), which would quietly undo a changed choice; the flag of the live optimizer wins.
-    """
+    """Load a saved optimizer state under this run's kernel choice."""
     groups = [
         {**saved, "fused": live["fused"]}
         for saved, live in zip(state["param_groups"], optimizer.param_groups, strict=True)

@@ -16,12 +16,7 @@ STOPS_AND_CTRL_C = (*STOP_SIGNALS, signal.SIGINT)
 
 
 class Stopped(BaseException):
-    """The step stopped on SLURM's request; its saved state lets the next run resume.
-
-    Like KeyboardInterrupt it is no `Exception`: the handler raises it wherever the step is, and
-    no `except Exception` (or GpuflowError) on the way may take it for an error and go on.
-    `gpuflow.cli.main` ends the step with its one line.
-    """
+    """The step stopped on SLURM's request; its saved state lets the next run resume."""
 
 
 class _Request:
@@ -47,21 +42,12 @@ def install() -> None:
 
 
 def ignore_warning() -> None:
-    """Ignore SLURM's warning signal (SIGUSR1) in a process that must outlive it.
-
-    Snakemake itself would die of it (SIGUSR1's default action ends a process); the step it
-    starts inherits the ignored signal and installs its own handler.
-    """
+    """Ignore SLURM's warning signal (SIGUSR1) in a process that must outlive it."""
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)
 
 
 def leave_to_parent() -> None:
-    """In a worker process: the parent decides when to stop, and the worker dies with it.
-
-    SLURM's signals reach every process of the job and Ctrl-C the whole process group: the
-    worker ignores them and finishes the work in hand; the parent stops giving it more. A
-    parent killed outright takes the worker with it (PR_SET_PDEATHSIG on Linux).
-    """
+    """In a worker process: the parent decides when to stop, and the worker dies with it."""
     for signum in STOPS_AND_CTRL_C:
         signal.signal(signum, signal.SIG_IGN)
     if sys.platform.startswith("linux"):  # elsewhere the worker does not die with its parent
@@ -88,25 +74,13 @@ def _handled_by(
 
 
 def started_ignoring_stops() -> contextlib.AbstractContextManager[None]:
-    """Processes started inside inherit ignored stop signals (and Ctrl-C) across exec.
-
-    So a signal that reaches a worker while it starts up (before `leave_to_parent`) cannot end
-    it. This process's own handlers are back once the block ends.
-    """
+    """Processes started inside inherit ignored stop signals (and Ctrl-C) across exec."""
     return _handled_by(signal.SIG_IGN)
 
 
 @contextlib.contextmanager
 def held() -> Iterator[None]:
-    """Stop requests and Ctrl-C that arrive inside the block take effect when it ends.
-
-    For code that an exception must not cut in half: `import torch`, whose C extension imports
-    numpy and swallows any exception raised meanwhile, so a Ctrl-C or SIGTERM landing there would
-    be lost (the step runs on) or leave numpy half-imported (the step fails later with exit
-    status 1). Each signal that arrived is raised again once this process's handlers are back;
-    an ignored one stays ignored (a process started inside inherits it so). In a thread other
-    than the main one (which cannot set handlers) the block runs as it is.
-    """
+    """Stop requests and Ctrl-C that arrive inside the block take effect when it ends."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -130,11 +104,7 @@ def defer() -> None:
 
 
 def stop_if_requested(where: str, anyone: bool | None = None) -> None:
-    """Raise Stopped when a stop was requested; call it right after saving the state.
-
-    `anyone` overrides the local flag, e.g. with the flag all-reduced over DDP ranks, so every
-    rank stops after the same epoch.
-    """
+    """Raise Stopped when a stop was requested; call it right after saving the state."""
     asked = requested() is not None if anyone is None else anyone
     if asked:
         name = requested() or "a stop request of another rank"

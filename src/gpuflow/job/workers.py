@@ -58,10 +58,7 @@ def use_device(device: str) -> None:
 
 
 def _worker_main(setup: Setup, device: str, tasks: Any, conn: Connection, parent: int) -> None:
-    """Run `setup(device)`'s function on each item received, until told to stop.
-
-    A stop (anything on `conn`, or its end) is read between items; None on `tasks` ends too.
-    """
+    """Run `setup(device)`'s function on each item received, until told to stop."""
     leave_to_parent()
     try:
         use_device(device)
@@ -106,11 +103,7 @@ class _Worker:
 class WorkerPool:
     """Workers named `<name>-worker-<id>`, one per entry of `devices`, each running
     `setup(device)`'s function on the items it is handed (`setup` must pickle: a module-level
-    function or a partial of one, unless `isolate` is False and there is one device).
-
-    `item` names an item in log lines ("seed", "batch"); `log` prints them. At most
-    `max_replacements` workers (default: three per device) replace dead ones.
-    """
+    function or a partial of one, unless `isolate` is False and there is one device)."""
 
     def __init__(
         self,

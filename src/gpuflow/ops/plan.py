@@ -39,10 +39,7 @@ class Job(DagJob):
 
 
 def wildcard_pattern(path: str, wildcards: dict[str, str]) -> tuple[str, re.Pattern[str]]:
-    """A glob over `path` for any wildcard values, and a regex reading them back.
-
-    Wildcards appear as `name~value` (Paramspace style) or as a value found once in the path.
-    """
+    """A glob over `path` for any wildcard values, and a regex reading them back."""
     pattern, regex = path, re.escape(path)
     for name, value in wildcards.items():
         token = f"{name}~{value}"
@@ -475,10 +472,7 @@ def low_utilisation(config: dict[str, Any]) -> float:
 
 
 def perplexity_placement(config: dict[str, Any]) -> str | None:
-    """How the perplexity jobs will hold the reference LM, when the fluency family is on.
-
-    Imported here: the placement module needs torch, which the rest of the plan does not.
-    """
+    """How the perplexity jobs will hold the reference LM, when the fluency family is on."""
     if "fluency" not in config.get("families", []):  # e.g. another workflow, or fluency off
         return None
     from gpuflow.fluency.placement import fluency_placement

@@ -125,11 +125,7 @@ def unlock_command(args: argparse.Namespace, backend: str) -> str:
 
 
 def why_it_runs(reason: Any, incomplete: bool) -> str:
-    """missing / incomplete / changed / downstream, from Snakemake's structured reason.
-
-    Under --rerun-incomplete Snakemake forces the jobs whose outputs a killed job left behind;
-    `incomplete` says their outputs carry Snakemake's incomplete marker.
-    """
+    """missing / incomplete / changed / downstream, from Snakemake's structured reason."""
     if incomplete and (reason.forced or reason.incomplete_output):
         return "incomplete"
     if reason.missing_output:
@@ -173,14 +169,7 @@ def environment_kept() -> Iterator[None]:
 
 
 def build_dag(args: argparse.Namespace, every_job: bool = False) -> Dag:
-    """Build the DAG in-process through Snakemake's API, as `snakemake --dry-run` would.
-
-    With `every_job`, the DAG holds every job of the targets, finished or not (--forceall).
-    The profile is read by Snakemake's own argument parser, array settings come from the
-    executor plugin's settings; Snakemake logs only warnings and errors meanwhile. The
-    environment variables the Snakefile sets for its jobs are undone after (a caller's later
-    subprocesses must not inherit them).
-    """
+    """Build the DAG in-process through Snakemake's API, as `snakemake --dry-run` would."""
     check_version()
     import_slurm_plugin_quickly()
     from snakemake.api import SnakemakeApi
@@ -368,11 +357,7 @@ def jobs_to_run(workflow: Any) -> list[tuple[PlannedJob, bool]]:
 
 
 def snakemake_started(directory: str | Path) -> float | None:
-    """When the oldest live Snakemake process working in `directory` on this host started.
-
-    A process counts when its working directory is `directory` (Snakemake changes into its
-    --directory) and its command is `snakemake` or `python -m snakemake` (Linux /proc).
-    """
+    """When the oldest live Snakemake process working in `directory` on this host started."""
     import psutil
 
     here = os.path.realpath(directory)

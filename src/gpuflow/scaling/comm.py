@@ -79,11 +79,7 @@ def measure(
     ctx: Context,
     ddp_settings: dict[str, Any],
 ) -> CommMeasurement:
-    """Replay `batches` with and without gradient sync; time the bare all-reduce of each step.
-
-    `step(batch)` runs one forward and backward through `ddp`. Gradients are cleared after every
-    step and the random state restored, so the run's training is unchanged by the measurement.
-    """
+    """Replay `batches` with and without gradient sync; time the bare all-reduce of each step."""
     sync, no_sync, total = [], [], []
     devices = [ctx.device] if ctx.device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices):

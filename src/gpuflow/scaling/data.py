@@ -70,11 +70,7 @@ def imdb_label(value: str) -> int | None:
 
 
 def load_imdb_csv(path: Path) -> pd.DataFrame:
-    """Reviews of an IMDB CSV: a header line, then at least one review a row.
-
-    The header names a text column (`text` or `review`) and a label column (`label` or
-    `sentiment`: pos/positive/1 or neg/negative/0, any case); every row has the header's width.
-    """
+    """Reviews of an IMDB CSV: a header line, then at least one review a row."""
     rows = read_csv_rows(path)
     if not rows:
         raise DataError(path, "empty file", expected="a header line, then one review a row")
@@ -114,20 +110,13 @@ def load_imdb(path: Path) -> pd.DataFrame:
 
 
 def is_ag_news_header(fields: list[str]) -> bool:
-    """Whether an AG News first line is a header: its first field names the class column.
-
-    The names are `Class Index`, `class` and `label`, in any case, with `_` or `-` allowed for
-    the space; any other first line is a data row, so a bad class there is an error.
-    """
+    """Whether an AG News first line is a header: its first field names the class column."""
     name = " ".join(fields[0].replace("_", " ").replace("-", " ").split()).lower()
     return name in AG_NEWS_CLASS_COLUMNS
 
 
 def load_ag_news(path: Path) -> pd.DataFrame:
-    """AG News rows `class,title,description` (class 1..4), with or without a header line.
-
-    Each row, the header included, has exactly three fields; see `is_ag_news_header`.
-    """
+    """AG News rows `class,title,description` (class 1..4), with or without a header line."""
     if not path.is_file():
         raise DataError(path, "no such file", expected="an AG News CSV: class,title,description")
     rows = read_csv_rows(path)

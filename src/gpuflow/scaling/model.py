@@ -53,13 +53,7 @@ def compute_dtype(tensor: torch.Tensor) -> torch.dtype:
 
 
 def padding_mask(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """The additive key padding mask (0 on tokens, -inf on padding) in `dtype`.
-
-    Given the boolean mask, attention would build this in the residual stream's dtype, fp32
-    even under autocast, and scaled_dot_product_attention would then meet bf16 or fp16 queries
-    with an fp32 mask, which CUDA's memory-efficient kernel does not take: it falls back to
-    the math kernel. 0 and -inf are exact in every float dtype, so the values are the same.
-    """
+    """The additive key padding mask (0 on tokens, -inf on padding) in `dtype`."""
     return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, -math.inf)
 
 

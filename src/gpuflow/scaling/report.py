@@ -42,11 +42,7 @@ def verdict(speedup: float, efficiency: float, target: float) -> str:
 
 
 def accumulation_advice(run: pd.Series) -> tuple[int, float]:
-    """(accumulation factor, predicted speedup) that brings the comm share near COMM_TARGET.
-
-    With k micro-steps per all-reduce the exposed communication per sample falls by k while
-    compute stays: predicted epoch time = compute + exposed / k.
-    """
+    """(accumulation factor, predicted speedup) that brings the comm share near COMM_TARGET."""
     compute = run["epoch_seconds"] - run["comm_exposed_seconds_per_epoch"]
     comm = run["comm_exposed_seconds_per_epoch"]
     k = 2
@@ -68,10 +64,7 @@ def hidden_text(exposed: float, total: float) -> str:
 
 
 def compressed_exposed_seconds(run: pd.Series) -> float:
-    """Exposed all-reduce per epoch predicted with 16-bit gradients.
-
-    Compression halves the total; the time overlap hides now (total - exposed) stays hidden.
-    """
+    """Exposed all-reduce per epoch predicted with 16-bit gradients."""
     total, exposed = run["comm_total_seconds_per_epoch"], run["comm_exposed_seconds_per_epoch"]
     return max(0.0, total / 2 - (total - exposed))
 

@@ -38,11 +38,7 @@ RUN_COLUMNS = [
 
 
 def read_runs(paths: list[str]) -> list[dict[str, Any]]:
-    """Run records written by `scaling-train`, each checked for every field the tables read.
-
-    A record of an older gpuflow (whose training Snakemake does not re-run: its params did
-    not change) lacks the newer fields; it is named with them, and how to redo it.
-    """
+    """Run records written by `scaling-train`, each checked for every field the tables read."""
     runs = []
     for path in paths:
         run = json.loads(Path(path).read_text())
@@ -75,12 +71,7 @@ def epochs_table(runs: list[dict[str, Any]]) -> pd.DataFrame:
 
 
 def run_row(run: dict[str, Any]) -> dict[str, Any]:
-    """The summary row of one run: means over its measured epochs.
-
-    Epoch times come from the timed epochs (DDP overlap on); communication per optimizer step
-    from the probe after each epoch: exposed (what overlap leaves on the critical path) and total
-    (the bare all-reduce). Compute is the epoch's step time less the exposed part.
-    """
+    """The summary row of one run: means over its measured epochs."""
     epochs = pd.DataFrame(run["epochs"])
     measured = epochs[epochs["measured"]] if epochs["measured"].any() else epochs
     steps = run["steps_per_epoch"]
@@ -122,11 +113,7 @@ def run_row(run: dict[str, Any]) -> dict[str, Any]:
 
 
 def add_speedup(table: pd.DataFrame) -> pd.DataFrame:
-    """Speedup and efficiency of each run against its configuration's reference run.
-
-    The reference is the smallest world size on one node; efficiency = speedup / (world size /
-    reference world size), so 1.0 is ideal linear scaling.
-    """
+    """Speedup and efficiency of each run against its configuration's reference run."""
     table = table.copy()
     for _, group in table.groupby("configuration"):
         single = group[group["nodes"] == 1]

@@ -288,13 +288,7 @@ class Trainer:
         return loss
 
     def optimizer_step(self) -> bool:
-        """One optimizer step through the loss scaler; False when the scaler skipped it.
-
-        GradScaler skips a step whose gradients hold an inf or NaN and then lowers its scale;
-        only then does the scale drop, so comparing it before and after `update()` tells a
-        skipped step. Under DDP every rank checks the same all-reduced gradients and decides
-        alike. With the scaler off (fp32, bf16) the scale stays 1.0 and every step is applied.
-        """
+        """One optimizer step through the loss scaler; False when the scaler skipped it."""
         scale = self.scaler.get_scale()
         self.scaler.step(self.optimizer)
         self.scaler.update()

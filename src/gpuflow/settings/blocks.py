@@ -126,10 +126,7 @@ def _first_path(values: dict[str, Any]) -> str:
 
 
 def family_settings(family: str, settings: str = "{}", runtime: str = "{}") -> dict[str, Any]:
-    """config[family] from a step's `--settings` (results keys) and `--runtime` JSON, defaulted.
-
-    Errors name the dotted config key (`fluency.perplexity.token_budget`), as the workflow does.
-    """
+    """config[family] from a step's `--settings` (results keys) and `--runtime` JSON, defaulted."""
     results_part = _parse(settings, f"{family} --settings")
     runtime_part = _parse(runtime, f"{family} --runtime")
     _check_kind(results_part, family, "results", "--settings/--runtime")
@@ -167,10 +164,7 @@ def defaulted(values: dict[str, Any], family: str) -> dict[str, Any]:
 
 
 def block_settings(family: str, block: tuple[str, ...], text: str) -> dict[str, Any]:
-    """One block of config[family] (e.g. `fluency.stats`) from its JSON, defaulted.
-
-    Keys left out take the schema's defaults; a bad value or an unknown key names its dotted key.
-    """
+    """One block of config[family] (e.g. `fluency.stats`) from its JSON, defaulted."""
     key = ".".join((family, *block))
     nested = _parse(text, key)
     for name in reversed(block):

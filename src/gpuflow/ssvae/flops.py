@@ -8,10 +8,7 @@ PIXELS, CLASSES = 784, 10
 def matmul_shapes(
     hidden: int, latent: int, runs: int, unlabelled: int = 100, labelled: int = 100
 ) -> list[tuple[int, int, int, int]]:
-    """(batch, rows, inner, cols) of every forward matmul of one stacked M2 step.
-
-    onehot(y) W_y is a row lookup in gpuflow.ssvae.model (class_rows), not a matmul: not counted.
-    """
+    """(batch, rows, inner, cols) of every forward matmul of one stacked M2 step."""
     shapes = []
     for rows, k in ((unlabelled, CLASSES), (labelled, 1)):
         shapes += [

@@ -14,10 +14,7 @@ WARMUP_STEPS = 3
 class GraphedStep:
     """`step(*inputs) -> output` (one training step of `params` with `optimizer`) run from
     static copies of its inputs: replayed as a CUDA graph with `capture`, called directly
-    without (the CPU twin: the same warm-up, undo and static tensors, everything but capture).
-
-    `setting` names the config key that turns capture off, for the error when it fails.
-    """
+    without (the CPU twin: the same warm-up, undo and static tensors, everything but capture)."""
 
     def __init__(
         self,

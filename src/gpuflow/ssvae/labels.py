@@ -52,10 +52,7 @@ def labelled_subset(labels: np.ndarray, count: int, seed: int) -> np.ndarray:
 
 
 def corrupt_labels(labels: np.ndarray, rate: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Replace exactly round(rate * n) labels by a different class drawn uniformly, seeded.
-
-    Returns the new labels and a mask of the corrupted positions.
-    """
+    """Replace exactly round(rate * n) labels by a different class drawn uniformly, seeded."""
     n = len(labels)
     rng = np.random.default_rng([seed, CORRUPTION_STREAM])
     order = rng.permutation(n)

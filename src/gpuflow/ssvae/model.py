@@ -68,13 +68,7 @@ def class_rows(weight: torch.Tensor, labels: torch.Tensor | None) -> torch.Tenso
 
 
 class BernoulliNLL(torch.autograd.Function):
-    """-log p(x | logits) of grey levels x, summed over pixels: softplus(l) - x l.
-
-    logits [R, B, K, D] and x [R, B, D] (broadcast over the K labels, never copied) -> [R, B, K].
-    The pixel sum of x l is a batched matmul, and the gradient (sigmoid(l) - x) g is computed
-    in place: three passes over the logits backward, where binary_cross_entropy_with_logits
-    takes five and materialises the broadcast targets.
-    """
+    """-log p(x | logits) of grey levels x, summed over pixels: softplus(l) - x l."""
 
     @staticmethod
     def forward(ctx, logits: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -104,11 +98,7 @@ def cross_entropy(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 
 class StackedM2(nn.Module):
-    """M2 with Bernoulli p(x|y,z), Gaussian q(z|x,y), categorical q(y|x); R runs stacked.
-
-    The first layer of q(z|x,y) on [x, onehot(y)] is split into x W_x + W_y[y], so enumerating
-    the 10 classes of an unlabelled example computes x W_x once.
-    """
+    """M2 with Bernoulli p(x|y,z), Gaussian q(z|x,y), categorical q(y|x); R runs stacked."""
 
     def __init__(
         self,
@@ -147,10 +137,7 @@ class StackedM2(nn.Module):
         self, x: torch.Tensor, eps: torch.Tensor, labels: torch.Tensor | None = None
     ) -> dict[str, torch.Tensor]:
         """-log p(x|y,z) and KL(q(z|x,y)||p(z)) for each example's label (`labels` [R, B]) or
-        for all 10 classes (`labels` None).
-
-        x [R, B, D], eps [R, B, K, latent] (K = 1 or 10) -> terms [R, B, K].
-        """
+        for all 10 classes (`labels` None)."""
         runs, batch, _ = x.shape
         k = eps.shape[2]
         h = F.softplus(self.enc_x(x)[:, :, None, :] + class_rows(self.enc_y.weight, labels))

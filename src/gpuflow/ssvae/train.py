@@ -210,9 +210,7 @@ class StackTrainer:
         return eps_l, self._noise(self.noise_rng, self.plan.unlabelled_batch, 10, self.latent)
 
     def train_step(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """One Adam step of every run; returns [4, R] loss, labelled, unlabelled, CE (detached).
-
-        The noise is drawn here, outside the step that GraphedStep replays."""
+        """One Adam step of every run; returns [4, R] loss, labelled, unlabelled, CE (detached)."""
         if self.m2:
             eps_l, eps_u = self.step_noise()
             return self.graphed(batch["x_l"], batch["y_l"], batch["x_u"], eps_l, eps_u)
@@ -307,10 +305,7 @@ def resume_state(
 
 
 def check_runs_finite(job: Job, runs: list[Run], epoch: int, row: dict[str, np.ndarray]) -> None:
-    """Stop (TrainingDivergedError) when a run's loss term of this epoch is NaN or infinite.
-
-    The parts are checked before their sum, so the message names the term that went first.
-    """
+    """Stop (TrainingDivergedError) when a run's loss term of this epoch is NaN or infinite."""
     terms = ("train_labelled", "train_unlabelled", "train_ce", "train_loss")
     for r, run in enumerate(runs):
         name = " ".join(f"{k}={v}" for k, v in run.describe().items())
@@ -324,12 +319,7 @@ def train(
     outs: list[str | Path],
 ) -> list[dict[str, Any]]:
     """Train the stacked runs to the end (resuming from the job's state when it matches); write
-    each metrics.json.
-
-    `settings` is config['ssvae'] as `train_settings` fills it. The state is loaded on the CPU:
-    generator states must be CPU tensors, and load_state_dict copies the weights and Adam
-    moments onto the parameters' device.
-    """
+    each metrics.json."""
     started = time.perf_counter()
     if len(outs) != len(runs):
         raise ConfigError("--out", f"{len(outs)} outputs for {len(runs)} runs", "one per run")

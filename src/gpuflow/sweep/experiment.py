@@ -60,11 +60,7 @@ def population_error(product: torch.Tensor, teacher: torch.Tensor) -> float:
 def gradient_descent(
     problem: Problem, width: int, settings: dict[str, Any], generator
 ) -> dict[str, Any]:
-    """Full-batch GD from small initialisation until train error < threshold or max_steps.
-
-    The step is `lr` in units of the data's curvature (||Y||^2 / (2 lambda_max(X X^T))), so
-    one value is stable for every draw of the inputs.
-    """
+    """Full-batch GD from small initialisation until train error < threshold or max_steps."""
     x, y = problem.inputs, problem.labels
     w1, w2 = draw_weights((), width, problem, settings["init_scale"], generator)
     y_norm = y.pow(2).sum()
@@ -91,12 +87,7 @@ def gradient_descent(
 def guess_and_check(
     problem: Problem, width: int, settings: dict[str, Any], generator
 ) -> dict[str, Any]:
-    """Draw students in batches until one has train error < threshold, or the budget is spent.
-
-    Each guess is normalised: its end-to-end map is rescaled by the scalar that minimises its
-    train error (c = <P, Y> / <P, P>), so its train error is 1 - cos^2(P, Y). Without it almost
-    no guess comes near the teacher's scale. When no guess succeeds the best one is reported.
-    """
+    """Draw students in batches until one has train error < threshold, or the budget is spent."""
     x, y = problem.inputs, problem.labels
     y_norm = y.pow(2).sum()
     budget, batch = settings["max_guesses"], settings["batch_size"]

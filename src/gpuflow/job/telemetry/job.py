@@ -56,11 +56,7 @@ def node_count() -> int:
 
 
 def current() -> dict[str, Any] | None:
-    """The running job's telemetry so far (for its run record), or None where none samples.
-
-    The process tree is read first, so a record written between two samples counts the CPU
-    time up to now (a job shorter than one interval would record none).
-    """
+    """The running job's telemetry so far (for its run record), or None where none samples."""
     if JobTelemetry.active is None:
         return None
     JobTelemetry.active.sampler.sample_processes()

@@ -19,13 +19,7 @@ def allotted_cores() -> int:
 
 @dataclass
 class ProcessTree:
-    """Cumulative CPU seconds and peak resident memory of `root` and all its descendants.
-
-    CPU time is summed from each live process's own user+system time, counting for every
-    process only what it spent since it was first seen (the first sample of the root is the
-    baseline, so import time before the sampler started is not counted). Peak RSS is the
-    largest sum of resident memory over the tree at one sample.
-    """
+    """Cumulative CPU seconds and peak resident memory of `root` and all its descendants."""
 
     root: int
     cpu_seconds: float = 0.0

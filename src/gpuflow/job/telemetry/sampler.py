@@ -12,11 +12,7 @@ from gpuflow.job.telemetry.processes import ProcessTree, allotted_cores
 
 
 class Sampler:
-    """A daemon thread sampling `root`'s process tree and the GPUs `visible` names.
-
-    `summary()` may be called at any time (the run record takes the figures so far); `stop()`
-    takes a last sample and ends the thread.
-    """
+    """A daemon thread sampling `root`'s process tree and the GPUs `visible` names."""
 
     def __init__(self, root: int, interval_s: float, visible: str | None, nodes: int = 1) -> None:
         self.interval_s = interval_s

@@ -13,10 +13,7 @@ BLOCK = "telemetry"
 
 def take_job_settings(args: argparse.Namespace) -> dict[str, Any]:
     """The job's settings from the `telemetry` part of `args.settings` and `args.runtime`,
-    which is removed from them: the step reads only its family's keys.
-
-    JSON that does not parse is left for the step, which names the error.
-    """
+    which is removed from them: the step reads only its family's keys."""
     parts = {"settings": "{}", "runtime": "{}"}
     for option in parts:
         try:

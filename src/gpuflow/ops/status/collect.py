@@ -24,13 +24,7 @@ STATES = ("done", "running", "queued", "failed", "incomplete", "todo")
 
 @dataclass
 class Seen:
-    """What Snakemake's records and SLURM say about the run as a whole.
-
-    `markers`: Snakemake's incomplete markers by output; `times`: the start and end it recorded
-    for the first output of each finished job; `stale_lock`: the `snakemake --unlock` command a
-    lock left by a run no longer alive needs (None when there is none); `slurm_unreachable`:
-    why SLURM's states could not be read (`slurm` is then empty), else None.
-    """
+    """What Snakemake's records and SLURM say about the run as a whole."""
 
     directory: Path
     markers: dict[str, Marker]
@@ -63,11 +57,7 @@ class JobStatus:
 
 
 def local_holder_alive(output: Path) -> float | None:
-    """When the live local process holding `output`'s writer lock took it, else None.
-
-    The lock file is read, never locked: taking it, even briefly, could fail a writer starting
-    at that moment. A holder on another host is left to SLURM's view.
-    """
+    """When the live local process holding `output`'s writer lock took it, else None."""
     fields = read_holder(output)
     if fields is None:
         return None
@@ -234,15 +224,7 @@ def telemetry_gpu_hours(record: dict[str, Any]) -> float | None:
 
 
 def account(status: JobStatus, seen: Seen, expected: Expected) -> None:
-    """Progress of a running job; GPU-hours spent; job-hours and GPU-hours still expected.
-
-    Spent: a finished job's record, else GPUs x its wall time (job_hours), plus GPUs x the
-    time its earlier attempts saved when it resumed (their lost work after the last save is
-    not known); a running job's GPUs x the time since it started.
-
-    Still expected: a running job's ETA, else the plan's expected time per job
-    (gpuflow.cost.expected) less the time it has run.
-    """
+    """Progress of a running job; GPU-hours spent; job-hours and GPU-hours still expected."""
     job, gpus = status.job, status.job.gpus
     if status.state == "running":
         started = status.started or seen.now

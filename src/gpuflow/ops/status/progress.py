@@ -12,11 +12,7 @@ from gpuflow.ops.plan import Job
 
 @dataclass
 class Progress:
-    """`done` of `total` `unit`, measured between `started` and `updated` (unix times).
-
-    `resumed_at`: units already done when this attempt started (a resumed job), left out of
-    the rate.
-    """
+    """`done` of `total` `unit`, measured between `started` and `updated` (unix times)."""
 
     done: float
     total: float
@@ -39,11 +35,7 @@ class Progress:
 
 
 def job_progress(job: Job, directory: str | Path) -> Progress | None:
-    """Progress of a running job, or None where its step keeps no progress file.
-
-    Any of its outputs may be the one that names its job files (a step takes its outputs in
-    argument order), so each is tried.
-    """
+    """Progress of a running job, or None where its step keeps no progress file."""
     for output in job.output:
         path = progress_path(Path(directory) / output)
         record = read_progress(path)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import subprocess
@@ -200,15 +201,22 @@ def run_gpuflow() -> Callable[..., subprocess.CompletedProcess[str]]:
 
 
 @pytest.fixture(scope="session")
-def finished_all(tmp_path_factory) -> Path:
-    """One undisturbed run of every family on `.test/all`, shared by the whole session.
+def finished_all(tmp_path_factory, worker_id: str) -> Path:
+    """One undisturbed run of every family on `.test/all`, shared by the whole session: made
+    once, by the first pytest-xdist worker that needs it, while the others wait on its lock.
 
     The suites that only read a family's results read them here (FINISHED_ALL_MODULES). Tests
     treat it as read-only: dry runs and reports may use it in place; anything that runs,
     deletes or corrupts jobs works on a copy (shutil.copytree(..., symlinks=True)).
     """
-    workdir = tmp_path_factory.mktemp("finished-all")
-    snakemake(workdir, tiny_config("all"))
+    base = tmp_path_factory.getbasetemp()
+    shared = base if worker_id == "master" else base.parent  # the session's, not the worker's
+    workdir, made = shared / "finished-all", shared / "finished-all.made"
+    with open(shared / "finished-all.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not made.exists():
+            snakemake(workdir, tiny_config("all"))
+            made.touch()
     return workdir
 
 
@@ -217,16 +225,14 @@ def xdist_group_of(nodeid: str) -> str:
 
     The live-SLURM tests fall in two groups, run on two workers at once against one cluster
     (each module beside the other worker's, or alone on it: tests/slurm/fixtures.py); the
-    suites over the shared finished run share one (the run is made once), the suites that
-    torch.compile the same model share one (compiled once: the graphs are cached in-process),
-    and every other module is a group of its own (its module fixtures run once).
+    suites that torch.compile the same model share one (compiled once: the graphs are cached
+    in-process), and every other module is a group of its own (its module fixtures run once;
+    the suites over the shared finished run spread over the workers: `finished_all`).
     """
     path = nodeid.split("::")[0]
     name = Path(path).name
     if name.startswith("test_slurm_"):
         return "slurm-2" if name in SECOND_SLURM_MODULES else "slurm"
-    if name in FINISHED_ALL_MODULES:
-        return "finished_all"
     if name in TORCH_COMPILE_MODULES:
         return "torch_compile"
     return path
@@ -240,35 +246,39 @@ SECOND_SLURM_MODULES = (
     "test_slurm_memory.py",
     "test_slurm_two_nodes.py",
 )
-# Every suite that reads `finished_all`: the run is made once, on the worker that runs them.
+# Every suite that reads `finished_all`. The first makes the run, right after the live-SLURM
+# groups start; the others follow every other group, so no worker waits on the run's lock. As one
+# group on one worker they were the suite's longest chain: 1,610 of its 1,652 s (2026-11-28).
 FINISHED_ALL_MODULES = (
+    "test_hardening_workflow.py",
     "test_fluency_workflow.py",
     "test_ssvae_workflow.py",
     "test_scaling_workflow.py",
     "test_sweep_workflow.py",
     "test_settings_workflow.py",
-    "test_hardening_workflow.py",
     "test_ledger.py",
 )
 # gpu-check's smoke test first (file order), then the perplexity compile tests on its model's shape.
 TORCH_COMPILE_MODULES = ("test_gpu_check.py", "test_perplexity_compile.py")
 # The longest groups, started first, one on each worker; the others follow, most tests first.
-FIRST_GROUPS = ("slurm", "slurm-2", "finished_all")
+FIRST_GROUPS = ("slurm", "slurm-2", f"tests/{FINISHED_ALL_MODULES[0]}")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The live-SLURM groups first (the longest, mostly waiting on SLURM, so they overlap the
     rest of the suite on the other workers), within them the modules that use the cluster alone
-    last (the modules that share it run on both workers first); the shared finished run next,
-    then the other groups by their number of tests, most first (pytest-xdist's order)."""
+    last (the modules that share it run on both workers first); the suite that makes the shared
+    finished run next, then the other groups by their number of tests, most first
+    (pytest-xdist's order), the other suites over the finished run last."""
     groups = [xdist_group_of(item.nodeid) for item in items]
     sizes = {group: groups.count(group) for group in set(groups)}
+    readers = {f"tests/{name}" for name in FINISHED_ALL_MODULES} - set(FIRST_GROUPS)
 
-    def rank(index: int) -> tuple[int, int, bool]:
+    def rank(index: int) -> tuple[int, bool, int, bool]:
         group = groups[index]
         first = FIRST_GROUPS.index(group) if group in FIRST_GROUPS else len(FIRST_GROUPS)
         alone = getattr(getattr(items[index], "module", None), "CLUSTER_ALONE", False)
-        return first, -sizes[group], alone
+        return first, group in readers, -sizes[group], alone
 
     order = sorted(range(len(items)), key=rank)
     items[:] = [items[i] for i in order]

@@ -108,8 +108,9 @@ def test_the_paper_plan_launches_torchrun_on_1_2_4_gpus_and_2_nodes(run_snakemak
             "python -m torch.distributed.run --nnodes=2 --nproc-per-node=4 --max-restarts=1"
             in block
         )
-        assert '--rdzv-backend=c10d --rdzv-endpoint="$head_node:29500"' in block
-        assert 'scontrol show hostnames "$nodelist"' in block
+        assert "endpoint=$(python -m gpuflow.scaling.rendezvous 2> " in block
+        assert '--rdzv-backend=c10d --rdzv-endpoint="$endpoint"' in block
+        assert "29500" not in block, "no fixed port: each job finds its own"
         sbatch = sbatch_options(resources_of(block))
         for option in ("--nodes=2", "--ntasks=2", "--cpus-per-task=32", "--gres=gpu:4",
                        "--mem 64000"):  # fmt: skip
@@ -120,6 +121,24 @@ def test_the_paper_plan_launches_torchrun_on_1_2_4_gpus_and_2_nodes(run_snakemak
     sbatch = sbatch_options(resources_of(baseline[0]))
     assert "--cpus-per-task=16" in sbatch and "--gpus" not in sbatch
     assert resources_of(baseline[0])["slurm_partition"] == "genoa", "a partition of site.yaml"
+
+
+@pytest.mark.workflow
+def test_a_config_that_still_sets_the_rendezvous_port_runs_with_one_note(run_snakemake, tmp_path):
+    """scaling.multinode.port is deprecated: accepted, ignored, and said so once per parse."""
+    paper = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
+    paper["scaling"]["multinode"]["port"] = 29511
+    result = run_snakemake(
+        tmp_path, {"families": ["scaling"], "scaling": paper["scaling"]}, "-n", "-p"
+    )
+    output = result.stdout + result.stderr
+    notes = [line for line in output.splitlines() if "multinode.port" in line]
+    assert notes == [
+        "config key 'scaling.multinode.port' (29511) is ignored: each two-node job finds a free"
+        " rendezvous port on its head node; remove the key"
+    ]
+    multi = job_blocks(result.stdout, "scaling_train_multinode")
+    assert multi and all("29511" not in block for block in multi)
 
 
 @pytest.mark.workflow

@@ -156,21 +156,21 @@ rule scaling_train_multinode:
         settings=scaling_train_settings,
         per_node=SCALING_MULTI["gpus_per_node"],
     shell:
-        # The jobstep executor clears SLURM_* but the job id: ask SLURM for the node list.
-        "nodelist=${{SLURM_JOB_NODELIST:-$(squeue --noheader --jobs=$SLURM_JOB_ID --format=%N)}};"
-        ' head_node=$(scontrol show hostnames "$nodelist" | sed -n 1p);'
+        # The head is the node this batch step runs on (the allocation's first); the port is
+        # one found free there, for this job (gpuflow.scaling.rendezvous says why).
+        "endpoint=$(python -m gpuflow.scaling.rendezvous 2> {log:q});"
         " {resources.mpi} --nodes={resources.nodes} --ntasks-per-node=1"
         " --cpus-per-task={resources.cpus_per_task} --gpus-per-node={params.per_node}"
         " --kill-on-bad-exit=1"
         " python -m torch.distributed.run --nnodes={resources.nodes}"
         " --nproc-per-node={params.per_node}"
         " --max-restarts={resources.max_restarts}"
-        ' --rdzv-id="$SLURM_JOB_ID" --rdzv-backend=c10d --rdzv-endpoint="$head_node:{resources.port}"'
+        ' --rdzv-id="$SLURM_JOB_ID" --rdzv-backend=c10d --rdzv-endpoint="$endpoint"'
         " -m gpuflow scaling-train --name {wildcards.cfg}"
         " --train {input.train:q} --val {input.val:q} --data-info {input.info:q}"
         " --token-stats {input.stats:q} --settings {params.settings}"
         " --runtime {resources.runtime_settings} --cpu-slots {params.per_node}"
-        " --out-json {output.run:q} --out-model {output.model:q} > {log:q} 2>&1"
+        " --out-json {output.run:q} --out-model {output.model:q} >> {log:q} 2>&1"
 
 
 rule scaling_summary:

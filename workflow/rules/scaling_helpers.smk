@@ -8,6 +8,14 @@ SCALING_DIR = "results/scaling"
 SCALING_RUN = SCALING["run"]
 SCALING_WORLDS = sorted(SCALING["world_sizes"])
 SCALING_MULTI = SCALING["multinode"]
+# scaling.multinode.port is no longer read: each two-node job finds its rendezvous port free on
+# its head node (gpuflow.scaling.rendezvous). A config that still sets it runs, with this note;
+# the key is dropped, so no step gets it.
+if "port" in SCALING_MULTI:
+    logger.warning(
+        f"config key 'scaling.multinode.port' ({SCALING_MULTI.pop('port')}) is ignored: each"
+        " two-node job finds a free rendezvous port on its head node; remove the key"
+    )
 SCALING_ON_GPU = SCALING["resources"]["scaling_train"]["gpu"] > 0
 # Cores per training process: the config's cpus_per_gpu on GPUs, cpus_per_task on CPU. The
 # two-node rule (scaling.smk) reads them as SCALING_TRAIN_RES["cpus_per_task"].
@@ -108,8 +116,6 @@ def scaling_multinode_resources():
         "gpu_model": "",
         "mem_mb": retried("mem_mb", True, mem_mb * per_node),
         "runtime": time_limit("scaling_train_multinode", True, runtime),
-        # the rendezvous port, runtime-only: a resource, so no rerun trigger.
-        "port": SCALING_MULTI["port"],
         "runtime_settings": runtime_json("scaling"),
         # torchrun's --max-restarts, runtime-only: a resource, so no rerun trigger.
         "max_restarts": SCALING["max_restarts"],

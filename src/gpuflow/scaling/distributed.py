@@ -41,14 +41,28 @@ class Context:
 
 
 def attempt_store() -> dist.Store:
-    """The env:// store, its keys prefixed by torchrun's restart count.
+    """The env:// store, its keys prefixed by torchrun's run id and restart count.
 
     torchrun restarts workers against the same agent store, where the previous attempt's process
     group keys (rank addresses) are still set: a restarted rank could read a dead peer's address
     before the new one is written and fail to connect. A prefix per attempt keeps them apart.
+    The run id (the SLURM job id on several nodes) keeps two jobs apart should their agents
+    ever share one store (a port taken between gpuflow.scaling.rendezvous and torchrun): their
+    ranks then never read each other's addresses.
     """
     store, _, _ = next(dist.rendezvous("env://"))
-    return dist.PrefixStore(f"attempt_{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
+    run = os.environ.get("TORCHELASTIC_RUN_ID", "none")
+    restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    return dist.PrefixStore(f"{run}/attempt_{restart}", store)
+
+
+def rendezvous() -> str | None:
+    """Where torchrun's processes met (its store: `MASTER_ADDR:MASTER_PORT`, on several nodes
+    the head node and the port gpuflow.scaling.rendezvous found); None in a process started by
+    hand."""
+    if "RANK" not in os.environ or "MASTER_PORT" not in os.environ:
+        return None
+    return f"{os.environ.get('MASTER_ADDR', '')}:{os.environ['MASTER_PORT']}"
 
 
 def init(device_choice: str) -> Context:

@@ -459,6 +459,7 @@ class Trainer:
             "warmup_epochs": self.settings["warmup_epochs"],
             "resumed_at_epochs": self.resumed_at,
             "torch_version": torch.__version__,
+            "rendezvous": distributed.rendezvous(),
             "run_record": run_record([ctx.device]),
             "ranks": ranks,
             "epochs": self.history,

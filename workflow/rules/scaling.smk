@@ -131,6 +131,7 @@ rule scaling_train:
         " --train {input.train:q} --val {input.val:q} --data-info {input.info:q}"
         " --token-stats {input.stats:q} --settings {params.settings}"
         " --runtime {resources.runtime_settings} --cpu-slots {params.cpu_slots}"
+        " --nccl {resources.nccl}"
         " --out-json {output.run:q} --out-model {output.model:q} > {log:q} 2>&1"
 
 
@@ -170,6 +171,7 @@ rule scaling_train_multinode:
         " --train {input.train:q} --val {input.val:q} --data-info {input.info:q}"
         " --token-stats {input.stats:q} --settings {params.settings}"
         " --runtime {resources.runtime_settings} --cpu-slots {params.per_node}"
+        " --nccl {resources.nccl}"
         " --out-json {output.run:q} --out-model {output.model:q} >> {log:q} 2>&1"
 
 

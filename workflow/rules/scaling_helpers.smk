@@ -2,6 +2,7 @@
 keys: gpuflow.scaling.checks, run with the schema's)."""
 
 from gpuflow.scaling.results import train_results
+from gpuflow.slurm.nccl import nccl_json
 
 SCALING = config["scaling"]
 SCALING_DIR = "results/scaling"
@@ -24,6 +25,8 @@ SCALING_TRAIN_RES = {
     **SCALING["resources"]["scaling_train"],
     "cpus_per_task": SCALING_TRAIN_CPUS,
 }
+# Every DDP training's NCCL settings: the SLURM site file's `nccl` block (gpuflow.slurm.nccl).
+SCALING_NCCL = nccl_json(workflow.basedir)
 SCALING_FIGURES = [
     "epoch_time",
     "speedup_efficiency",
@@ -76,6 +79,8 @@ def scaling_train_resources():
         "runtime_settings": runtime_json("scaling"),
         # torchrun's --max-restarts, runtime-only: a resource, so no rerun trigger.
         "max_restarts": SCALING["max_restarts"],
+        # the SLURM site file's NCCL settings, runtime-only: a resource, so no rerun trigger.
+        "nccl": SCALING_NCCL,
     }
     if SCALING_ON_GPU:
         model = gpu_model(workflow.basedir)
@@ -119,6 +124,8 @@ def scaling_multinode_resources():
         "runtime_settings": runtime_json("scaling"),
         # torchrun's --max-restarts, runtime-only: a resource, so no rerun trigger.
         "max_restarts": SCALING["max_restarts"],
+        # the SLURM site file's NCCL settings, runtime-only: a resource, so no rerun trigger.
+        "nccl": SCALING_NCCL,
     }
 
 

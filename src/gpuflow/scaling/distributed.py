@@ -5,7 +5,10 @@ process. The backend follows the device: NCCL with one GPU per process, gloo on 
 the code is the same for both.
 """
 
+import json
 import os
+import re
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +43,9 @@ class Context:
         return max(1, self.world_size // self.local_world_size)
 
 
+NCCL_NAME = re.compile(r"^NCCL_[A-Z0-9_]+$")
+
+
 def attempt_store() -> dist.Store:
     """The env:// store, its keys prefixed by torchrun's run id and restart count.
 
@@ -54,6 +60,33 @@ def attempt_store() -> dist.Store:
     run = os.environ.get("TORCHELASTIC_RUN_ID", "none")
     restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     return dist.PrefixStore(f"{run}/attempt_{restart}", store)
+
+
+def use_nccl(text: str) -> dict[str, str]:
+    """Set the site's NCCL settings (`--nccl`: JSON of NCCL_* names and values, from the SLURM
+    site file's `nccl` block) in this process before it starts NCCL, each where the environment
+    does not set it already (a variable exported by hand wins, as it does over NCCL's own
+    nccl.conf); rank 0 says on stderr where one did. Returns every NCCL_* variable in force."""
+    try:
+        settings = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ConfigError("--nccl", f"not valid JSON ({error})", "a JSON object") from None
+    if not isinstance(settings, dict):
+        raise ConfigError("--nccl", f"got {type(settings).__name__}", "a JSON object")
+    kept = []
+    for name, value in settings.items():
+        if not NCCL_NAME.match(name) or not isinstance(value, str):
+            raise ConfigError(f"--nccl {name}", f"{value!r}", "NCCL_* names with text values")
+        if os.environ.setdefault(name, value) != value:
+            kept.append(f"{name}={os.environ[name]} (the site says {value})")
+    if kept and os.environ.get("RANK", "0") == "0":
+        print(f"NCCL settings from the environment: {', '.join(kept)}", file=sys.stderr)
+    return nccl_in_force()
+
+
+def nccl_in_force() -> dict[str, str]:
+    """Every NCCL_* variable of this process's environment."""
+    return {name: value for name, value in sorted(os.environ.items()) if NCCL_NAME.match(name)}
 
 
 def rendezvous() -> str | None:

@@ -47,6 +47,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     train.add_argument(
         "--cpu-slots", type=int, default=1, help="CPU processes the cores are shared by"
     )
+    train.add_argument(
+        "--nccl",
+        default="{}",
+        help="JSON: NCCL_* settings each process sets before NCCL starts, where the environment"
+        " sets none (the SLURM site file's `nccl` block)",
+    )
     train.add_argument("--out-json", required=True, help="run record with every epoch")
     train.add_argument("--out-model", required=True, help="final weights (state dict)")
     train.set_defaults(run=lazy("gpuflow.scaling.train:main", outputs=("out_json", "out_model")))

@@ -150,9 +150,12 @@ class Trainer:
         files: RunFiles,
         settings: dict[str, Any],
         results: dict[str, Any],
+        nccl: dict[str, str] | None = None,
     ):
-        """`settings`: see `run_settings`; `results`: its results-affecting part (resume key)."""
+        """`settings`: see `run_settings`; `results`: its results-affecting part (resume key);
+        `nccl`: the NCCL_* variables in force in this process (recorded, per rank too)."""
         self.ctx, self.files, self.settings = ctx, files, settings
+        self.nccl = dict(nccl or {})
         train = settings["train"]
         self.plan = batch_plan(train, ctx.world_size, f"scaling.configurations.{files.name}.train")
         self.threads = process_threads(
@@ -426,7 +429,12 @@ class Trainer:
         bytes_per_element = 2 if ddp["compression"] != "none" else 4
         self.note_timings()
         ranks: list[Any] = [None] * ctx.world_size
-        mine = {"rank": ctx.rank, "skipped_steps": self.skipped.total, **run_record([ctx.device])}
+        mine = {
+            "rank": ctx.rank,
+            "skipped_steps": self.skipped.total,
+            "nccl": self.nccl,
+            **run_record([ctx.device]),
+        }
         dist.all_gather_object(ranks, mine)
         return {
             "configuration": self.files.name,
@@ -460,6 +468,7 @@ class Trainer:
             "resumed_at_epochs": self.resumed_at,
             "torch_version": torch.__version__,
             "rendezvous": distributed.rendezvous(),
+            "nccl": self.nccl,
             "run_record": run_record([ctx.device]),
             "ranks": ranks,
             "epochs": self.history,
@@ -485,9 +494,11 @@ def main(args: argparse.Namespace) -> None:
     """Train one run; rank 0 writes the run JSON and the weights, then releases the resume state."""
     scaling = family_settings("scaling", args.settings, args.runtime)
     settings = run_settings(scaling, args.name)
+    nccl = distributed.use_nccl(args.nccl)  # before NCCL starts
     ctx = distributed.init(settings["device"])
     try:
-        trainer = Trainer(ctx, RunFiles.of(args), settings, results_part(scaling, args.name))
+        results = results_part(scaling, args.name)
+        trainer = Trainer(ctx, RunFiles.of(args), settings, results, nccl)
         trainer.fit()
         result = trainer.result()
         if ctx.rank == 0:

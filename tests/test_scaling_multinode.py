@@ -128,7 +128,8 @@ def test_nccl_settings_reach_every_process_and_changing_them_reruns_nothing(tmp_
     expected = {"NCCL_DEBUG": "WARN", "NCCL_IB_TIMEOUT": "22", "NCCL_SOCKET_IFNAME": "lo"}
     assert run["nccl"] == expected
     assert [rank["nccl"] for rank in run["ranks"]] == [expected, expected]
-    host, port = run["rendezvous"].rsplit(":", 1)
+    assert run["rendezvous"]["endpoint"] is None, "--standalone: torchrun's own"
+    host, port = run["rendezvous"]["workers"].rsplit(":", 1)
     assert host and int(port) > 0
 
     other = site_with_nccl(tmp_path / "other", {"NCCL_DEBUG": "INFO"})

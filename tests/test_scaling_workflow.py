@@ -103,7 +103,7 @@ def test_the_paper_plan_launches_torchrun_on_1_2_4_gpus_and_2_nodes(run_snakemak
     assert len(multi) == 3
     for block in multi:
         assert "world=8" in block
-        assert "srun --nodes=2 --ntasks-per-node=1" in block
+        assert 'GPUFLOW_RENDEZVOUS="$endpoint" srun --nodes=2 --ntasks-per-node=1' in block
         assert (
             "python -m torch.distributed.run --nnodes=2 --nproc-per-node=4 --max-restarts=1"
             in block

@@ -160,7 +160,8 @@ rule scaling_train_multinode:
         # The head is the node this batch step runs on (the allocation's first); the port is
         # one found free there, for this job (gpuflow.scaling.rendezvous says why).
         "endpoint=$(python -m gpuflow.scaling.rendezvous 2> {log:q});"
-        " {resources.mpi} --nodes={resources.nodes} --ntasks-per-node=1"
+        ' GPUFLOW_RENDEZVOUS="$endpoint" {resources.mpi} --nodes={resources.nodes}'
+        " --ntasks-per-node=1"
         " --cpus-per-task={resources.cpus_per_task} --gpus-per-node={params.per_node}"
         " --kill-on-bad-exit=1"
         " python -m torch.distributed.run --nnodes={resources.nodes}"

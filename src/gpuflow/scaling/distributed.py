@@ -19,6 +19,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from gpuflow.errors import ConfigError
 from gpuflow.job import worker_devices
+from gpuflow.scaling.rendezvous import ENDPOINT_ENV
 
 COMPRESSION_HOOKS: dict[str, Callable[..., Any]] = {
     "fp16": default_hooks.fp16_compress_hook,
@@ -89,13 +90,15 @@ def nccl_in_force() -> dict[str, str]:
     return {name: value for name, value in sorted(os.environ.items()) if NCCL_NAME.match(name)}
 
 
-def rendezvous() -> str | None:
-    """Where torchrun's processes met (its store: `MASTER_ADDR:MASTER_PORT`, on several nodes
-    the head node and the port gpuflow.scaling.rendezvous found); None in a process started by
-    hand."""
-    if "RANK" not in os.environ or "MASTER_PORT" not in os.environ:
+def rendezvous() -> dict[str, str | None] | None:
+    """Where torchrun's processes met: the c10d rendezvous `endpoint` a multi-node rule gave
+    torchrun (the head node and the port gpuflow.scaling.rendezvous found there; None under
+    --standalone) and the `workers` store torchrun then set up for the process group
+    (MASTER_ADDR:MASTER_PORT, a port torch picks itself); None in a process started by hand."""
+    if "RANK" not in os.environ:
         return None
-    return f"{os.environ.get('MASTER_ADDR', '')}:{os.environ['MASTER_PORT']}"
+    workers = f"{os.environ.get('MASTER_ADDR', '')}:{os.environ.get('MASTER_PORT', '')}"
+    return {"endpoint": os.environ.get(ENDPOINT_ENV), "workers": workers}
 
 
 def init(device_choice: str) -> Context:

@@ -2,7 +2,8 @@
 
 `python -m gpuflow.scaling.rendezvous` prints `<head>:<port>` for torchrun's
 `--rdzv-endpoint` (workflow/rules/scaling.smk, rule scaling_train_multinode) and says on stderr
-which it chose. It runs in the job's batch step, which SLURM starts on the first node of the
+which it chose; the rule also hands it to the processes as GPUFLOW_RENDEZVOUS, which run.json
+records. It runs in the job's batch step, which SLURM starts on the first node of the
 allocation: that node is the head, the only one that binds the port (torchrun's c10d store).
 
 Why a port found free on the head rather than a fixed one (two 2-node jobs whose head is the
@@ -28,6 +29,7 @@ FIRST_PORT = 29500
 PORTS = 3000  # 29500-32499
 JOB_ENV = "SLURM_JOB_ID"
 NODE_ENV = "SLURMD_NODENAME"  # kept by the jobstep executor, which drops SLURM_* but the job id
+ENDPOINT_ENV = "GPUFLOW_RENDEZVOUS"  # the endpoint, for run.json (the rule sets it for srun)
 
 
 class NoFreePort(RuntimeError):

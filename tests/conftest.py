@@ -244,7 +244,7 @@ SECOND_SLURM_MODULES = (
     "test_slurm_stop_resume.py",
     "test_slurm_cluster.py",
     "test_slurm_memory.py",
-    "test_slurm_two_nodes.py",
+    "test_slurm_multinode.py",
 )
 # Every suite that reads `finished_all`. The first makes the run, right after the live-SLURM
 # groups start; the others follow every other group, so no worker waits on the run's lock. As one

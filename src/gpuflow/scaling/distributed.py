@@ -1,9 +1,4 @@
-"""Process group set-up, barriers, small all-reduces and the gradient compression hook.
-
-Started by torchrun (RANK, WORLD_SIZE, LOCAL_RANK, ... in the environment) or by hand as a single
-process. The backend follows the device: NCCL with one GPU per process, gloo on CPU; the rest of
-the code is the same for both.
-"""
+"""Process group set-up, barriers, small all-reduces and the gradient compression hook."""
 
 import json
 import os

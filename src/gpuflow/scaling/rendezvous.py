@@ -1,22 +1,4 @@
-"""The rendezvous of a run on several nodes: its head node and a port found free there, per job.
-
-`python -m gpuflow.scaling.rendezvous` prints `<head>:<port>` for torchrun's
-`--rdzv-endpoint` (workflow/rules/scaling.smk, rule scaling_train_multinode) and says on stderr
-which it chose; the rule also hands it to the processes as GPUFLOW_RENDEZVOUS, which run.json
-records. It runs in the job's batch step, which SLURM starts on the first node of the
-allocation: that node is the head, the only one that binds the port (torchrun's c10d store).
-
-Why a port found free on the head rather than a fixed one (two 2-node jobs whose head is the
-same node collided on 29500) or one computed from the job id alone: a port computed from the id
-differs between jobs, but can still be held by another service or another user's job on that
-node. Here the job itself, before torchrun starts, tries ports on its head from a start that the
-job id sets (two jobs starting at the same moment try different ports first) and takes the first
-that binds. Ports come from FIRST_PORT..FIRST_PORT + PORTS - 1, below Linux's default ephemeral
-range (32768-60999), so no outgoing connection is handed the port between this check and
-torchrun binding it a few seconds later.
-
-No torch here: it runs before torchrun, in a shell of the job.
-"""
+"""The rendezvous of a run on several nodes: its head node and a port found free there, per job."""
 
 from __future__ import annotations
 

@@ -1,13 +1,4 @@
-"""The site's NCCL settings: the `nccl:` block of the SLURM site file (profiles/slurm/site.yaml).
-
-Any NCCL_* variable (the socket interface NCCL_SOCKET_IFNAME, the InfiniBand adapters
-NCCL_IB_HCA, the debug level NCCL_DEBUG, ...) with its value. The workflow hands them to every
-DDP training as one JSON argument (`--nccl`, a string resource of the scaling rules, so changing
-them re-runs nothing), and each process of the run sets them before it starts NCCL
-(gpuflow.scaling.distributed.use_nccl), where the environment does not set them already.
-
-Read when the Snakefile is parsed: cheap, no torch.
-"""
+"""The site's NCCL settings: the `nccl:` block of the SLURM site file (profiles/slurm/site.yaml)."""
 
 from __future__ import annotations
 

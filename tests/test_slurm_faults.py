@@ -63,7 +63,8 @@ def faults_config() -> dict[str, Any]:
     config["ssvae"]["data"] = {"test_fraction": 0.8}
     config["ssvae"]["train"].update(epochs=EPOCHS, eval_frequency=20)
     config["sweep"]["n_seeds"] = 1
-    config["sweep"]["resources"]["sweep_shard"].update(gpu=0, runtime=5)
+    shard = config["sweep"]["resources"]["sweep_shard"]
+    shard.update(gpu=0, runtime=5, cpus_per_task=shard.pop("cpus_per_gpu"))  # a CPU rule's key
     return config
 
 

@@ -66,7 +66,8 @@ def stop_resume_config() -> dict[str, Any]:
     config["ssvae"]["train"].update(epochs=EPOCHS, eval_frequency=20)
     config["ssvae"]["resources"]["ssvae_train"]["runtime"] = 1
     config["sweep"]["n_seeds"] = 4
-    config["sweep"]["resources"]["sweep_shard"].update(gpu=0, runtime=5)
+    shard = config["sweep"]["resources"]["sweep_shard"]
+    shard.update(gpu=0, runtime=5, cpus_per_task=shard.pop("cpus_per_gpu"))  # a CPU rule's key
     return config
 
 

@@ -153,7 +153,7 @@ def runtime_overrides(family: str, config: dict[str, Any]) -> tuple[dict[str, An
             for name in path[:-1]:
                 parent = parent[name]
             # a rule's cores: its count now, under either key, so that the change is a real one
-            current = parent.get(PER_GPU, parent.get(PER_TASK)) if cores else parent[path[-1]]
+            current = parent.get(PER_GPU, parent.get(PER_TASK)) if cores else parent.get(path[-1])
             value = other_value(leaf_schema(family, pattern), current)
             assert value != current
             node = overrides

@@ -86,7 +86,7 @@ rule scaling_baseline:
         f"{SCALING_DIR}/benchmarks/baseline/{{cfg}}.tsv"
     conda:
         CONDA_ENV
-    threads: SCALING["resources"]["scaling_baseline"]["cpus_per_task"]
+    threads: rule_cpus("scaling", "scaling_baseline")
     resources:
         **rule_resources("scaling", "scaling_baseline"),
         **(

@@ -150,7 +150,7 @@ rule scaling_train_multinode:
         f"{SCALING_DIR}/benchmarks/train/{{cfg}}/nodes~{SCALING_MULTI['nodes']}/world~{{world}}.tsv"
     conda:
         CONDA_ENV
-    threads: SCALING_TRAIN_RES["cpus_per_task"] * SCALING_MULTI["gpus_per_node"]
+    threads: SCALING_TRAIN_CPUS * SCALING_MULTI["gpus_per_node"]
     resources:
         **scaling_multinode_resources(),
     params:

@@ -17,14 +17,10 @@ if "port" in SCALING_MULTI:
         f"config key 'scaling.multinode.port' ({SCALING_MULTI.pop('port')}) is ignored: each"
         " two-node job finds a free rendezvous port on its head node; remove the key"
     )
-SCALING_ON_GPU = SCALING["resources"]["scaling_train"]["gpu"] > 0
-# Cores per training process: the config's cpus_per_gpu on GPUs, cpus_per_task on CPU. The
-# two-node rule (scaling.smk) reads them as SCALING_TRAIN_RES["cpus_per_task"].
+SCALING_TRAIN_RES = SCALING["resources"]["scaling_train"]
+SCALING_ON_GPU = SCALING_TRAIN_RES["gpu"] > 0
+# Cores per training process: the config's cpus_per_gpu on GPUs, cpus_per_task on CPU.
 SCALING_TRAIN_CPUS = rule_cpus("scaling", "scaling_train")
-SCALING_TRAIN_RES = {
-    **SCALING["resources"]["scaling_train"],
-    "cpus_per_task": SCALING_TRAIN_CPUS,
-}
 # Every DDP training's NCCL settings: the SLURM site file's `nccl` block (gpuflow.slurm.nccl).
 SCALING_NCCL = nccl_json(workflow.basedir)
 SCALING_FIGURES = [

@@ -104,12 +104,7 @@ def count(value: float) -> str:
 
 @cache
 def file_facts(path: str, folder: str) -> str:
-    """A digest of what identifies the content of a file or folder cheaply, once per process
-    (`path` relative to `folder`, the working one): a file's size and modification time, or
-    that it is not here; a folder's every directory's modification time (a file added, removed
-    or renamed changes it) and every file's name and inode (a file replaced changes it), read
-    without a stat per file: 50,000 reviews in 0.1 s. A file rewritten in place inside a
-    folder is missed (docs/plan.md)."""
+    """A cheap digest of what identifies a file's or folder's content, once per process."""
     digest = hashlib.sha256()
     full = os.path.join(folder, path)
     pending = [full] if os.path.isdir(full) else []
@@ -133,10 +128,7 @@ def file_facts(path: str, folder: str) -> str:
 def counted(
     name: str, settings: Any, files: Iterable[str | Path], compute: Callable[[], Any]
 ) -> Any:
-    """`compute()` (a JSON value) of what `settings` select from `files`, counted once: kept in
-    this process and in the run folder's COUNTS, keyed by the settings, each file's path, size
-    and modification time and the gpuflow version, so a later process (a dry run, `status`, a
-    SLURM job's Snakemake) reads it back instead of counting again, until one of them changes."""
+    """`compute()` of what `settings` select from `files`, counted once and kept in COUNTS."""
     facts = [file_facts(str(path), os.getcwd()) for path in files]
     key = json.dumps([name, settings, facts, gpuflow.__version__], sort_keys=True)
     digest = hashlib.sha256(key.encode()).hexdigest()[:24]

@@ -1,36 +1,6 @@
-"""gpuflow's SLURM executor: snakemake-executor-plugin-slurm 2.8 with four faults users meet
-fixed, for `executor: gpuflow-slurm` (profiles/slurm). Everything else is the plugin's own.
+"""gpuflow's SLURM executor: snakemake-executor-plugin-slurm 2.8 with four faults fixed."""
 
-1. A state the plugin does not know never hangs the run. sacct prints a job cancelled by hand
-   as `CANCELLED by <uid>`, which 2.8.0 matches against exact names and counts as running, for
-   ever. States are read by their first word (`CANCELLED by 0` is CANCELLED); PREEMPTED without
-   requeue, REVOKED, SPECIAL_EXIT, UNKNOWN and any word the plugin has no rule for end the job
-   as failed (the profile's retries then run it again, and the step resumes).
-2. A controller that does not answer is waited out. Failed status queries (squeue, sacct) and
-   submissions that fail for want of the controller (sbatch and the account, partition and
-   node checks around it: "Unable to contact slurm controller", timeouts, a busy controller)
-   are tried again with growing pauses for `outage_minutes` (the site file's
-   controller_outage_minutes); a longer outage ends the run (exit 1) with one line that says to
-   run the same command again, as Snakemake ends a run on an executor error: no job counts as
-   failed, so none uses up a retry or comes back with a later attempt's memory and time. 2.8.0
-   reports such a submission as a failed job at once (three tries in seconds) and forgets the
-   jobs whose status it could not read (the run then hangs).
-3. A node failure does not break later submissions. After NODE_FAIL and a requeue, 2.8.0 reads
-   the job's node from sacct's newest record, `None assigned`, and adds it unquoted to every
-   later sbatch (`--exclude=None assigned`: "Unable to open file assigned"). The failed node is
-   read from the NODE_FAIL record itself, only node names are kept, and no node is excluded
-   when that would leave no other node up to run on.
-4. A stop reaches the step under proctrack/cgroup, which signals only a job step's first
-   process (the in-job Snakemake): `forward_step_signals` starts each job step's Snakemake
-   under gpuflow.job.forward, which hands the signals on (the Snakefile calls it in a job).
-
-This module is gpuflow's one adapter to the plugin: the plugin's private names used here
-(Executor._failed_nodes, _report_job_error_threadsafe, the module's query_job_status, its
-`partitions` module, which gpuflow.slurm.fit reads through read_partitions and gpus_per_node)
-are those of the versions in SUPPORTED; another version stops the run with one line. Settings
-are the plugin's, under this executor's prefix (gpuflow-slurm-*).
-No `from __future__ import annotations`: the settings fields' types must be real types (argparse).
-"""
+# No `from __future__ import annotations`: the settings fields' types must be real (argparse).
 
 import asyncio
 import re
@@ -253,10 +223,7 @@ class Executor(base.Executor):
 
     # --- status ----------------------------------------------------------------------------
     async def query_job_status(self, command: str, logger) -> tuple[dict[str, str], float]:
-        """The states of the run's jobs (first word, unknown ones FAILED), the query tried
-        again while SLURM does not answer (Outage); NODE_FAIL records their node. Past the
-        outage its error leaves the status loop, which Snakemake takes as the executor's error:
-        the run stops, no job reported failed."""
+        """The states of the run's jobs, the query tried again while SLURM does not answer."""
         while True:
             began = time.time()
             process = await asyncio.create_subprocess_exec(

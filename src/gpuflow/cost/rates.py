@@ -129,10 +129,7 @@ class RateBook:
 
 
 def interconnect_rate(shape: str, interconnect: dict[str, float], device: str) -> Rate | None:
-    """The all-reduce rate (bytes of gradients per second) of shape '<backend> x<world>
-    n<nodes>' at the site's NCCL bus bandwidth: within a node, or between nodes for several. A
-    ring all-reduce moves 2 (n - 1) / n of the buffer through each GPU's link, which NCCL's bus
-    bandwidth counts; None where the site gives no bandwidth for it."""
+    """All-reduce bytes/s of a '<backend> x<world> n<nodes>' shape at site bandwidth, or None."""
     try:
         backend, world, nodes = shape.split()
         n, spread = int(world[1:]), int(nodes[1:]) > 1

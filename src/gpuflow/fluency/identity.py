@@ -1,7 +1,4 @@
-"""What a scoring step's resume state is fingerprinted by: its texts and its model.
-
-The state itself (scores saved after every chunk of batches) is gpuflow.job's `ChunkedScores`.
-"""
+"""What a scoring step's resume state is fingerprinted by: its texts and its model."""
 
 from __future__ import annotations
 

@@ -58,11 +58,7 @@ def compiled_forward(model: torch.nn.Module, device: torch.device) -> tuple[Forw
 
 @dataclass(frozen=True)
 class WorkerJob:
-    """What each worker needs besides its device: the model, its CPU threads and the job's
-    `fluency.perplexity` settings (`token_budget` sized; `dtype`, `attn_implementation` for
-    gpuflow.fluency.ppl_model.prepare_for_scoring, `compile` for compiled_forward).
-    `shard_over` (placement shard) names the devices one copy of the model is spread over.
-    """
+    """What each worker needs besides its device: model, CPU threads, perplexity settings."""
 
     model: str
     trust_remote_code: bool

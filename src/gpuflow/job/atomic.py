@@ -55,11 +55,7 @@ def _remove(path: Path) -> None:
 
 
 def _replace_folder(new: Path, target: Path) -> None:
-    """Put folder `new` in the place of folder `target` (a folder cannot be renamed over a
-    non-empty one): the old folder first moves aside under a temporary name, then `new` takes
-    its place, then the old one is removed. A kill at any moment leaves the complete old
-    folder, the complete new one, or none at `target`, never a half-deleted one; a copy left
-    aside is a stale temporary the next writer removes."""
+    """Put folder `new` in the place of folder `target`, never leaving a half-deleted one."""
     old = _temporary_sibling(target)
     os.replace(target, old)
     os.replace(new, target)

@@ -139,10 +139,7 @@ class WorkerPool:
         report: Callable[[Done], None],
         should_stop: Callable[[], bool] = lambda: False,
     ) -> None:
-        """Run every item of `work` (each item's key: what the worker's function receives),
-        handed out in that order; call `report` once per item as it finishes. After
-        `should_stop()` the items running are finished and reported, the rest are not run.
-        An exception raised by `report` stops the workers and propagates."""
+        """Run every item of `work` in order, calling `report` once per item as it finishes."""
         if not work:
             return
         if not self.isolate:

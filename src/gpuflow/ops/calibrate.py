@@ -46,10 +46,7 @@ def needs(args: argparse.Namespace) -> list[Need]:
 
 
 def startup_trial(shapes: list[str]) -> tuple[Trial, dict[str, float]]:
-    """Start-ups (per second) of fresh processes that import gpuflow's command line and each
-    shape's modules, then exit, as a step's process does; one process per shape, as many at
-    once as this process may use cores (jobs share a machine so on a local run). The trial's
-    rate is their mean; each shape's own goes into the dict it returns, trial by trial."""
+    """Start-ups per second of fresh processes importing each shape's modules."""
     per_shape: dict[str, list[float]] = {shape: [] for shape in shapes}
 
     def started(shape: str) -> float:
@@ -89,10 +86,7 @@ def state_write(need: Need) -> Trial:
 
 
 def measure(found: list[Need], trials: int) -> tuple[dict[str, list[dict[str, Any]]], list[str]]:
-    """Rows of every rate of `found` that can be measured here, by the device of the jobs that
-    need it ("cpu", "cuda"; a host rate goes to each device whose jobs need it), and lines
-    naming those that cannot be (a kind with no trial here, e.g. a GPU's on a CPU-only
-    machine)."""
+    """Rows of every rate of `found` measurable here, by device; lines naming the others."""
     import torch
 
     makers = {"state.write": state_write, **models()[1]}

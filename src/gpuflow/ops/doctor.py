@@ -1,11 +1,4 @@
-"""`gpuflow doctor`: what this machine offers and what the current config will use.
-
-The seeds' setup-test scripts, done once for all families: GPUs and their memory, CUDA, the
-distributed backends, library versions, SLURM commands, the embedded data packages, a small
-computation on every device, and the GPUs each configured rule asks for. With `--profile
-profiles/slurm`, also the profile's SLURM site file against the live cluster, one line per value
-the cluster does not have (gpuflow.slurm.site_check); doctor then exits 1 where there is one.
-"""
+"""`gpuflow doctor`: what this machine offers and what the current config will use."""
 
 from __future__ import annotations
 

@@ -69,12 +69,7 @@ def run_folder(args: argparse.Namespace) -> Iterator[None]:
 
 
 def measured(dag: Dag) -> tuple[list[dict[str, Any]], int]:
-    """The run folder's (the working one: `run_folder`) benchmark files of the DAG's jobs
-    (finished or to run) as job rows of the one record format ({"path", "job": {rule,
-    wildcards, seconds, params, work}}): the mean seconds with its earlier attempts', the
-    digest of the params it ran with (Snakemake's record) and, where it ran with the params of
-    the config in hand, its work; and how many files had no record of their params (left out:
-    no one can say what they measured)."""
+    """The run folder's benchmark files of the DAG's jobs as job rows, and how many lack params."""
     rows, unknown = [], 0
     for job in [*dag.jobs, *dag.done]:
         if not job.benchmark or not job.output:

@@ -250,13 +250,7 @@ def profile_settings(profiles: list[str]) -> tuple[argparse.Namespace, Any]:
 
 
 def import_slurm_plugin_quickly() -> None:
-    """Import the SLURM executor plugin with SLURM's commands out of its reach. At import it
-    asks `scontrol show config` for a help text (snakemake-executor-plugin-slurm 2.8.0,
-    `_get_status_command_help`), which waits 10 s where the controller does not answer, and
-    `gpuflow status` must answer within 5 s then. Snakemake imports every plugin to parse its
-    own options, so the plugin is imported here first, once, with a PATH that holds only
-    `which` (its probe for sacct and squeue): its help text and the default of its status
-    command (both set by the profile or unused by gpuflow's tools) do without them."""
+    """Import the SLURM executor plugin with SLURM's commands out of its reach."""
     if "snakemake_executor_plugin_slurm" in sys.modules:
         return
     which = shutil.which("which")
@@ -268,12 +262,7 @@ def import_slurm_plugin_quickly() -> None:
 
 
 def params_digest(params: list[Any], wildcards: dict[str, Any] | None = None) -> str:
-    """A short digest of a job's params as Snakemake's persistence serialises them (its
-    settings and seeds: what the job computes, so what it costs). Resources are not in it, nor
-    a param that is one of the job's `wildcards` values (one seed per job: which seed, not what
-    it costs), so jobs of one rule that differ only by their wildcards share a digest. Only a
-    string param counts as one (serialised as its repr, "'3'"): wildcards are strings, and a
-    number that happens to equal one (4 CPU slots, world size 4) stays."""
+    """A short digest of a job's params as Snakemake's persistence serialises them."""
     named = {repr(str(value)) for value in (wildcards or {}).values()}
     text = json.dumps([p for p in params if str(p) not in named], sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -43,15 +43,7 @@ NCCL_NAME = re.compile(r"^NCCL_[A-Z0-9_]+$")
 
 
 def attempt_store() -> dist.Store:
-    """The env:// store, its keys prefixed by torchrun's run id and restart count.
-
-    torchrun restarts workers against the same agent store, where the previous attempt's process
-    group keys (rank addresses) are still set: a restarted rank could read a dead peer's address
-    before the new one is written and fail to connect. A prefix per attempt keeps them apart.
-    The run id (the SLURM job id on several nodes) keeps two jobs apart should their agents
-    ever share one store (a port taken between gpuflow.scaling.rendezvous and torchrun): their
-    ranks then never read each other's addresses.
-    """
+    """The env:// store, its keys prefixed by torchrun's run id and restart count."""
     store, _, _ = next(dist.rendezvous("env://"))
     run = os.environ.get("TORCHELASTIC_RUN_ID", "none")
     restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
@@ -59,10 +51,7 @@ def attempt_store() -> dist.Store:
 
 
 def use_nccl(text: str) -> dict[str, str]:
-    """Set the site's NCCL settings (`--nccl`: JSON of NCCL_* names and values, from the SLURM
-    site file's `nccl` block) in this process before it starts NCCL, each where the environment
-    does not set it already (a variable exported by hand wins, as it does over NCCL's own
-    nccl.conf); rank 0 says on stderr where one did. Returns every NCCL_* variable in force."""
+    """Set the site's NCCL settings not already in the environment; every NCCL_* in force."""
     try:
         settings = json.loads(text)
     except json.JSONDecodeError as error:
@@ -86,10 +75,7 @@ def nccl_in_force() -> dict[str, str]:
 
 
 def rendezvous() -> dict[str, str | None] | None:
-    """Where torchrun's processes met: the c10d rendezvous `endpoint` a multi-node rule gave
-    torchrun (the head node and the port gpuflow.scaling.rendezvous found there; None under
-    --standalone) and the `workers` store torchrun then set up for the process group
-    (MASTER_ADDR:MASTER_PORT, a port torch picks itself); None in a process started by hand."""
+    """Where torchrun's processes met: the c10d endpoint and the workers' store."""
     if "RANK" not in os.environ:
         return None
     workers = f"{os.environ.get('MASTER_ADDR', '')}:{os.environ.get('MASTER_PORT', '')}"
@@ -97,12 +83,7 @@ def rendezvous() -> dict[str, str | None] | None:
 
 
 def init(device_choice: str) -> Context:
-    """Join the process group torchrun set up (or make a one-process group) on the right device.
-
-    A process started by hand keeps its one-process group's store in memory: no port to pick,
-    so two such jobs starting together on one node never race for one. It sets no torchrun
-    variable (RANK...) in the environment: the job's code reads a missing RANK as rank 0.
-    """
+    """Join the process group torchrun set up (or make a one-process group) on the right device."""
     if "RANK" in os.environ:
         store = attempt_store()
         rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])

@@ -84,12 +84,7 @@ class Tokens:
 
 
 def planned_tokens(chosen: dict[str, Any]) -> Tokens:
-    """The token counts of configuration `chosen`, as scaling-tokenize will make them, cut at
-    its max_seq_len; counted once per data and tokenizer settings, from a sample: the tokenizer
-    trained on the first SAMPLE_BYTES of the (shuffled) training split, each text's tokens its
-    UTF-8 bytes at the sample's tokens per byte (a training split that fits the sample is
-    counted exactly, with its validation split). docs/plan.md says what this misses: about 1%
-    of the exact count. Read once per process and run folder."""
+    """The token counts of configuration `chosen` as scaling-tokenize makes them, from a sample."""
     settings = [chosen["data"], chosen["tokenizer"], chosen["model"]["max_seq_len"]]
     return _tokens(json.dumps(settings, sort_keys=True), os.getcwd())
 

@@ -1,13 +1,4 @@
-"""A rule's CPUs in SLURM's own words: `cpus_per_gpu` on a GPU rule, `cpus_per_task` on a CPU rule.
-
-A rule is a GPU rule where its resources ask for GPUs (`gpu` > 0), which a config decides
-(scaling_train trains on CPU in config/config.yaml and on GPUs in config/paper.yaml). Its cores
-then go to SLURM as `--cpus-per-gpu` (workflow/rules/common.smk, `rule_resources`), and the key
-says so. gpuflow once took `cpus_per_task` there and counted it per GPU, which a SLURM user reads
-as per task: such a config now stops before any job with one line naming the key and what to
-write instead. A key of the other kind beside the right one (a config file layered over another
-that was written for the other kind) is not used. Parsing stays cheap: no torch here.
-"""
+"""A rule's CPUs in SLURM's words: `cpus_per_gpu` on a GPU rule, `cpus_per_task` on a CPU one."""
 
 from __future__ import annotations
 

@@ -116,10 +116,7 @@ RETRY_LIMITS = {"mem_mb": "max_mem_mb", "runtime": "max_runtime"}
 
 @cache
 def retry_limits(site_file: str | Path, gpu: bool) -> dict[str, float]:
-    """The largest `max_mem_mb` and `max_runtime` (minutes) of the site's partitions for a job of
-    this kind: those with GPUs for a GPU rule, those without for a CPU rule (all of them where
-    the site has none without); a limit no such partition sets is left out. Read once per
-    process."""
+    """The largest `max_mem_mb` and `max_runtime` of the partitions for a job of this kind."""
     partitions = read_partitions(site_file)
     kind = [p for p in partitions if (p.limits.max_gpu > 0) == gpu]
     chosen = kind if kind or gpu else partitions

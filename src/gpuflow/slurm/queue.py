@@ -164,13 +164,7 @@ def sacct_jobs(workdir: str | Path, timeout: float = TIMEOUT_S) -> list[SlurmJob
 def status_jobs(
     workdir: str | Path, timeout: float = STATUS_TIMEOUT_S
 ) -> tuple[dict[str, SlurmJob], str | None]:
-    """`gpuflow status`'s view of a run's SLURM jobs, each command given `timeout` seconds:
-    (the newest job of each comment (rule and wildcards), None), or ({}, why) where squeue got
-    no answer from the controller ("squeue: no answer in 2 s", "squeue: Unable to contact slurm
-    controller (connect failure)"). squeue is asked first; where it gets no answer, sacct is not
-    asked: its records, which the controller no longer updates, would mislead. Else sacct's
-    jobs, squeue's over them where squeue knows a newer job or still holds the same one (an
-    ended job keeps sacct's record, which knows a step that ran out of memory)."""
+    """`gpuflow status`'s view of a run's SLURM jobs: (newest per comment, None) or ({}, why)."""
     try:
         queued = _squeue(workdir, timeout)
     except Unreachable as error:

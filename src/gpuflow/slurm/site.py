@@ -1,7 +1,4 @@
-"""The SLURM site file (profiles/slurm/site.yaml): partitions, stop warning, default account.
-
-Read by the SLURM profile and checked before a run's first job: cheap, no torch or pandas.
-"""
+"""The SLURM site file (profiles/slurm/site.yaml): partitions, stop warning, default account."""
 
 from __future__ import annotations
 
@@ -111,10 +108,7 @@ def warning_signal(site: dict[str, Any]) -> str | None:
 
 
 def slurm_extra(site: dict[str, Any]) -> str | None:
-    """The profile's `slurm_extra` for every job: the stop warning (`warning_signal`), the
-    site's `reservation` and its mail options (`mail_type`, `mail_user`), which the SLURM plugin
-    has no resource for; shell-quoted (the plugin pastes it into sbatch's command line). None
-    where the site wants none of them. A rule's own slurm_extra would replace all of it."""
+    """The profile's `slurm_extra` for every job (stop warning, reservation, mail), or None."""
     parts = [warning_signal(site)]
     for key, option in SBATCH_EXTRA.items():
         if site.get(key):

@@ -1,13 +1,4 @@
-"""The site file against the live cluster (`gpuflow doctor --profile profiles/slurm`).
-
-The SLURM plugin places jobs by the site file (profiles/slurm/site.yaml) alone, so a value the
-cluster does not have fails late and far from its cause: sbatch refuses a partition, a GPU type,
-memory or an account the cluster lacks only once the run submits, and a time limit above the
-partition's MaxTime leaves the job pending for ever (PartitionTimeLimit, on the test cluster,
-which does not set EnforcePartLimits). This module asks the cluster (`scontrol show
-partition|node`, `sacctmgr show assoc`) and names each difference in one line that begins with
-the site file's key and says what the cluster has.
-"""
+"""The site file against the live cluster (`gpuflow doctor --profile profiles/slurm`)."""
 
 from __future__ import annotations
 

@@ -76,13 +76,7 @@ def local_holder_alive(output: Path) -> float | None:
 
 
 def recorded_failure(outputs: list[Path], seen: Seen) -> str | None:
-    """The error of a job whose record says its last attempt failed ('failed (DataError): ...')
-    or never ended (still "running", written on this host, with no live holder of its output
-    lock: killed; a step elsewhere is left to SLURM's view), unless a run active now started
-    after it (that run retries the job); else None. Asked only when no incomplete marker is
-    left and no holder of the job's output lock is alive here: Snakemake removes a failed job's
-    marker, so a marker says a later attempt was killed (the job is incomplete).
-    """
+    """The error of a job whose record says its last attempt failed or never ended, else None."""
     record = record_of(outputs)
     status = record.get("status")
     if status == STARTED:

@@ -46,9 +46,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_step(args: argparse.Namespace, name: str) -> int:
-    """Run the step `args.run` (a gpuflow.registry.LazyStep) inside its job `args.step`, as
-    `main` describes; `name` heads its error lines. A command outside the package that runs as a
-    step (benchmarks/gpu_check) calls this with a parser of its own."""
+    """Run the step `args.run` inside its job `args.step`, as `main` describes."""
     try:
         with Job(args.step, step_outputs(args), take_job_settings(args)) as job:
             with held():  # a stop request waits for the step's imports (torch): see `held`

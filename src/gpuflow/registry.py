@@ -1,6 +1,4 @@
-"""The step registry's building blocks, shared by `gpuflow.cli` and every family's `steps`.
-It imports nothing from gpuflow, so every layer may register steps.
-"""
+"""The step registry's building blocks, shared by `gpuflow.cli` and every family's `steps`."""
 
 from __future__ import annotations
 
@@ -27,9 +25,7 @@ class LazyStep:
 
 
 def lazy(target: str, outputs: tuple[str, ...] = ()) -> LazyStep:
-    """The entry point of a step, 'module:function', imported when the step runs; `outputs`:
-    the names of its arguments that hold the files it writes (a list argument holds several),
-    in order: the first output names the job's files (gpuflow.job.paths)."""
+    """The entry point of a step, 'module:function', and the arguments holding its outputs."""
     return LazyStep(target, outputs)
 
 

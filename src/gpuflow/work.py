@@ -74,9 +74,7 @@ class Need:
 
 @dataclass
 class Trial:
-    """One measurement of a family's own step at a job's shape: `run()` does one trial and
-    returns its rate (`unit` per second); `close()` ends what it set up, after the last trial.
-    It runs on `threads` torch threads (default: its job's)."""
+    """One measurement of a family's own step at a job's shape: `run()` returns a rate."""
 
     kind: str
     unit: str

@@ -65,9 +65,7 @@ def gpus_per_node(job: Any) -> int:
 
 
 def forward_step_signals() -> None:
-    """Inside a SLURM job: the jobstep executor starts each job step's Snakemake under
-    gpuflow.job.forward, which hands SLURM's signals on to every process of the step (under
-    proctrack/cgroup they reach only the step's task, never the gpuflow step below it)."""
+    """Inside a SLURM job: start each job step's Snakemake under gpuflow.job.forward."""
     import snakemake_executor_plugin_slurm_jobstep as jobstep
 
     found = version("snakemake-executor-plugin-slurm-jobstep")
@@ -88,9 +86,7 @@ def forward_step_signals() -> None:
 
 
 def job_state(reported: str, requeue: bool) -> str:
-    """The state the plugin acts on for a state SLURM reported: its first word; a state the
-    plugin has no rule for is FAILED (it would wait on it for ever); PREEMPTED and NODE_FAIL
-    are left to SLURM's requeue where it is on."""
+    """The state the plugin acts on for a state SLURM reported (unknown ones FAILED)."""
     words = reported.split()
     word = words[0].rstrip("+").upper() if words else ""
     if word in STILL_ON or word in ENDED or (requeue and word in ("PREEMPTED", "NODE_FAIL")):
@@ -258,9 +254,7 @@ class Executor(base.Executor):
         self._submitted(list(jobs), lambda batch: super(Executor, self).run_array_jobs(batch))
 
     def _submitted(self, jobs: list, submit) -> None:
-        """Submit `jobs`; those whose submission failed for want of the controller are
-        submitted again after a pause (Outage), other failures are reported as they come. Past
-        the outage, or once the run stops, nothing more is submitted or reported."""
+        """Submit `jobs`, those refused for want of the controller again after a pause."""
         while jobs and not self._stopping.is_set():
             self._captured.errors = []
             try:
@@ -285,9 +279,7 @@ class Executor(base.Executor):
             self._cancel_twins(jobs)
 
     def _stop_run(self, error: WorkflowError) -> None:
-        """End the run as Snakemake ends it on an executor error: no job is reported failed, so
-        none uses up a retry or comes back with the larger resources of a later attempt.
-        Snakemake prints the error's one line (no traceback: it is handed on unraised)."""
+        """End the run as Snakemake ends it on an executor error: no job reported failed."""
         self._stopping.set()
         self.workflow.scheduler.executor_error_callback(WorkflowError(str(error)))
 

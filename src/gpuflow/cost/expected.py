@@ -74,9 +74,7 @@ def from_jobs(
     letter: str,
     name: str,
 ) -> Prediction | None:
-    """A job's time from earlier `jobs` (job rows) of its rule: those of its `params` (None:
-    unknown, as to a Snakefile being parsed), or, with a work model, any of work alike;
-    scaled by the job's work over theirs, else by the size wildcards; None where none fits."""
+    """A job's time from earlier `jobs` of its rule, scaled by its work; None where none fits."""
     modelled = has_work_model(rule)
     found = []
     for job in jobs:

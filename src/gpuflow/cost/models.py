@@ -1,6 +1,4 @@
-"""Every family's work models (its `work` module: WORK, rule -> (config, wildcards) -> Work;
-TRIALS, kind -> the trial that times it; DONE, for a rule whose params do not fix its work,
-rule -> (outputs, inputs) -> the work a finished job did) and a job's planned work."""
+"""Every family's work models (its `work` module's WORK, TRIALS, DONE) and a job's work."""
 
 from __future__ import annotations
 
@@ -49,8 +47,6 @@ def planned_work(rule: str, config: dict[str, Any], wildcards: dict[str, str]) -
 
 
 def done_work(rule: str, config: dict[str, Any], job: Any) -> Work | None:
-    """The work a finished job did: read from its outputs and inputs where its params do not
-    fix it (DONE; None where they are unreadable), else its planned work under `config`, the
-    config of its params."""
+    """The work a finished job did: from its files (DONE), else its planned work under `config`."""
     read = models()[2].get(rule)
     return read(job.output, job.input) if read else planned_work(rule, config, job.wildcards)

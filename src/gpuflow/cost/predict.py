@@ -1,6 +1,4 @@
-"""A job's time from its work and rates: start-up + each term's amount / its rate (source `w`;
-`s` where a rate is the site file's datasheet bandwidth, not a measurement), or earlier
-benchmarks scaled by its work (`b` / `m`; see gpuflow.cost.expected)."""
+"""A job's time from its work and rates (`w`, `s`), or from benchmarks scaled by its work."""
 
 from __future__ import annotations
 
@@ -12,9 +10,7 @@ from gpuflow.work import STARTUP, Work
 
 @dataclass(frozen=True)
 class Prediction:
-    """Seconds expected (between `low` and `high`; `startup` of them starting processes), from
-    `source` (b, m, w, s or r), resting on `basis` (the records used) with `notes` (what was
-    estimated or left out) and `stand_ins` (rates taken from other shapes)."""
+    """Seconds expected (between `low` and `high`), from `source`, with what they rest on."""
 
     seconds: float
     low: float
@@ -77,9 +73,7 @@ def main_amount(work: Work) -> float:
 def from_benchmarks(
     samples: list[tuple[float, Work | None]], work: Work, book: RateBook, source: str, name: str
 ) -> Prediction | None:
-    """A job's time from earlier benchmarks of its rule and params: each (seconds, the work that
-    benchmark did; None where it is the job's own work, its params fixing it) scaled by the
-    job's work over that work, at the book's rates (else by the main term's amounts)."""
+    """A job's time from earlier benchmarks of its rule and params, scaled by its work."""
     mine = predict(work, book)
     scaled = []
     for seconds, done in samples:

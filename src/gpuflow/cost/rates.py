@@ -16,9 +16,7 @@ INTERCONNECT = "the site file's interconnect"  # the source of a datasheet all-r
 
 @dataclass(frozen=True)
 class Rate:
-    """How fast `kind` of work goes at `shape` on `device`: `value` (the median of its trials)
-    units per second, between `low` and `high`; from `source` (a record's file name, or the
-    site file's interconnect where `measured` is False)."""
+    """How fast `kind` of work goes at `shape` on `device`: `value` units/s (`low`-`high`)."""
 
     kind: str
     shape: str
@@ -64,9 +62,7 @@ def job_row(row: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def job_rates(records: list[Record], measured: dict[str, list[Rate]]) -> dict[str, list[Rate]]:
-    """Whole-job rates of the records' job rows, by device class: for a job whose work is one
-    kind of computation at one shape (its host work aside), that amount over the job's seconds
-    less what its host work took at the `measured` rates of its device (where known)."""
+    """Whole-job rates of the records' job rows, by device class."""
     found: dict[str, list[Rate]] = {}
     for record in records:
         book = RateBook(record.device_class, measured.get(record.device_class, []))
@@ -113,9 +109,7 @@ class RateBook:
     interconnect: dict[str, float] | None = None
 
     def find(self, kind: str, shape: str) -> tuple[Rate | None, StandIn | None]:
-        """The newest rate of `kind` at `shape`; an all-reduce's from the site's interconnect;
-        else a rate of another shape (and the StandIn that says which); None where none is
-        known."""
+        """The newest rate of `kind` at `shape`, else a stand-in shape's (with its StandIn)."""
         same_kind = [rate for rate in self.rates if rate.kind == kind]
         exact = [rate for rate in same_kind if rate.shape == shape]
         if exact:
@@ -161,9 +155,7 @@ def books(
     interconnect: dict[str, float] | None = None,
     whole_jobs: bool = True,
 ) -> tuple[RateBook, RateBook]:
-    """(CPU book, GPU book): this machine's CPU class, and the GPU class whose name holds `gpu`
-    (e.g. 'h100', the site's gpu_model), else the newest GPU class with records, with the
-    site's `interconnect`. With `whole_jobs`, the records' whole-job rates come first."""
+    """(CPU book, GPU book): this machine's CPU class and the GPU class named by `gpu`."""
     records = read_records(folder)
     rates: dict[str, list[Rate]] = {}
     for record in records:

@@ -14,9 +14,7 @@ CSV_QUOTING = '" to open and close a quoted field, "" for a quote inside one'
 
 
 def decode_utf8(path: Path, data: bytes, expected: str) -> str:
-    """`data` (the bytes of `path`) as text, a leading UTF-8 byte-order mark dropped; bytes that
-    are not UTF-8 are a DataError naming their line and byte (a line, not a row: rows are
-    counted once the text is parsed)."""
+    """`data` (the bytes of `path`) as text, without a BOM; non-UTF-8 bytes are a DataError."""
     body = data.removeprefix(codecs.BOM_UTF8)
     try:
         return body.decode("utf-8")

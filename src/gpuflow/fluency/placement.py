@@ -78,9 +78,7 @@ def sized_token_budget(
     dtype: str,
     placement: str,
 ) -> tuple[int, str]:
-    """(budget, why): `token_budget`, or on GPUs with `share` > 0 the budget that fills that
-    share of the smallest GPU's free memory (a sharded model's weights split over the GPUs).
-    `share` is config fluency.perplexity.fill_free_memory, checked by its schema: [0, 1)."""
+    """(budget, why): `token_budget`, or on GPUs the budget filling `share` of free memory."""
     if share == 0:
         return token_budget, "as configured"
     if devices[0].type != "cuda":

@@ -66,9 +66,7 @@ def pad_right(
 
 
 def scored_positions(mask: torch.Tensor, first: torch.Tensor) -> torch.Tensor:
-    """Which logits positions are scored (batch x length, bool): position p predicts p + 1, and
-    counts when both are real tokens and p + 1 >= the row's first scored position. Padding is
-    found from the mask, never from ids."""
+    """Which logits positions are scored (batch x length, bool), from the mask."""
     length = mask.shape[1]
     following = torch.arange(1, length + 1, device=mask.device)
     real_next = torch.zeros_like(mask)

@@ -52,9 +52,7 @@ def sort_longest_first(segments: Sequence[Segment]) -> list[Segment]:
 
 
 def plan_batches(ordered: Sequence[Segment], token_budget: int) -> list[range]:
-    """Consecutive batches of the sorted segments: each holds as many rows as its longest (its
-    first) allows within `token_budget` (see batch_size_for), so the split depends only on the
-    segments and the budget, never on how many workers score them."""
+    """Consecutive batches of the sorted segments, each within `token_budget`."""
     batches, start = [], 0
     while start < len(ordered):
         stop = min(len(ordered), start + batch_size_for(len(ordered[start].ids), token_budget))

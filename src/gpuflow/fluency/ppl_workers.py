@@ -113,9 +113,7 @@ def score_batches(
     log: Callable[[str], None],
     wrap_forward: Callable[[Forward], Forward] | None = None,
 ) -> list[str]:
-    """Score batches `todo` with one worker per device and report each; after
-    `should_stop()` hand out no more. A batch that fails ends the step naming its worker.
-    Returns one line per worker that died (its batches went to the others)."""
+    """Score batches `todo` with one worker per device; one line per worker that died."""
     if wrap_forward is not None and len(devices) != 1:
         raise ValueError("wrap_forward needs exactly one worker")
     pool = WorkerPool(

@@ -1,6 +1,4 @@
-"""gpuflow.job: the lifecycle every step runs inside (see `context`), and the one API the
-families use: they import from here, never from a submodule.
-"""
+"""gpuflow.job: the lifecycle every step runs inside, and the one API families use."""
 
 from importlib import import_module
 from typing import Any

@@ -124,9 +124,7 @@ class ChunkedScores:
         return stopping.requested() is not None
 
     def stop_if_requested(self) -> None:
-        """Once the workers are done: a stop request saves the batches scored in no finished
-        chunk and ends the step (Stopped). A request after the last batch changes nothing: the
-        step writes its output."""
+        """Once the workers are done: a stop request saves what was scored and ends the step."""
         if self.stop_pending() and not self.batch_done.all():
             self._finished()
 

@@ -1,6 +1,4 @@
-"""Resume states: one format and one path scheme for every family and every loop over units
-(training epochs, scored chunks, a shard's seeds: gpuflow.job.loop).
-"""
+"""Resume states: one format and one path scheme for every family and loop over units."""
 
 from __future__ import annotations
 
@@ -97,9 +95,7 @@ class State:
         return state["data"]
 
     def _mention_legacy(self) -> None:
-        """Say that a state an older gpuflow left is ignored: one beside the job's outputs
-        (before `gpuflow.job`) stays; a seed log in the jobs folder (`units.jsonl`, before it
-        `<output>.seeds.jsonl`) goes, as nothing else would remove it."""
+        """Say that a state an older gpuflow left is ignored (a legacy seed log goes)."""
         out = self.first_output
         for old in (
             out.with_name(f".{out.name}.resume.pt"),

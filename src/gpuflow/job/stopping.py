@@ -59,9 +59,7 @@ def leave_to_parent() -> None:
 def _handled_by(
     handler: Callable[[int, FrameType | None], Any] | signal.Handlers,
 ) -> Iterator[None]:
-    """`handler` for the stop signals and Ctrl-C inside the block; each one's own back when it
-    ends. An ignored signal stays ignored, and one whose handler was set in C (getsignal's None,
-    which could not be put back) is left to it."""
+    """`handler` for the stop signals and Ctrl-C inside the block; each one's own back after."""
     handlers = {signum: signal.getsignal(signum) for signum in STOPS_AND_CTRL_C}
     taken = {s: own for s, own in handlers.items() if own not in (None, signal.SIG_IGN)}
     try:

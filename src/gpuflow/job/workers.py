@@ -101,9 +101,7 @@ class _Worker:
 
 
 class WorkerPool:
-    """Workers named `<name>-worker-<id>`, one per entry of `devices`, each running
-    `setup(device)`'s function on the items it is handed (`setup` must pickle: a module-level
-    function or a partial of one, unless `isolate` is False and there is one device)."""
+    """Workers `<name>-worker-<id>`, one per device, each running `setup(device)`'s function."""
 
     def __init__(
         self,

@@ -46,9 +46,7 @@ class Line:
         held: list[Allocation],
         per_gpu_hour: dict[str, float],
     ) -> None:
-        """One job of `gpus` GPUs: its `plan`, the seconds its record says it `spent` (and
-        whether it ended), what its SLURM allocations `held` (each attempt), charged per
-        GPU-hour of their partition."""
+        """One job of `gpus` GPUs: its plan, the seconds it spent, what its allocations held."""
         self.jobs += 1
         self.sources.add(plan.source)
         self.planned_s += plan.seconds

@@ -56,9 +56,7 @@ def wildcard_pattern(path: str, wildcards: dict[str, str]) -> tuple[str, re.Patt
 
 @contextmanager
 def run_folder(args: argparse.Namespace) -> Iterator[None]:
-    """Work in the run's folder (`--directory`), as the Snakemake that builds its DAG does: the
-    config's relative paths (texts, data, models) are read there. `--timings` stays the
-    folder it names from where the command started."""
+    """Work in the run's folder (`--directory`), as the Snakemake that builds its DAG does."""
     args.timings = os.path.abspath(args.timings) if getattr(args, "timings", None) else None
     started = os.getcwd()
     os.chdir(args.directory)
@@ -91,9 +89,7 @@ def measured(dag: Dag) -> tuple[list[dict[str, Any]], int]:
 
 
 def expected_times(args: argparse.Namespace, planned: Dag, own: bool = True) -> Expected:
-    """The expected times of the planned jobs (inside `run_folder`): this folder's benchmarks
-    (without `own`: none), the records, for the GPU named or the site's, at the site's
-    interconnect."""
+    """The expected times of the planned jobs (inside `run_folder`)."""
     from gpuflow.slurm.site import interconnect, read_site
 
     site = read_site(planned.partition_config) if planned.partition_config else {}
@@ -132,9 +128,7 @@ def summarise(
     charge: Callable[[Job], float | None] | None = None,
     telemetry: Callable[[Job], dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
-    """One row per rule with counts, expected hours (with their sources, range and basis),
-    limits, GPU-hours, allocation units, submissions and, with `telemetry`, what the rule's
-    earlier jobs used (asked of its first job)."""
+    """One row per rule: counts, expected hours, limits, GPU-hours, units, submissions."""
     rows: dict[str, dict[str, Any]] = {}
     for job in jobs:
         if job.rule == "all" and not job.output:
@@ -430,9 +424,7 @@ def submitted(job: Job) -> PlannedJob:
 
 
 def unwarned_limits(planned: Dag, rows: list[dict[str, Any]]) -> str | None:
-    """Under a SLURM profile whose site sends a stop warning, the GPU rules (gpuflow's long,
-    resumable steps) with a job whose time limit is no longer than the warning
-    (gpuflow.cost.limits.unwarned), else None."""
+    """The GPU rules whose time limit is no longer than the site's stop warning, else None."""
     if not planned.partition_config:
         return None
     from gpuflow.cost.limits import WARNING_EARLY_MINUTES, unwarned

@@ -236,9 +236,7 @@ def build_dag(args: argparse.Namespace, every_job: bool = False) -> Dag:
 
 
 def profile_settings(profiles: list[str]) -> tuple[argparse.Namespace, Any]:
-    """Snakemake's options as `profiles` (and the workflow profile) set them, read by
-    Snakemake's own parser (YTE profiles rendered, as a run renders them), and the settings of
-    the executor they name (e.g. the SLURM plugin's `partition_config`: the site file)."""
+    """Snakemake's options as `profiles` set them, and their executor's settings."""
     check_version()
     import_slurm_plugin_quickly()
     from snakemake.cli import parse_args
@@ -269,9 +267,7 @@ def params_digest(params: list[Any], wildcards: dict[str, Any] | None = None) ->
 
 
 def read_dag(workflow: Any, backend: str, executor_settings: Any) -> Dag:
-    """The jobs of a built DAG (in job id order), the finished ones it holds (`done`, without
-    resources or logs), rule order, local rules, config, records, and the array rules, array
-    limit and site file of the executor's settings."""
+    """The jobs of a built DAG, its finished ones, rule order, config, records, array rules."""
     dag = workflow.dag
     jobs = sorted(dag.needrun_jobs(exclude_finished=False), key=dag.jobid)
     done = sorted((job for job in dag.jobs if not dag.needrun(job)), key=dag.jobid)

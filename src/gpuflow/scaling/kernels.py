@@ -26,9 +26,7 @@ CUDA_HALF_LENGTH_MULTIPLE = 64
 
 
 def padded_length_multiple(device: torch.device, precision: str) -> int:
-    """What a batch's padded length is rounded up to: 64 for bf16/fp16 on CUDA (at most
-    max_seq_len / 64 shapes, so cuDNN attention builds a handful of graphs, not one per batch),
-    1 elsewhere (fp32 and CPU attention need no fixed shapes; extra padding would cost compute)."""
+    """What a batch's padded length is rounded up to: 64 for bf16/fp16 on CUDA, else 1."""
     half = precision in ("bf16", "fp16")
     return CUDA_HALF_LENGTH_MULTIPLE if device.type == "cuda" and half else 1
 

@@ -40,9 +40,7 @@ def batch_plan(train: dict[str, Any], world_size: int, key: str = "train") -> Ba
 
 
 def process_threads(on_gpu: bool, local_world: int, cpu_threads: int | None, cpu_slots: int) -> int:
-    """Torch threads of each process: the node's cores split over its GPU processes, else
-    `cpu_threads` (config cpu_threads_per_process) or the cores split over the CPU slots every
-    CPU run reserves (the largest world size)."""
+    """Torch threads of each process: the node's cores over its GPU processes, or CPU slots."""
     if on_gpu:
         return threads_per_worker(local_world)
     return cpu_threads or threads_per_worker(cpu_slots)

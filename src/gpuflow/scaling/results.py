@@ -1,6 +1,4 @@
-"""The settings a scaling training job's numbers depend on, listed once: the workflow passes
-them as the rule's params (a change re-runs the job) and the step fingerprints its resume state
-with them (a change never resumes an earlier state)."""
+"""The settings a scaling training job's numbers depend on, listed once."""
 
 from __future__ import annotations
 

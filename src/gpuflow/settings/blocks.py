@@ -45,9 +45,7 @@ def select(
     applicable_only: bool = True,
     inherited: str = "results",
 ) -> dict[str, Any]:
-    """The part of `values` whose keys the schema marks `kind` (nested objects kept nested),
-    without the keys that do not apply (see `applies`) unless `applicable_only` is False;
-    `inherited`: the mark of the object holding `schema`."""
+    """The part of `values` whose keys the schema marks `kind` (nested objects kept nested)."""
     inherited = schema.get("x-affects", inherited)
     kept: dict[str, Any] = {}
     for name, value in values.items():
@@ -81,18 +79,14 @@ def keys_of_kind(
 
 
 def results_of(family: str, values: dict[str, Any]) -> dict[str, Any]:
-    """The part of config[family] `values` that a job's numbers depend on (the keys the schema
-    marks results): what a step fingerprints its resume state with and records beside its
-    numbers. Every family picks them this way."""
+    """The part of config[family] `values` that a job's numbers depend on (results keys)."""
     return select(values, family_schema(family), "results")
 
 
 def split_json(
     family: str, values: dict[str, Any], kind: str, job_settings: dict[str, Any] | None = None
 ) -> str:
-    """The `kind` keys of a family's config part as sorted, compact JSON (a rule's argument),
-    with the `kind` keys of `job_settings` (config `telemetry`, the job's own) as its
-    `telemetry` part (gpuflow.cli hands that part to the job context)."""
+    """The `kind` keys of a family's config part as sorted JSON, with its `telemetry` part."""
     kept = select(values, family_schema(family), kind)
     job_part = select(job_settings or {}, family_schema("telemetry"), kind)
     if job_part:

@@ -22,9 +22,7 @@ def cpus_key(block: dict[str, Any]) -> str:
 
 
 def cpus_of(block: dict[str, Any], key: str) -> int:
-    """A rule's cores (per GPU on a GPU rule, per task on a CPU rule; 1 where none are set) from
-    its resources `block`, the config key `key` (`<family>.resources.<rule>`). A block that
-    holds only the other kind's key raises ConfigError naming that key and what to write."""
+    """A rule's cores (per GPU on a GPU rule, per task on a CPU rule; 1 where none are set)."""
     wanted = cpus_key(block)
     other = PER_TASK if wanted == PER_GPU else PER_GPU
     if other in block and wanted not in block:

@@ -78,9 +78,7 @@ def _inline(node: Any, base: Path) -> Any:
 
 
 def _is_integer(_checker: Any, instance: Any) -> bool:
-    """Only an int is an integer. JSON Schema also counts 2.0 (YAML's `2.0`, `1.0e+3`), which
-    passed every check and then failed inside a job (`range(1000.0)`) or named outputs
-    `seed~1.0`."""
+    """Only an int is an integer (JSON Schema also counts 2.0)."""
     return isinstance(instance, int) and not isinstance(instance, bool)
 
 

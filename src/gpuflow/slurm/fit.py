@@ -73,9 +73,7 @@ def exceeded(job: PlannedJob, partition: Any) -> str:
 
 
 def unfit_report(jobs: Iterable[PlannedJob], site_file: str | Path) -> str | None:
-    """Every rule with a job that fits no partition of the site file (the plugin would place
-    it in none: the first such job of each rule), what it asks for and each partition's limit
-    it exceeds; None where all fit."""
+    """Every rule with a job that fits no partition of the site file, and why; else None."""
     partitions = read_partitions(site_file)
     unfit: dict[str, PlannedJob] = {}
     for job in jobs:
@@ -129,9 +127,7 @@ def retry_limits(site_file: str | Path, gpu: bool) -> dict[str, float]:
 
 
 def grown(first: float, attempt: int, limit: float | None) -> int:
-    """What attempt `attempt` of a job asks for: `first` x attempt, capped at `limit` (a retry
-    past every partition's limit would go to the cluster's default partition), and never less
-    than `first` (a first attempt beyond the limit is check_jobs_fit's to report)."""
+    """What attempt `attempt` of a job asks for: `first` x attempt, within [first, limit]."""
     wanted = first * attempt
     if limit is not None:
         wanted = max(first, min(wanted, limit))

@@ -47,9 +47,7 @@ class Unreachable(Exception):
 
 @dataclass(frozen=True)
 class SlurmJob:
-    """One SLURM job: id, comment, state (RUNNING, PENDING, FAILED, ...), name, working
-    directory, and its start (expected start while pending) and end as SLURM prints them
-    (local time, 2026-11-23T07:28:52); "" where unknown, and the end while the job is active."""
+    """One SLURM job: id, comment, state, name, working directory, start and end."""
 
     job_id: str
     comment: str
@@ -188,9 +186,7 @@ def _newest(jobs: list[SlurmJob]) -> dict[str, SlurmJob]:
 
 
 def _run(command: list[str], timeout: float = TIMEOUT_S) -> str | None:
-    """A command's output; None where it failed or is not installed. Unreachable where it ran
-    past `timeout` (it is killed with its process group: a wrapper script's children would keep
-    its pipes open) or said it could not contact the controller."""
+    """A command's output; None where it failed; Unreachable past `timeout` or no controller."""
     try:
         child = subprocess.Popen(
             command,

@@ -26,9 +26,7 @@ SBATCH_EXTRA = {
 
 
 def site_path(basedir: str | Path | None = None) -> str:
-    """The site file in use, as an absolute path: $GPUFLOW_SLURM_SITE, else
-    profiles/slurm/site.yaml of the workflow in `basedir` (the Snakefile's folder; default: the
-    current folder). Absolute, so a run in another folder (`--directory`) reads the same file."""
+    """The site file in use, absolute: $GPUFLOW_SLURM_SITE, else the workflow's."""
     return os.path.abspath(os.environ.get(SITE_ENV) or Path(basedir or ".") / DEFAULT_SITE)
 
 

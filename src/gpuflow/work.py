@@ -20,8 +20,7 @@ _counted: dict[str, Any] = {}
 
 
 class NotHere(GpuflowError):
-    """A job's work cannot be counted here: the inputs it is counted from (`missing`: files, a
-    model) are not on this machine."""
+    """A job's work cannot be counted here: its inputs (`missing`) are not on this machine."""
 
     def __init__(self, missing: list[str]):
         super().__init__(f"not here: {', '.join(missing)}")
@@ -29,8 +28,7 @@ class NotHere(GpuflowError):
 
 @dataclass(frozen=True)
 class Term:
-    """`amount` of work of `kind` done at `shape` (what a rate of the same kind must match),
-    with `what` in words; `parallel` devices or processes share it evenly."""
+    """`amount` of work of `kind` at `shape`, `what` in words, shared by `parallel` devices."""
 
     kind: str
     amount: float
@@ -41,8 +39,7 @@ class Term:
 
 @dataclass(frozen=True)
 class Work:
-    """The terms of one job, the saved units it is cut into (a stop loses at most one), and
-    notes on what was estimated rather than counted."""
+    """The terms of one job, the saved units it is cut into, and notes on estimates."""
 
     terms: tuple[Term, ...]
     units: int = 1
@@ -85,8 +82,7 @@ class Trial:
 
 
 def startup(*modules: str, processes: int = 1, at_once: bool = False) -> Term:
-    """The start of `processes` processes (one after another, or `at_once` on cores of their
-    own) that import `modules`: a step's module, and what it imports only once it runs."""
+    """The start of `processes` processes that import `modules`."""
     shape = "+".join(modules)
     what = f"{processes} processes importing {shape}" if processes > 1 else f"import {shape}"
     return Term(STARTUP, float(processes), shape, what, processes if at_once else 1)

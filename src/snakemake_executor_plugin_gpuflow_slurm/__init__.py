@@ -52,15 +52,13 @@ def check_version(found: str | None = None) -> None:
 
 
 def read_partitions(site_file: Path) -> list[Any]:
-    """The site file's partitions, as the plugin reads them to place jobs (gpuflow.slurm.fit
-    checks every job against them before a run submits any)."""
+    """The site file's partitions, as the plugin reads them to place jobs."""
     check_version()
     return partitions.read_partition_file(site_file)
 
 
 def gpus_per_node(job: Any) -> int:
-    """GPUs per node of a job (its `gpu`, else the count in its `gres`), as the plugin counts
-    them."""
+    """GPUs per node of a job (its `gpu`, else its `gres`'s count), as the plugin counts them."""
     return partitions.parse_gpu_requirements(job)[0]
 
 
@@ -95,8 +93,7 @@ def job_state(reported: str, requeue: bool) -> str:
 
 
 def node_names(text: str) -> list[str]:
-    """Node names in sacct's NodeList text (hostlists expanded by scontrol); `None assigned`,
-    `(null)` and anything else that is not a node name are left out."""
+    """Node names in sacct's NodeList text (hostlists expanded); non-names left out."""
     names = []
     for part in text.replace("None assigned", " ").split():
         hosts = [part]
@@ -110,8 +107,7 @@ def node_names(text: str) -> list[str]:
 
 
 class FailedNodes(set):
-    """The nodes later submissions exclude: node names only, and of those only the ones whose
-    every partition keeps another node up (`sinfo`), so a job always has a node to run on."""
+    """The nodes later submissions exclude: node names whose partitions keep another up."""
 
     def __init__(self, setting: str | None):
         super().__init__()
@@ -291,8 +287,7 @@ class Executor(base.Executor):
             super()._report_job_error_threadsafe(job_info, msg)
 
     def _cancel_twins(self, jobs: Iterable) -> None:
-        """Cancel jobs of this run that a submission which timed out may have queued after
-        all (the same comment), so a job is never queued twice."""
+        """Cancel jobs a timed-out submission may have queued after all (the same comment)."""
         comments = {f"rule_{job.name}_wildcards_{base.get_job_wildcards(job)}" for job in jobs}
         comments |= {f"rule_{job.name}" for job in jobs if not base.get_job_wildcards(job)}
         listed = subprocess.run(
@@ -319,8 +314,7 @@ class Executor(base.Executor):
 
 
 def failed_node(job_id: str) -> str:
-    """The nodes a job held when it ended NODE_FAIL: its NODE_FAIL record's (sacct -D keeps the
-    records before a requeue; the newest says `None assigned`)."""
+    """The nodes a job held when it ended NODE_FAIL, from its NODE_FAIL record."""
     done = subprocess.run(
         ["sacct", "-j", job_id, "-X", "-n", "-P", "-D", "--format=NodeList,State"],
         capture_output=True, text=True, check=False, timeout=60,

@@ -18,8 +18,7 @@ def benchmark_seconds(path: Path) -> float | None:
 
 
 def earlier_attempts_s(record: dict[str, Any]) -> float:
-    """Seconds the earlier attempts of a finished job spent on the work it resumed, from its
-    job record (0 for a job that ran in one attempt; `record` {} where it has none)."""
+    """Seconds a finished job's earlier attempts spent on the work it resumed (0: one attempt)."""
     timings = record.get("timings") if record.get("status") == "finished" else None
     seconds = timings.get("earlier_attempts_s", 0.0) if isinstance(timings, dict) else 0.0
     return float(seconds) if isinstance(seconds, int | float) else 0.0

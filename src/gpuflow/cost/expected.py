@@ -28,8 +28,7 @@ class DagJob(Protocol):
 
 
 def gpus_of(job: DagJob) -> int:
-    """GPUs of the whole job: `gpu`, or nodes x the GPUs per node of `gres` (gpu:N or
-    gpu:<model>:N, as sbatch --gres counts them) for multi-node rules."""
+    """GPUs of the whole job: `gpu`, or nodes x the GPUs per node of `gres` (multi-node rules)."""
     gres = str(job.resources.get("gres", ""))
     per_node = re.search(r"\bgpu(?::[^:,]+)?:(\d+)", gres)
     if per_node:
@@ -55,8 +54,7 @@ def size_of(wildcards: dict[str, str]) -> float:
 
 
 def alike(done: Work | None, planned: Work | None) -> bool:
-    """Whether two works are of the same kinds at the same shapes, start-ups aside (the same
-    rates apply to what they compute)."""
+    """Whether two works are of the same kinds at the same shapes, start-ups aside."""
 
     def shapes(work: Work) -> set[tuple[str, str]]:
         return {(t.kind, t.shape) for t in work.terms if t.kind != STARTUP}
@@ -126,8 +124,7 @@ class Expected:
         gpu: str | None = None,
         interconnect: dict[str, float] | None = None,
     ):
-        """`own`: this folder's benchmarks as job rows (`b`; the ledger gives none, they are
-        what a run spent); `timings`: the records folder."""
+        """`own`: this folder's benchmarks as job rows (`b`); `timings`: the records folder."""
         self.config = config
         self.own = [job for job in map(job_row, own) if job is not None]
         self.records = recorded_jobs(timings)
@@ -169,8 +166,7 @@ class Expected:
         return Prediction(limit, limit, limit, "r", notes=(self.reasons.get(job.rule, ""),))
 
     def other_params(self, jobs: list[DagJob]) -> int:
-        """How many of this folder's benchmarks of the rule of `jobs` ran with params none of
-        them has (left out of their expected time: 5 epochs say nothing of 75)."""
+        """How many of this folder's benchmarks of the rule ran with params none of `jobs` has."""
         params = {job.params for job in jobs}
         return sum(1 for o in self.own if o["rule"] == jobs[0].rule and o["params"] not in params)
 

@@ -42,14 +42,12 @@ class Policy:
 
 
 def warned_minutes(warning_minutes: float) -> float:
-    """How long before a job's limit SLURM may send its stop warning: the site's warning and the
-    minute it may come early (WARNING_EARLY_MINUTES); 0 where the site sends none."""
+    """How long before a job's limit SLURM may send its stop warning; 0 where it sends none."""
     return warning_minutes + WARNING_EARLY_MINUTES if warning_minutes else 0.0
 
 
 def unwarned(limit_minutes: float, warning_minutes: float) -> bool:
-    """Whether a job of this time limit gets the stop warning only as it starts: its limit is no
-    longer than `warned_minutes`."""
+    """Whether a job of this time limit gets the stop warning only as it starts."""
     return bool(warning_minutes) and limit_minutes <= warned_minutes(warning_minutes)
 
 
@@ -87,8 +85,7 @@ def auto_runtime(
     records: str | Path,
     site_file: str | Path | None,
 ) -> int:
-    """The limit (minutes) of one job of `rule` whose runtime is `auto`: its predicted time
-    from the `records` (for the site's GPU model, or this CPU) under the site's policy."""
+    """The limit (minutes) of one `auto` job of `rule`: its predicted time, by the site's policy."""
     policy, book, jobs = site_plan(Path(records), Path(site_file) if site_file else None, gpu)
     work = planned_work(rule, config, wildcards)
     predicted: Prediction | None = None

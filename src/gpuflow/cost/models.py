@@ -32,8 +32,7 @@ def has_work_model(rule: str) -> bool:
 
 
 def counted_work(rule: str, config: dict[str, Any], wildcards: dict[str, str]) -> Work | None:
-    """The work a job of `rule` will do (None: the rule has no work model); NotHere where a
-    family names the inputs it is counted from that are not on this machine."""
+    """The work a job of `rule` will do (None: no work model); NotHere where inputs are missing."""
     function = models()[0].get(rule)
     return function(config, wildcards) if function else None
 

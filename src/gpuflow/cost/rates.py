@@ -46,8 +46,7 @@ def row_rate(row: dict[str, Any], source: str, device: str) -> Rate | None:
 
 
 def job_row(row: dict[str, Any]) -> dict[str, Any] | None:
-    """A record row's finished job (rule, wildcards, seconds, params, work), or None when it
-    has none or a malformed one."""
+    """A record row's finished job (rule, wildcards, seconds, params, work), or None."""
     job = row.get("job")
     if not isinstance(job, dict) or not isinstance(job.get("rule"), str):
         return None
@@ -101,8 +100,7 @@ class StandIn:
 
 @dataclass
 class RateBook:
-    """The rates of one device class, newest first, and the site's interconnect (GB/s of NCCL
-    bus bandwidth `within_node` and `between_nodes`) for all-reduces no calibration measured."""
+    """The rates of one device class, newest first, and the site's interconnect bandwidths."""
 
     device: str | None
     rates: list[Rate]
@@ -137,8 +135,7 @@ def interconnect_rate(shape: str, interconnect: dict[str, float], device: str) -
 
 
 def likeness(measured: str, wanted: str) -> int:
-    """How many words of two shapes agree, place by place (the nearest measured shape is the
-    one a rate of another shape is taken from; ties go to the newest)."""
+    """How many words of two shapes agree, place by place (the nearest shape gives a stand-in)."""
     return sum(a == b for a, b in zip(measured.split(), wanted.split(), strict=False))
 
 

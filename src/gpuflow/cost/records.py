@@ -19,8 +19,7 @@ DATED = re.compile(r"^\d{4}-\d{2}-\d{2}-.+\.json$")
 
 @dataclass(frozen=True)
 class Record:
-    """One record file: its name, when it was made, the device class its rows were measured on
-    and what that was, and its rows."""
+    """One record file: its name, when it was made, its device class and devices, and its rows."""
 
     name: str
     created: str
@@ -30,14 +29,12 @@ class Record:
 
 
 def rate_records(checkout: str | Path = ".") -> Path:
-    """The records that rates and timings come from: $GPUFLOW_RECORDS, else the checkout's
-    benchmarks/records (the workflow's folder for the Snakefile, the working one for steps)."""
+    """The records folder: $GPUFLOW_RECORDS, else the checkout's benchmarks/records."""
     return Path(os.environ.get(RECORDS_ENV) or Path(checkout) / "benchmarks" / "records")
 
 
 def read_records(folder: str | Path) -> list[Record]:
-    """Every record in `folder` with a device class and rows, newest first (by the time it was
-    made); an unreadable file, or one of another shape, is left out."""
+    """Every readable record in `folder` with a device class and rows, newest first."""
     folder = Path(folder)
     facts = tuple(
         (path.name, path.stat().st_mtime_ns)
@@ -142,8 +139,7 @@ def git_commit(folder: Path) -> str | None:
 
 
 def environment(devices: list[Any], folder: Path) -> dict[str, Any]:
-    """Where a measurement happened: its device class, devices, driver, torch, CUDA and cuDNN
-    versions, commit."""
+    """Where a measurement happened: device class, devices, driver, library versions, commit."""
     import torch
 
     from gpuflow.job.devices import describe_device
@@ -170,8 +166,7 @@ def row_key(row: dict[str, Any]) -> tuple[str, ...]:
 def add_rows(
     out: Path, env: dict[str, Any], rows: list[dict[str, Any]], **more: Any
 ) -> dict[str, Any]:
-    """Write `rows` into the record `out` (where it exists: the same day's, of the same device
-    class), keeping its rows that these do not measure again; returns the record."""
+    """Write `rows` into the record `out`, keeping its rows these do not measure again."""
     from gpuflow.job.atomic import write_json
 
     earlier = json.loads(out.read_text()) if out.exists() else {"rows": []}

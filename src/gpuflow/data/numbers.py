@@ -13,8 +13,7 @@ from gpuflow.errors import DataError
 def finite_column(
     path: str | Path, frame: pd.DataFrame, column: str, positive: bool = False
 ) -> pd.Series:
-    """`frame[column]` as floats; the first value that is not a finite number (or, `positive`,
-    not above zero) is a DataError naming the file and its row (CSV line, header = line 1)."""
+    """`frame[column]` as floats; a non-finite (or, `positive`, non-positive) value: DataError."""
     values = pd.to_numeric(frame[column], errors="coerce").astype(float)
     array = values.to_numpy(dtype=float, na_value=np.nan)
     bad = ~np.isfinite(array)

@@ -22,8 +22,7 @@ NUMBERS = {"nll_sum", "n_tokens", "ppl", "toxicity"}
 
 
 def read_shard(path: str, what: str, columns: Sequence[str]) -> pd.DataFrame:
-    """One shard CSV with its `columns`; an unreadable file, a missing column or a value that is
-    not a finite number is an error naming the file (and the row: CSV line, header = 1)."""
+    """One shard CSV with its `columns`; any problem is an error naming the file (and row)."""
     try:
         frame = pd.read_csv(path, dtype={"text_id": str}, keep_default_na=False)
     except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as error:
@@ -39,8 +38,7 @@ def read_shard(path: str, what: str, columns: Sequence[str]) -> pd.DataFrame:
 
 
 def read_shards(paths: list[str], what: str, columns: Sequence[str]) -> pd.DataFrame:
-    """Concatenate shard CSVs (see read_shard); a text id that appears twice is an error naming
-    the file."""
+    """Concatenate shard CSVs (see read_shard); a text id that appears twice is an error."""
     frames = [read_shard(path, what, columns).assign(_file=path) for path in paths]
     table = pd.concat(frames, ignore_index=True)
     doubled = table[table["text_id"].duplicated(keep=False)]

@@ -43,8 +43,7 @@ from gpuflow.settings.blocks import family_settings, results_of
 
 
 def scoring_settings(**values: Any) -> dict[str, Any]:
-    """A `fluency.perplexity` block for `score_token_ids` outside a step: `values` over the
-    schema's defaults, placed replicate unless `values` says otherwise."""
+    """A `fluency.perplexity` block for `score_token_ids` outside a step, over the defaults."""
     return {**family_settings("fluency")["perplexity"], "placement": "replicate", **values}
 
 

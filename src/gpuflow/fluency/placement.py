@@ -16,8 +16,7 @@ ACTIVATIONS_PER_TOKEN = 16  # hidden-size vectors alive per token in a forward (
 
 
 def model_bytes(config: Any, dtype: str) -> int:
-    """Bytes of the model's parameters in `dtype`, counted on the meta device (no memory used),
-    plus the padded LM head's copy where scoring pads it (gpuflow.fluency.ppl_head)."""
+    """Bytes of the model's parameters in `dtype` (meta device), with a padded head's copy."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -42,8 +41,7 @@ def batch_bytes(config: Any, token_budget: int, dtype: str) -> int:
 def choose_placement(
     requested: str, config: Any, devices: list[torch.device], dtype: str, token_budget: int
 ) -> tuple[str, str]:
-    """(placement, why): `requested`, or for auto: replicate when model + batch fit one GPU,
-    else shard."""
+    """(placement, why): `requested`, or for auto replicate when model + batch fit one GPU."""
     if requested not in PLACEMENTS:
         raise ConfigError(
             "fluency.perplexity.placement", f"unknown placement {requested!r}", str(PLACEMENTS)
@@ -64,8 +62,7 @@ def choose_placement(
 def budget_for_memory(
     free_bytes: int, model_bytes: int, bytes_per_token: int, share: float, floor: int
 ) -> int:
-    """Padded tokens one batch may hold so that the model plus the batch fill `share` of
-    `free_bytes`; never below `floor` (the configured budget)."""
+    """Padded tokens per batch so that model plus batch fill `share` of `free_bytes`, >= `floor`."""
     room = share * free_bytes - model_bytes
     return max(floor, int(room // bytes_per_token))
 
@@ -94,8 +91,7 @@ def sized_token_budget(
 def load_sharded(
     reference: str, dtype: str, devices: list[torch.device], trust_remote_code: bool = False
 ) -> torch.nn.Module:
-    """One copy of the causal LM spread over `devices` by an accelerate device map (balanced
-    over GPUs, or onto the CPU), in eval mode."""
+    """One copy of the causal LM spread over `devices` by an accelerate device map, in eval mode."""
     from gpuflow.fluency.ppl_model import load_causal_lm
 
     device_map = "balanced" if devices[0].type == "cuda" else {"": "cpu"}
@@ -103,8 +99,7 @@ def load_sharded(
 
 
 def config_file_here(model_path: str) -> bool:
-    """Whether a model config is on this machine (a saved folder, or a cached Hugging Face id),
-    looked up without importing torch or transformers."""
+    """Whether a model config is on this machine, looked up without torch or transformers."""
     if os.path.isdir(model_path):
         return os.path.isfile(os.path.join(model_path, "config.json"))
     from huggingface_hub import try_to_load_from_cache
@@ -116,8 +111,7 @@ def config_file_here(model_path: str) -> bool:
 
 
 def fluency_placement(fluency: dict[str, Any]) -> str:
-    """How each perplexity job of a validated fluency config will hold the reference LM, for
-    `gpuflow plan` and `doctor` (run before the job)."""
+    """How each perplexity job of a validated fluency config will hold the reference LM."""
     perplexity, model_path = fluency["perplexity"], fluency["lm"]["path"]
     gpus = fluency["resources"]["fluency_perplexity"]["gpu"]
     requested = perplexity["placement"]

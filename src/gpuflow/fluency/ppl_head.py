@@ -11,8 +11,7 @@ HALF = (torch.float16, torch.bfloat16)
 
 
 class PaddedHead(nn.Module):
-    """`head`'s linear map with its output rows padded to a multiple of 64; returns the
-    first `vocab` logits (a view of the padded ones). Holds its own copy of the weight."""
+    """`head`'s linear map padded to a multiple of 64 rows; returns the first `vocab` logits."""
 
     def __init__(self, head: nn.Linear):
         super().__init__()
@@ -37,8 +36,7 @@ def padded_vocab(vocab: int) -> int:
 
 
 def pads(head: nn.Module | None, dtype: torch.dtype) -> bool:
-    """Whether scoring pads `head` in `dtype`: a plain nn.Linear in half precision whose
-    vocabulary is not a multiple of 64. fp32 GEMMs gain nothing and would pay a strided copy."""
+    """Whether scoring pads `head` in `dtype`: half precision, vocabulary not a multiple of 64."""
     return type(head) is nn.Linear and dtype in HALF and head.out_features % MULTIPLE != 0
 
 
@@ -50,8 +48,7 @@ def padded_head_bytes(head: nn.Module | None, dtype: torch.dtype) -> int:
 
 
 def pad_lm_head(model: nn.Module) -> nn.Module:
-    """`model` with its output embeddings replaced by a PaddedHead where `pads` says so and its
-    weight is loaded (not on the meta device)."""
+    """`model` with its output embeddings replaced by a PaddedHead where `pads` says so."""
     head = model.get_output_embeddings()
     weight = getattr(head, "weight", None)  # none where the model has no output embeddings
     if weight is not None and weight.device.type != "meta" and pads(head, weight.dtype):

@@ -79,8 +79,7 @@ def load_causal_lm(
     trust_remote_code: bool = False,
     device_map: str | dict[str, str] | None = None,
 ) -> torch.nn.Module:
-    """The causal LM in `dtype`, in eval mode: on `device`, or spread by accelerate's
-    `device_map` (one copy over several devices)."""
+    """The causal LM in `dtype`, in eval mode: on `device`, or spread by accelerate's device map."""
     from transformers import AutoModelForCausalLM
 
     placed = {"device_map": device_map} if device_map is not None else {}

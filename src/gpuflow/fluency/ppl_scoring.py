@@ -19,8 +19,7 @@ LOSS_CHUNK_TOKENS = 512
 
 
 def model_forward(model: torch.nn.Module) -> Forward:
-    """The forward call of a Hugging Face causal LM on right-padded ids: the logits of the
-    positions marked in `scored` (batch x length, bool), one row each in row-major order."""
+    """The forward call of a causal LM on right-padded ids: the logits at the `scored` positions."""
     head = model.get_output_embeddings()
 
     def forward(input_ids: torch.Tensor, scored: torch.Tensor) -> torch.Tensor:
@@ -75,8 +74,7 @@ def scored_positions(mask: torch.Tensor, first: torch.Tensor) -> torch.Tensor:
 
 
 def target_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """-log p(target) of each logits row in fp32, LOSS_CHUNK_TOKENS rows at a time, so each fp32
-    chunk (upcast from half precision) stays small: in cache on a CPU, little memory on a GPU."""
+    """-log p(target) of each logits row in fp32, LOSS_CHUNK_TOKENS rows at a time."""
     return torch.cat(
         [
             F.cross_entropy(
@@ -92,8 +90,7 @@ def target_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 def batch_nll(
     forward: Forward, ids: torch.Tensor, mask: torch.Tensor, first: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """NLL sum (float64) and target count of each row of a right-padded batch (the targets
-    predicted at scored_positions)."""
+    """NLL sum (float64) and target count of each row of a right-padded batch."""
     scored = scored_positions(mask, first)
     targets = ids[:, 1:][scored[:, :-1]]
     logits = forward(ids, scored)

@@ -35,8 +35,7 @@ def worker_threads(n_workers: int) -> int:
 
 
 def compiled_forward(model: torch.nn.Module, device: torch.device) -> tuple[Forward, float]:
-    """`model`'s scoring forward (see model_forward) through torch.compile (config
-    fluency.perplexity.compile), already compiled on `device`, and the seconds compiling took."""
+    """`model`'s scoring forward through torch.compile, compiled on `device`, and its seconds."""
     started = time.perf_counter()
     forward = model_forward(torch.compile(model, dynamic=True))
     try:
@@ -70,8 +69,7 @@ class WorkerJob:
 def open_scorer(
     job: WorkerJob, device_name: str, wrap_forward: Callable[[Forward], Forward] | None = None
 ) -> Callable[[Sequence[Segment]], SegmentScores]:
-    """In a worker: the model of `job` loaded on `device_name`, as a function scoring a batch;
-    after out-of-memory its token budget stays lower."""
+    """In a worker: the model of `job` on `device_name`, as a function scoring a batch."""
     started = time.perf_counter()
     torch.set_num_threads(job.threads)
     device = torch.device(device_name)

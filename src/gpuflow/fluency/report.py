@@ -90,8 +90,7 @@ def read_summary(path: str | Path) -> dict[str, Any]:
 
 
 def read_table(path: str | Path, columns: list[str], what: str = "table") -> pd.DataFrame:
-    """A CSV written by fluency-stats (`what` it holds, for errors); DataError names a missing
-    column."""
+    """A CSV written by fluency-stats; DataError names a missing column."""
     try:
         table = pd.read_csv(
             path,

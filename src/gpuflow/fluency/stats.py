@@ -111,8 +111,7 @@ def _row_counts(codes: np.ndarray, n_codes: int, index: np.ndarray) -> np.ndarra
 
 @dataclass(frozen=True)
 class Variable:
-    """The values of one variable over the texts, with the code of each among its sorted
-    distinct values (equal values share a code: ties)."""
+    """A variable's values over the texts, with each one's code among its sorted distinct values."""
 
     values: np.ndarray
     codes: np.ndarray

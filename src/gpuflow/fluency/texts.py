@@ -198,8 +198,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 def read_texts(path: str | Path) -> pd.DataFrame:
-    """A texts CSV as strings (the text 'NA' stays a text); it must have text_id and text, and
-    each text id once (a row is named by its CSV line, header = 1)."""
+    """A texts CSV as strings, with text_id and text, each text id once."""
     try:
         frame = pd.read_csv(path, keep_default_na=False, dtype=str)
     except (OSError, ValueError, UnicodeDecodeError) as error:
@@ -212,8 +211,7 @@ def read_texts(path: str | Path) -> pd.DataFrame:
 
 
 def check_unique_ids(path: str | Path, ids: pd.Series) -> None:
-    """Each text id of a CSV column once; a repeat names its row and the first (CSV lines,
-    header = 1)."""
+    """Each text id of a CSV column once; a repeat names its row and the first."""
     repeated = np.flatnonzero(ids.duplicated().to_numpy())
     if repeated.size:
         text_id = ids.iloc[repeated[0]]

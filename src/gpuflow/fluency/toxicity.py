@@ -57,8 +57,7 @@ def toxic_label_index(label2id: dict[str, int], toxic_label: str) -> int:
 def huggingface_scorer(
     model_ref: str, toxic_label: str, device: torch.device
 ) -> tuple[Callable[[list[str]], np.ndarray], str]:
-    """Probability of the toxic label for a batch of texts (padded to its longest), and the
-    scorer's name, under a local sequence-classification model."""
+    """Toxic-label probability per text under a local classifier, and the scorer's name."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     try:

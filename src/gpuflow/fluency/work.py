@@ -41,16 +41,14 @@ class LM:
         return lm_shape(self.layers, self.width, self.vocab, self.context, dtype)
 
     def startups(self, parallel: int) -> list[Term]:
-        """Imports of a scoring job on `parallel` workers: the step, then transformers' module of
-        the model's type (loaded with the model), here and, with several, in each worker."""
+        """Imports of a scoring job on `parallel` workers: the step and the model's module."""
         kind = self.model_type.replace("-", "_")
         imports = (PERPLEXITY_STEP, f"transformers.models.{kind}.modeling_{kind}")
         workers = [startup(*imports, processes=parallel, at_once=True)] if parallel > 1 else []
         return [startup(*imports), *workers]
 
     def forward_flops(self, ids: int, targets: int) -> float:
-        """FLOPs of a forward pass over `ids` that scores `targets` of them: 2 x parameters per
-        id, but the head (vocab x width, tied) only at scored positions (model_forward)."""
+        """FLOPs of a forward pass over `ids` scoring `targets` (the head only at targets)."""
         head = self.vocab * self.width
         return 2.0 * (self.parameters - head) * ids + 2.0 * head * targets
 
@@ -95,8 +93,7 @@ def model_folder(reference: str) -> Path | None:
 
 @cache
 def folder_lm(reference: str) -> LM | None:
-    """The LM of a model folder or cached model id, from its config and weights' headers; None
-    where they are not on this machine."""
+    """The LM of a model folder or cached model id, from its config and weights; None if absent."""
     folder = model_folder(reference)
     if folder is None:
         return None
@@ -131,8 +128,7 @@ def text_files(fluency: dict[str, Any]) -> list[str]:
 
 
 def check_here(fluency: dict[str, Any], model: bool = True) -> LM | None:
-    """The user's LM (None for the embedded one, or without `model`); NotHere naming the text
-    files and (with `model`) the model that are not on this machine."""
+    """The user's LM (None for the embedded one); NotHere naming inputs not on this machine."""
     path = fluency["lm"]["path"] if model else None
     lm = folder_lm(path) if path else None
     missing = [name for name in text_files(fluency) if not Path(name).is_file()]
@@ -161,8 +157,7 @@ def shard_sizes(fluency: dict[str, Any]) -> list[dict[str, int]]:
 
 
 def shard_tokens(fluency: dict[str, Any]) -> dict[str, Any]:
-    """Tokens of each text of each shard as `gpuflow perplexity` tokenises them, and the
-    tokenizer's vocabulary, counted once per texts, shards and tokenizer."""
+    """Tokens of each text of each shard as `gpuflow perplexity` counts them, and the vocabulary."""
     lm = check_here(fluency)
     path, train = fluency["lm"]["path"], fluency["lm"]["train"]
     folder = model_folder(path) if lm else None
@@ -194,8 +189,7 @@ def shard_tokens(fluency: dict[str, Any]) -> dict[str, Any]:
 
 
 def planned_lm(fluency: dict[str, Any]) -> LM:
-    """The LM a perplexity job scores with: the user's, or the embedded one of `lm.train`'s
-    shape (NotHere naming the inputs that are not on this machine)."""
+    """The LM a perplexity job scores with: the user's, or the embedded one of `lm.train` shape."""
     lm = check_here(fluency)
     if lm is not None:
         return lm
@@ -212,15 +206,13 @@ def workers(fluency: dict[str, Any], rule: str) -> int:
 
 
 def ids_through(token_counts: list[int], context: int, stride: int | None) -> int:
-    """Ids through the model when texts of `token_counts` tokens are scored as [BOS] + tokens
-    in windows of `context` advancing by `stride` (half the context when None)."""
+    """Ids through the model when texts are scored as [BOS] + tokens in windows of `context`."""
     step = context // 2 if stride is None else stride
     return sum(end - begin for n in token_counts for begin, end, _ in windows(n + 1, context, step))
 
 
 def perplexity(config: dict[str, Any], wildcards: dict[str, str]) -> Work:
-    """The work of one perplexity shard: loading the model, then its texts' ids through it on
-    the job's workers."""
+    """The work of one perplexity shard: loading the model, then its texts' ids through it."""
     fluency = config["fluency"]
     lm = planned_lm(fluency)
     token_counts = shard_tokens(fluency)["shards"][int(wildcards["shard"])]
@@ -262,8 +254,7 @@ def toxicity(config: dict[str, Any], wildcards: dict[str, str]) -> Work:
 
 
 def train_lm(config: dict[str, Any], wildcards: dict[str, str]) -> Work:
-    """The work of training the embedded LM: steps x batch x context tokens at 6 x parameters
-    FLOP each."""
+    """The work of training the embedded LM: its tokens at 6 x parameters FLOP each."""
     fluency = config["fluency"]
     train = fluency["lm"]["train"]
     lm = planned_lm({**fluency, "lm": {**fluency["lm"], "path": None}})
@@ -282,8 +273,7 @@ def train_lm(config: dict[str, Any], wildcards: dict[str, str]) -> Work:
 
 
 def lm_folder(fluency: dict[str, Any]) -> str:
-    """The user's model folder, else an untrained LM of the embedded one's shape and tokenizer
-    (fluency-train-lm's own builder), saved once per process and removed at its exit."""
+    """The user's model folder, else an untrained LM of the embedded one's shape, saved once."""
     if fluency["lm"]["path"]:
         return str(fluency["lm"]["path"])
     chosen = [fluency["texts"], fluency["perplexity"]["shards"], fluency["lm"]["train"]]
@@ -305,8 +295,7 @@ def _untrained_lm(chosen_json: str) -> str:
 
 
 def forward_trial(need: Need) -> Trial:
-    """FLOP/s of the job's scorer: its model in its dtype, batched by its token budget, on
-    random ids of the lengths of its shard's texts."""
+    """FLOP/s of the job's scorer on random ids of the lengths of its shard's texts."""
     import numpy as np
     import torch
 
@@ -388,8 +377,7 @@ def load_trial(need: Need) -> Trial:
 
 
 def toxicity_trial(need: Need) -> Trial | None:
-    """Bytes/s of the profanity-check scorer on the job's texts (a Hugging Face classifier is
-    not measured here)."""
+    """Bytes/s of the profanity-check scorer on the job's texts (not a Hugging Face classifier)."""
     from gpuflow.fluency.toxicity import profanity_scorer
 
     fluency = need.config["fluency"]
@@ -409,8 +397,7 @@ def toxicity_trial(need: Need) -> Trial | None:
 
 
 def done(outputs: list[str], inputs: list[str]) -> Work | None:
-    """The work a finished perplexity or toxicity shard did, from its run record (and its
-    model) or its texts (None where they are unreadable): its params do not fix its texts."""
+    """The work a finished perplexity or toxicity shard did, from its run record or its texts."""
     try:
         run = json.loads(Path(outputs[1]).read_text(encoding="utf-8"))
         if "ids" in run:

@@ -27,8 +27,7 @@ def plan_chunks(batch_weights: Sequence[int], chunk_weight: int) -> list[range]:
 
 
 class ChunkedScores:
-    """Per-item score columns of one output, resumed from the job's state, filled batch by
-    batch, saved after each chunk."""
+    """Per-item score columns of one output, resumed, filled batch by batch, saved by chunk."""
 
     def __init__(
         self,
@@ -59,8 +58,7 @@ class ChunkedScores:
         return [int(b) for b in np.flatnonzero(~self.batch_done)]
 
     def _restore(self, state: dict[str, Any]) -> int:
-        """Take up the done flags and score columns saved for this output (or say why not);
-        returns the tokens (or texts) they hold."""
+        """Take up the done flags and scores saved for this output; returns what they hold."""
         try:
             done = state["done"].numpy().copy()
             values = {name: state["values"][name].numpy().copy() for name in self.values}
@@ -100,8 +98,7 @@ class ChunkedScores:
         return int(self.weights[self.batch_done].sum())
 
     def record(self, batch: int, values: dict[str, np.ndarray]) -> None:
-        """Store one batch's scores; once its chunk is complete, save, report and honour a
-        pending stop (`_finished`)."""
+        """Store one batch's scores; save, report and honour a stop once its chunk is complete."""
         items = self.batches[batch]
         for name, column in values.items():
             self.values[name][items] = column
@@ -119,8 +116,7 @@ class ChunkedScores:
 
     @staticmethod
     def stop_pending() -> bool:
-        """Whether SIGTERM or SIGUSR1 asked the step to stop (the workers then take no more
-        batches)."""
+        """Whether SIGTERM or SIGUSR1 asked the step to stop."""
         return stopping.requested() is not None
 
     def stop_if_requested(self) -> None:

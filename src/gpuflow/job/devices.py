@@ -28,8 +28,7 @@ def worker_devices(device: str = "auto", cpu_workers: int = 1) -> list[torch.dev
 
 
 def run_record(devices: list[torch.device] | None = None) -> dict[str, Any]:
-    """Where this job ran: host, SLURM job, visible GPUs and the devices used, and its
-    telemetry up to now (GPU and CPU use; None in a process that does not sample)."""
+    """Where this job ran: host, SLURM job, GPUs and devices used, and its telemetry so far."""
     return {
         "host": socket.gethostname(),
         "slurm_job_id": os.environ.get("SLURM_JOB_ID"),

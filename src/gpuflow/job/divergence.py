@@ -36,8 +36,7 @@ def check_finite(run: str, epoch: int, terms: Mapping[str, float], state: Path |
 
 @dataclass
 class SkippedSteps:
-    """Optimizer steps a loss scaler skipped for overflow: all of them, and the current run of
-    consecutive ones taken with the scale at its floor (a divergence once it reaches `limit`)."""
+    """Optimizer steps a loss scaler skipped: all, and the current run of them at the floor."""
 
     limit: int
     total: int = 0
@@ -55,8 +54,7 @@ class SkippedSteps:
 
 
 def check_skipped(run: str, epoch: int, skipped: SkippedSteps, state: Path | None) -> None:
-    """Raise TrainingDivergedError when `run` skipped `skipped.limit` steps in a row at the
-    floor of the loss scale during `epoch`."""
+    """Raise TrainingDivergedError once `run` skipped `skipped.limit` steps in a row."""
     if skipped.diverged:
         raise TrainingDivergedError(
             f"run {run}: {skipped.at_floor} optimizer steps in a row overflowed with the fp16 loss"

@@ -21,8 +21,7 @@ def records_folder(workdir: str | Path) -> Path:
 
 
 def release(files: Iterable[str | Path], outputs: Iterable[str | Path]) -> None:
-    """The outputs are written: drop the resume `files` now, or, under the workflow (RECORDS_ENV
-    set), record them to be dropped once the outputs are accepted."""
+    """The outputs are written: drop the resume `files` now, or once the workflow accepts them."""
     files = [Path(f).resolve() for f in files]
     folder = os.environ.get(RECORDS_ENV)
     if not folder:
@@ -37,8 +36,7 @@ def release(files: Iterable[str | Path], outputs: Iterable[str | Path]) -> None:
 
 
 def clean(folder: str | Path) -> list[Path]:
-    """Remove the kept states whose outputs all exist (their jobs finished); keep the others for
-    the retry. Returns the files removed."""
+    """Remove the kept states whose outputs all exist; returns the files removed."""
     removed: list[Path] = []
     for record_path in sorted(Path(folder).glob("*.json")):
         try:

@@ -40,8 +40,7 @@ SINCE_FORMAT = "%Y-%m-%d %H:%M:%S"
 
 
 def read_holder(output: str | Path) -> dict[str, str] | None:
-    """The holder `_record_holder` wrote in `output`'s lock file, each field by its first
-    word (host, pid, SLURM, since); None without a lock file. Read, never locked."""
+    """The holder written in `output`'s lock file, by field; None without a lock file."""
     try:
         text = lock_path(output).read_text(encoding="utf-8")
     except OSError:
@@ -100,8 +99,7 @@ def _same_file(handle: IO[bytes], path: Path) -> bool:
 
 
 def _record_holder(handle: IO[bytes]) -> None:
-    """Write this process into the lock file (host, pid, SLURM job or '-', and since when); a
-    full disk leaves it empty (the lock holds)."""
+    """Write this process into the lock file (host, pid, SLURM job, since when)."""
     job = os.environ.get("SLURM_JOB_ID", "-")
     since = time.strftime(SINCE_FORMAT, time.localtime())
     holder = f"host {socket.gethostname()}, pid {os.getpid()}, SLURM job {job}, since {since}\n"
@@ -115,8 +113,7 @@ def _record_holder(handle: IO[bytes]) -> None:
 
 
 def step_outputs(args: argparse.Namespace) -> list[Path]:
-    """The outputs a step writes: the values of the arguments its registration names
-    (gpuflow.registry.lazy's `outputs`), in that order (lists too)."""
+    """The outputs a step writes: the values of the arguments its registration names."""
     found = []
     for name in getattr(args.run, "outputs", ()):
         value = getattr(args, name)

@@ -29,8 +29,7 @@ def job_file(first_output: str | Path, kind: str) -> Path:
 
 
 def job_of(path: str | Path, kind: str) -> str | None:
-    """The first output (relative to the family folder) whose `kind` file is `path` (a path
-    inside a `jobs/` folder), or None when `path` is not one."""
+    """The first output whose `kind` file is `path`, or None when `path` is not one."""
     parts = Path(path).parts
     suffix = f".{kind}"
     if JOBS not in parts or not parts[-1].endswith(suffix):

@@ -13,8 +13,7 @@ from gpuflow.job.telemetry.flags import flag, utilisation
 
 
 def read_folder(folder: str | Path) -> dict[str, dict[str, Any]]:
-    """Every ended job's record under `folder` (its `jobs/` folders), by job (its first output,
-    relative to the family folder)."""
+    """Every ended job's record under `folder`, by job (its first output)."""
     found = {}
     for path in sorted(Path(folder).rglob(f"*.{RECORD}")):
         job = job_of(path.relative_to(folder), RECORD)
@@ -83,8 +82,7 @@ def jobs_section(folder: str | Path, threshold: float) -> str:
 
 
 def section(out: str | Path) -> str:
-    """The markdown section on the job records of the family that report `out` belongs to,
-    flagging jobs below the job's `telemetry.low_utilisation_percent`."""
+    """The markdown section on the job records of the family that report `out` belongs to."""
     from gpuflow.job import current
 
     threshold = float(current().settings["low_utilisation_percent"])
@@ -92,8 +90,7 @@ def section(out: str | Path) -> str:
 
 
 def rule_summary(summaries: list[dict[str, Any]], threshold: float) -> dict[str, Any]:
-    """Earlier jobs of one rule: count, GPU-hours used, mean utilisation and the flag (their
-    most common one; of equals, the first job's)."""
+    """Earlier jobs of one rule: count, GPU-hours used, mean utilisation and the flag."""
     utils = [(kind, u) for kind, u in map(utilisation, summaries) if u is not None]
     kinds = {kind for kind, _ in utils}
     mean = sum(u for _, u in utils) / len(utils) if utils else None

@@ -27,8 +27,7 @@ def file_digest(paths: Iterable[str | Path]) -> str:
 def make_fingerprint(
     inputs: Iterable[str | Path] = (), settings: Any = None, identity: Any = None
 ) -> str:
-    """What a state must match to be resumed: the content of `inputs`, the results-affecting
-    `settings`, any other `identity` of the run (JSON-able) and the gpuflow version."""
+    """What a state must match to be resumed: inputs, results settings, identity, version."""
     text = json.dumps(
         {
             "inputs": file_digest(inputs),

@@ -33,8 +33,7 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
 
 
 def install() -> None:
-    """Handle SIGTERM and SIGUSR1 as a stop request in this process (the main thread), for a
-    step that starts with no request and stops at once until it calls `defer()`."""
+    """Handle SIGTERM and SIGUSR1 as a stop request in this process (the main thread)."""
     _Request.signal_name = None
     _Request.deferred = False
     for signum in STOP_SIGNALS:

@@ -251,8 +251,7 @@ class WorkerPool:
                 report(Done(key, result, error, worker.wid, f"{self.name} {worker.where}"))
 
     def _bury(self, worker: _Worker, report: Callable[[Done], None]) -> None:
-        """A worker ended: told to stop, or dead; a dead worker's items go back in line
-        (unless the pool is stopping)."""
+        """A worker ended: a dead worker's items go back in line unless the pool is stopping."""
         del self._workers[worker.wid]
         _end(worker)
         code, running = worker.process.exitcode, worker.running

@@ -24,8 +24,7 @@ RATES_SUFFIX = "-rates"
 
 
 def needs(args: argparse.Namespace) -> list[Need]:
-    """Every (kind, shape) the planned jobs' work needs on each device, once, with the first job
-    needing it; its device is a GPU where the job asks for one and this machine has one."""
+    """Every (kind, shape) the planned jobs need on each device, once, with its first job."""
     import torch
 
     planned = plan_jobs(args, every_job=True)

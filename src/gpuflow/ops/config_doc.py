@@ -149,8 +149,7 @@ def _bounds(schema: dict[str, Any]) -> str:
 
 
 def affects_of(key: Key) -> str:
-    """The key's kind, and when it is read at all (`x-applies-when`), e.g. `results, when
-    source is files`."""
+    """The key's kind, and when it is read at all (`x-applies-when`)."""
     conditions = [
         f"`{name}` is " + " or ".join(f"`{show(value)}`" for value in values)
         for name, values in key.schema.get("x-applies-when", {}).items()
@@ -201,8 +200,7 @@ def set_in_files(key_path: str, default: Any, sources: Sources) -> str:
 
 
 def key_row(key: Key, path: str, *values: str) -> list[str]:
-    """A key's table row: `path`, type, range, then `values` (default, config files), kind and
-    meaning."""
+    """A key's table row: path, type, range, `values`, kind and meaning."""
     return [
         f"`{path}`",
         type_of(key.schema),

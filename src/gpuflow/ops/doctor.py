@@ -122,8 +122,7 @@ def format_report(report: dict[str, Any]) -> str:
 
 
 def site_report(profiles: list[str]) -> dict[str, Any]:
-    """The SLURM site file the profiles name (`gpuflow-slurm-partition-config`), the values of
-    it the live cluster does not have (`mismatches`) and those it gives no way to check."""
+    """The profiles' SLURM site file, what the live cluster lacks, and what cannot be checked."""
     from gpuflow.ops.snakemake_adapter import profile_settings
     from gpuflow.slurm.site import read_site
     from gpuflow.slurm.site_check import ClusterUnreachable, mismatches, read_cluster, unchecked
@@ -147,8 +146,7 @@ def site_report(profiles: list[str]) -> dict[str, Any]:
 
 
 def site_lines(site: dict[str, Any]) -> list[str]:
-    """The site file's check as text: a head line, then each mismatch and each value left
-    unchecked on a line of its own."""
+    """The site file's check as text: a head line, then one line per mismatch or unchecked value."""
     found, unchecked = site["mismatches"], site["unchecked"]
     if found:
         verdict = f"{len(found)} value(s) the cluster does not have"

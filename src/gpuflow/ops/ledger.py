@@ -62,8 +62,7 @@ class Line:
 
 
 def spent_seconds(record: dict[str, Any], now: float) -> tuple[float, bool]:
-    """(seconds a job spent by its record, whether it ended): its wall (so far, while it runs)
-    and what its earlier attempts spent on the work it resumed; (0, False) without a record."""
+    """(seconds a job spent by its record, whether it ended); (0, False) without a record."""
     if not record:
         return 0.0, False
     if record.get("status") == "running":

@@ -99,16 +99,14 @@ def expected_times(args: argparse.Namespace, planned: Dag, own: bool = True) -> 
 
 
 def plan_jobs(args: argparse.Namespace, every_job: bool = False) -> Dag:
-    """The DAG Snakemake would run for these options (gpuflow.ops.snakemake_adapter.build_dag;
-    with `every_job`, every job of the targets, finished or not), its jobs as `Job`s."""
+    """The DAG Snakemake would run for these options, its jobs as `Job`s."""
     dag = build_dag(args, every_job)
     dag.jobs = [Job(**vars(job)) for job in dag.jobs]
     return dag
 
 
 def earlier_use(job: Job, threshold: float) -> dict[str, Any]:
-    """GPU-hours used, mean utilisation and flag of the earlier jobs of `job`'s rule (their
-    job records, their telemetry), found from `job`'s outputs."""
+    """GPU-hours, mean utilisation and flag of the earlier jobs of `job`'s rule."""
     from gpuflow.job.paths import RECORD, job_file
     from gpuflow.job.record import ended, read_record
     from gpuflow.job.record_tables import rule_summary
@@ -223,8 +221,7 @@ def duration(value_h: float) -> str:
 def render(
     rows: list[dict[str, Any]], per_node: int, seconds: float, measured_on: dict[str, str]
 ) -> str:
-    """The plan as a table with totals, the sources each rule's times rest on and the re-run
-    summary; `measured_on` names the devices of each timings record a row's time came from."""
+    """The plan as a table with totals, its sources and the re-run summary."""
     header = (
         f"{'rule':<26} {'jobs':>5} {'GPUs':>5} {'time/job':>10} {'src':>3} {'range':>15} "
         f"{'limit':>9} {'GPU-h req':>9} {'GPU-h exp':>9} {'sbatch':>6} {'node-h':>7}  why"
@@ -288,8 +285,7 @@ def render(
 
 
 def limits_line(rows: list[dict[str, Any]]) -> str:
-    """How much of the plan is time limits standing in for predictions (`r`): its jobs,
-    rules and expected GPU-hours, and the GPU rules among them by name."""
+    """How much of the plan is time limits standing in for predictions (`r`)."""
     guessed = [row for row in rows if row["limit_jobs"]]
     if not guessed:
         return "Every job's time is predicted: no rule falls back to its limit."
@@ -318,8 +314,7 @@ def source_lines(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def stand_in_notes(stand_ins: list[dict[str, str]]) -> list[str]:
-    """Each rate taken for other shapes said once: "k measured at A, not B", or "k measured at
-    A, taken for 8 other shapes (B, C, ...)"."""
+    """Each rate taken for other shapes, said once."""
     taken: dict[tuple[str, str], list[str]] = {}
     for stand_in in stand_ins:
         taken.setdefault((stand_in["kind"], stand_in["measured"]), []).append(stand_in["wanted"])
@@ -386,8 +381,7 @@ def main(args: argparse.Namespace) -> None:
 
 
 def charge_of_job(planned: Dag) -> Callable[[Job], float | None] | None:
-    """Allocation units per GPU-hour of a job's partition (site file `charges`), where the
-    SLURM profile's site file has charges."""
+    """Allocation units per GPU-hour of a job's partition, where the site file has charges."""
     if not planned.partition_config:
         return None
     from gpuflow.slurm.fit import partition_of, read_partitions
@@ -406,8 +400,7 @@ def charge_of_job(planned: Dag) -> Callable[[Job], float | None] | None:
 
 
 def unfit_partitions(planned: Dag) -> str | None:
-    """Under a SLURM profile, the rules with a job that fits no partition of its site file
-    (gpuflow.slurm.fit), else None."""
+    """Under a SLURM profile, the rules with a job that fits no partition, else None."""
     if not planned.partition_config:
         return None
     from gpuflow.slurm.fit import unfit_report
@@ -468,8 +461,7 @@ def perplexity_placement(config: dict[str, Any]) -> str | None:
 
 
 def record_timings(args: argparse.Namespace) -> None:
-    """`gpuflow record-timings`: the run's benchmark times (gpuflow.cost.benchmarks) as job
-    rows of today's record of the devices (a second run on the same day adds to it)."""
+    """`gpuflow record-timings`: the run's benchmark times as rows of today's record."""
     from gpuflow.cost.records import add_rows, dated, environment, slug
     from gpuflow.job.devices import worker_devices
 

@@ -85,8 +85,7 @@ class Records:
 
 @dataclass
 class Dag:
-    """What Snakemake would do: its jobs (and the finished ones of its targets), rule order,
-    config, and how the executor submits."""
+    """What Snakemake would do: its jobs, rule order, config, and how the executor submits."""
 
     jobs: list[DagJob]
     done: list[DagJob]  # finished jobs of the targets (none under every_job: all are in jobs)
@@ -317,14 +316,12 @@ def read_dag(workflow: Any, backend: str, executor_settings: Any) -> Dag:
 
 
 def partition_config(workflow: Any) -> str | None:
-    """The site file the running workflow's SLURM executor reads partitions from (None under
-    an executor that has none)."""
+    """The site file the running workflow's SLURM executor reads partitions from, or None."""
     return getattr(workflow.executor_settings, "partition_config", None)
 
 
 def jobs_to_run(workflow: Any) -> list[tuple[PlannedJob, bool]]:
-    """Each job the running workflow will run, as the SLURM plugin sees it (rule, resources of
-    its first attempt, threads, wildcards), and whether it runs on the submitting host."""
+    """Each job the running workflow will run, as the SLURM plugin sees it, and whether local."""
     from gpuflow.slurm.fit import PlannedJob
 
     return [

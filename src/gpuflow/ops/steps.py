@@ -1,5 +1,4 @@
-"""The operator tools' steps: doctor, plan, status, calibrate, ledger, probe, record-timings,
-report-tables, config-doc."""
+"""The operator tools' steps: doctor, plan, status, calibrate, ledger, probe and more."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Checks across the scaling family's keys, run with the schema's before any job
-(gpuflow.settings.validate): every configuration to run can run as asked."""
+"""Checks across the scaling family's keys, run with the schema's before any job."""
 
 from __future__ import annotations
 

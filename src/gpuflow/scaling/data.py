@@ -39,8 +39,7 @@ def load_imdb_folder(folder: Path) -> pd.DataFrame:
 
 
 def read_csv_rows(path: Path) -> list[tuple[int, list[str]]]:
-    """(row, fields) of each non-blank record of a UTF-8 CSV, row = the file line it starts on
-    (gpuflow.data.delimited: strict quoting; a decoding or quoting problem names the row)."""
+    """(row, fields) of each non-blank record of a UTF-8 CSV, row = the line it starts on."""
     text = decode_utf8(path, path.read_bytes(), expected="a UTF-8 CSV")
     return [
         (row, fields)

@@ -135,8 +135,7 @@ def all_reduce(values: list[float], ctx: Context, op: str = "sum") -> list[float
 
 
 class Ranks:
-    """The run's processes as gpuflow.job's resumable loop needs them (gpuflow.job.loop.Ranks):
-    rank 0 saves while the others wait, and a stop asked of one stops all."""
+    """The run's processes as gpuflow.job's resumable loop needs them."""
 
     def __init__(self, ctx: Context):
         self.ctx = ctx

@@ -8,8 +8,7 @@ import torch
 
 
 def use_fused_adamw(choice: str, device: torch.device) -> bool:
-    """Whether AdamW runs as one fused kernel: `auto` fuses on CUDA (one launch for all the
-    parameters instead of several per tensor), `always` also on CPU, `never` nowhere."""
+    """Whether AdamW runs as one fused kernel (`auto`: on CUDA; `always`; `never`)."""
     return choice == "always" or (choice == "auto" and device.type == "cuda")
 
 
@@ -32,8 +31,7 @@ def padded_length_multiple(device: torch.device, precision: str) -> int:
 
 
 def set_tf32(enabled: bool, device: torch.device) -> bool:
-    """Let CUDA matmuls of fp32 tensors run in TF32 when `enabled` and training on a GPU; returns
-    whether they do. TF32 has no CPU counterpart here: CPU matmuls stay IEEE fp32."""
+    """Let CUDA fp32 matmuls run in TF32 when `enabled` on a GPU; returns whether they do."""
     if not (enabled and device.type == "cuda"):
         return False
     torch.backends.cuda.matmul.fp32_precision = "tf32"

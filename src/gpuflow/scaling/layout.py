@@ -1,5 +1,4 @@
-"""How one scaling run is laid out: its batch split over processes and micro-steps, and the
-CPU threads of each process (torch-free: plans and calibrations read it too)."""
+"""How one scaling run is laid out: its batch split and each process's CPU threads."""
 
 from __future__ import annotations
 

@@ -19,8 +19,7 @@ class NoFreePort(RuntimeError):
 
 
 def first_port(job_id: int) -> int:
-    """Where the search starts for job `job_id`: jobs with neighbouring ids start on different
-    ports (they coincide only for ids PORTS apart)."""
+    """Where the port search starts for job `job_id` (neighbouring ids differ)."""
     return FIRST_PORT + job_id % PORTS
 
 
@@ -31,8 +30,7 @@ def candidates(job_id: int) -> list[int]:
 
 
 def binds(port: int) -> bool:
-    """Whether `port` is free on this node: a TCP socket binds to it on every address (IPv4,
-    and IPv6 where the node has it), as torchrun's store will."""
+    """Whether `port` is free on this node on every address, as torchrun's store will bind."""
     families = [(socket.AF_INET, "0.0.0.0")]
     if socket.has_ipv6:
         families.append((socket.AF_INET6, "::"))

@@ -8,8 +8,7 @@ TRAIN_RESULTS_KEYS = ("amp", "tf32", "warmup_epochs", "ddp")
 
 
 def train_results(scaling: dict[str, Any], name: str) -> dict[str, Any]:
-    """The family-level keys and configuration `name` that its training depends on (the
-    schema's results selection then keeps only their results-affecting parts)."""
+    """The family-level keys and configuration `name` that its training depends on."""
     values = {key: scaling[key] for key in TRAIN_RESULTS_KEYS}
     values["configurations"] = {name: scaling["configurations"][name]}
     return values

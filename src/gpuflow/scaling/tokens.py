@@ -20,8 +20,7 @@ PAD_ID, UNK_ID = 0, 1
 
 
 def train_tokenizer(texts: list[str], settings: dict[str, Any]) -> Tokenizer:
-    """A byte-pair-encoding tokenizer learnt from `texts` ([PAD] = 0, [UNK] = 1) as a
-    configuration's `tokenizer` settings ask."""
+    """A BPE tokenizer learnt from `texts` ([PAD] = 0, [UNK] = 1) as `tokenizer` settings ask."""
     tokenizer = Tokenizer(models.BPE(unk_token=UNK))
     steps = [normalizers.NFKC()] + ([normalizers.Lowercase()] if settings["lowercase"] else [])
     tokenizer.normalizer = normalizers.Sequence(steps)

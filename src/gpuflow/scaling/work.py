@@ -36,8 +36,7 @@ def parameters(model: dict[str, Any], vocab: int, classes: int) -> tuple[int, in
 
 
 def flops_per_token(model: dict[str, Any], dense: int) -> float:
-    """Training FLOPs per token: 6 x non-embedding parameters + attention (6 x layers x
-    sequence x d_model)."""
+    """Training FLOPs per token: 6 x non-embedding parameters + attention."""
     return 6.0 * dense + 6.0 * model["n_layers"] * model["max_seq_len"] * model["d_model"]
 
 
@@ -190,8 +189,7 @@ def gpu_run(scaling: dict[str, Any]) -> bool:
 
 
 def train_threads(scaling: dict[str, Any], local_world: int) -> int:
-    """Torch threads of each process (`local_world` of them on its node), as
-    gpuflow.scaling.train.Trainer picks them."""
+    """Torch threads of each process, as gpuflow.scaling.train.Trainer picks them."""
     return process_threads(
         gpu_run(scaling),
         local_world,
@@ -266,8 +264,7 @@ def baseline(config: dict[str, Any], wildcards: dict[str, str]) -> Work:
 
 
 def step_trial(need: Need) -> Trial:
-    """FLOP/s (of real tokens) of scaling-train's own Trainer, one process at the job's batch
-    per process and threads, on random ids of the job's token lengths."""
+    """FLOP/s of scaling-train's own Trainer at the job's batch, threads and token lengths."""
     import numpy as np
     import torch
     import torch.distributed as dist
@@ -325,8 +322,7 @@ def step_trial(need: Need) -> Trial:
 
 
 def reduce_rank(rank: int, world: int, port: int, backend: str, pipe: Any, elements: int) -> None:
-    """One rank of the all-reduce trial: at each word from `pipe`, REDUCES all-reduces of
-    `elements` floats; rank 0 answers with their seconds. Ends at None."""
+    """One rank of the all-reduce trial, timing REDUCES all-reduces at each word from `pipe`."""
     import torch
     import torch.distributed as dist
 
@@ -348,8 +344,7 @@ def reduce_rank(rank: int, world: int, port: int, backend: str, pipe: Any, eleme
 
 
 def allreduce_trial(need: Need) -> Trial | None:
-    """Bytes/s of all-reducing one step's gradients over the job's backend and world, between
-    processes of their own (one node: several nodes cannot be measured on one machine)."""
+    """Bytes/s of all-reducing one step's gradients over the job's backend and world."""
     import torch
 
     backend, world_part, nodes = need.term.shape.split()

@@ -29,8 +29,7 @@ def _is_object(schema: dict[str, Any]) -> bool:
 
 
 def applies(child: dict[str, Any], siblings: dict[str, Any], schema: dict[str, Any]) -> bool:
-    """Whether key `child` (a part of object `schema`) is read, given its `siblings`' values
-    (a sibling left out holds its default): its `x-applies-when` conditions all hold."""
+    """Whether key `child` is read, given its `siblings`' values (`x-applies-when`)."""
     properties = schema.get("properties", {})
     return all(
         siblings.get(name, properties.get(name, {}).get("default")) in allowed
@@ -65,8 +64,7 @@ def select(
 def keys_of_kind(
     schema: dict[str, Any], kind: str, prefix: tuple[str, ...] = (), inherited: str = "results"
 ) -> Iterator[tuple[str, ...]]:
-    """Paths (tuples) of every leaf key the schema marks `kind`; `*` stands for any name of an
-    object of named entries (e.g. `scaling.configurations.*.train.eval_batch_size`)."""
+    """Paths (tuples) of every leaf key the schema marks `kind` (`*`: any entry name)."""
     children = dict(schema.get("properties", {}))
     if isinstance(schema.get("additionalProperties"), dict):
         children["*"] = schema["additionalProperties"]
@@ -139,8 +137,7 @@ def configuration(scaling: dict[str, Any], name: str) -> dict[str, Any]:
 
 
 def defaulted(values: dict[str, Any], family: str) -> dict[str, Any]:
-    """`values` of config[family] with the schema's defaults filled in (in place); a ConfigError
-    names the first bad key."""
+    """`values` of config[family] with the schema's defaults filled in (in place)."""
     errors = sorted(
         DefaultingValidator(family_schema(family)).iter_errors(values),
         key=lambda e: list(e.path),

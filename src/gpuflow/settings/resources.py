@@ -38,8 +38,7 @@ def cpus_of(block: dict[str, Any], key: str) -> int:
 
 
 def check_resources(config: dict[str, Any]) -> None:
-    """Check every `<family>.resources.<rule>` block of a validated config (`cpus_of`) and leave
-    each holding its own kind's key alone, filled with 1 where it has none."""
+    """Check every `<family>.resources.<rule>` block and fill its own kind's key."""
     for family, section in config.items():
         blocks = section.get("resources") if isinstance(section, dict) else None
         for rule, block in (blocks or {}).items() if isinstance(blocks, dict) else ():

@@ -27,8 +27,7 @@ SCHEMA_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def load_schema(path: str | Path) -> dict[str, Any]:
-    """A schema file with every relative `$ref` replaced by the referenced file's content: a
-    fresh copy on each call, the files read once per process."""
+    """A schema file with every relative `$ref` inlined; a fresh copy each call."""
     return json.loads(_inlined_schema(Path(path).resolve()))
 
 
@@ -44,8 +43,7 @@ def schema_families() -> list[str]:
 
 
 def family_modules(name: str) -> list[ModuleType]:
-    """Each family's `gpuflow.<family>.<name>` module, where it has one (a family of the
-    schema whose package is not written yet has none)."""
+    """Each family's `gpuflow.<family>.<name>` module, where it has one."""
     found = []
     for family in schema_families():
         package = f"gpuflow.{family}"

@@ -1,5 +1,4 @@
-"""Refuse a SLURM run while jobs an earlier run submitted (a killed submitter's orphans) still
-work on its targets: checked before the run's first job."""
+"""Refuse a SLURM run while an earlier run's jobs still work on its targets."""
 
 from __future__ import annotations
 

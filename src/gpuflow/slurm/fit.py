@@ -40,8 +40,7 @@ def read_partitions(site_file: str | Path) -> list[Any]:
 
 
 def partition_of(job: PlannedJob, partitions: list[Any]) -> str | None:
-    """The partition the plugin sends `job` to: the one it names, else the best fitting one
-    (the plugin's highest score), else None (the cluster's default)."""
+    """The partition the plugin sends `job` to, or None (the cluster's default)."""
     named = job.resources.get("slurm_partition")
     if named:
         return str(named)
@@ -61,8 +60,7 @@ def asks(job: PlannedJob) -> str:
 
 
 def exceeded(job: PlannedJob, partition: Any) -> str:
-    """The limits of `partition` the job exceeds, e.g. 'max_gpu 4'; where none of these is
-    exceeded, its other limits (GPU models, constraints, clusters)."""
+    """The limits of `partition` the job exceeds, e.g. 'max_gpu 4'."""
     over = []
     for key, limit_name in LIMITS.items():
         limit = getattr(partition.limits, limit_name)

@@ -16,8 +16,7 @@ EXPECTED = "NCCL_* names (NCCL_SOCKET_IFNAME, NCCL_IB_HCA, NCCL_DEBUG, ...) with
 
 
 def site_nccl(site: dict[str, Any], site_file: str | Path) -> dict[str, str]:
-    """The `nccl` block of a site file's values, each value as text; {} where there is none.
-    A key set to nothing (`NCCL_DEBUG:`) is left out. A DataError names the first bad entry."""
+    """The `nccl` block of a site file's values, each value as text; {} where there is none."""
     block = site.get("nccl")
     if block is None:
         return {}
@@ -40,8 +39,7 @@ def site_nccl(site: dict[str, Any], site_file: str | Path) -> dict[str, str]:
 
 
 def nccl_json(basedir: str | Path | None = None) -> str:
-    """The site's NCCL settings as one shell-quoted JSON argument (`--nccl`), `{}` without a
-    site file (see gpuflow.slurm.site.site_path)."""
+    """The site's NCCL settings as one shell-quoted JSON argument (`--nccl`)."""
     path = Path(site_path(basedir))
     settings = site_nccl(read_site(path), path) if path.is_file() else {}
     return shlex.quote(json.dumps(settings, sort_keys=True, separators=(",", ":")))

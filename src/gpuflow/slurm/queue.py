@@ -41,8 +41,7 @@ SACCT_ALLOCATIONS += ["--format=JobID,JobName,Comment,WorkDir,Partition,ElapsedR
 
 
 class Unreachable(Exception):
-    """A SLURM command got no answer: it ran past its timeout or could not contact the
-    controller. The message says which command and why."""
+    """A SLURM command got no answer: past its timeout, or no contact with the controller."""
 
 
 @dataclass(frozen=True)
@@ -84,8 +83,7 @@ def parse_text(out: str) -> list[SlurmJob]:
 
 
 def parse_sacct_text(out: str) -> list[SlurmJob]:
-    """The jobs in sacct's delimited lines (parse_text), each job's step lines (<id>.<step>)
-    folded into its state."""
+    """The jobs in sacct's lines, each job's step lines folded into its state."""
     lines = parse_text(out)
     steps: dict[str, list[str]] = {}
     for line in lines:
@@ -100,15 +98,13 @@ def parse_sacct_text(out: str) -> list[SlurmJob]:
 
 
 def _memory_failure(state: str, step_states: list[str]) -> str:
-    """OUT_OF_MEMORY for a job that failed because a step ran out of memory: the jobstep plugin
-    runs the rule in step 0, and the batch step (the in-job Snakemake) then fails the job."""
+    """OUT_OF_MEMORY for a job that failed because a step ran out of memory."""
     return "OUT_OF_MEMORY" if state == "FAILED" and "OUT_OF_MEMORY" in step_states else state
 
 
 @dataclass(frozen=True)
 class Allocation:
-    """What one SLURM job (one attempt) of a run held: its comment (rule and wildcards),
-    partition, elapsed seconds, GPUs and billing weight (AllocTRES gres/gpu and billing)."""
+    """What one SLURM job of a run held: comment, partition, seconds, GPUs and billing."""
 
     job_id: str
     comment: str
@@ -119,8 +115,7 @@ class Allocation:
 
 
 def allocations(workdir: str | Path) -> list[Allocation]:
-    """Every allocation of the run in `workdir` that SLURM's accounting holds (each attempt of
-    each job; none where there is no accounting database or sacct got no answer)."""
+    """Every allocation of the run in `workdir` that SLURM's accounting holds."""
     here = os.path.realpath(workdir)
     try:
         out = _run(SACCT_ALLOCATIONS) or ""
@@ -142,8 +137,7 @@ def allocations(workdir: str | Path) -> list[Allocation]:
 
 
 def squeue_jobs(workdir: str | Path, timeout: float = TIMEOUT_S) -> list[SlurmJob]:
-    """This user's gpuflow jobs submitted from `workdir` that squeue still lists (none where
-    squeue got no answer in `timeout` seconds)."""
+    """This user's gpuflow jobs from `workdir` that squeue still lists."""
     try:
         return _squeue(workdir, timeout)
     except Unreachable:
@@ -151,8 +145,7 @@ def squeue_jobs(workdir: str | Path, timeout: float = TIMEOUT_S) -> list[SlurmJo
 
 
 def sacct_jobs(workdir: str | Path, timeout: float = TIMEOUT_S) -> list[SlurmJob]:
-    """Jobs SLURM's accounting database holds for `workdir` (none where there is no database
-    or sacct got no answer in `timeout` seconds)."""
+    """Jobs SLURM's accounting database holds for `workdir`."""
     try:
         return _of_run(parse_sacct_text(_run(SACCT_TEXT, timeout) or ""), workdir)
     except Unreachable:

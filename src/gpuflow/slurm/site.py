@@ -31,8 +31,7 @@ def site_path(basedir: str | Path | None = None) -> str:
 
 
 def gpu_model(basedir: str | Path | None = None) -> str | None:
-    """The GPU model that GPU jobs ask for (the site file's `gpu_model`, see `site_path`); None
-    where the site names none or there is no site file."""
+    """The GPU model that GPU jobs ask for (the site file's `gpu_model`), or None."""
     path = Path(site_path(basedir))
     model = read_site(path).get("gpu_model") if path.is_file() else None
     return str(model) if model else None
@@ -87,8 +86,7 @@ def charges(site: dict[str, Any]) -> dict[str, float]:
 
 
 def interconnect(site: dict[str, Any]) -> dict[str, float]:
-    """The GPUs' all-reduce bandwidths the site states, in GB/s of NCCL bus bandwidth:
-    `within_node` and `between_nodes` (the site's `interconnect`; {} where it states none)."""
+    """The site's all-reduce bandwidths in GB/s of NCCL bus bandwidth ({} where none)."""
     stated = site.get("interconnect") or {}
     return {str(key): float(value) for key, value in stated.items() if value}
 
@@ -99,8 +97,7 @@ def stop_warning_minutes(site: dict[str, Any]) -> float:
 
 
 def warning_signal(site: dict[str, Any]) -> str | None:
-    """sbatch's option for the site's stop warning: SIGUSR1 `stop_warning_minutes` before a
-    job's time limit, to every process of its step; None where the site wants none."""
+    """sbatch's option for the site's stop warning (SIGUSR1), or None."""
     minutes = stop_warning_minutes(site)
     return f"--signal=USR1@{round(minutes * 60)}" if minutes else None
 

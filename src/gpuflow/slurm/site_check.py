@@ -26,8 +26,7 @@ class Node:
 
 @dataclass
 class Cluster:
-    """Each partition's MaxTime (e.g. 2-00:00:00, UNLIMITED), the nodes, and the accounts the
-    user has an association with (None: no accounting, `accounting_error` says why)."""
+    """Each partition's MaxTime, the nodes, and the user's accounts (None: no accounting)."""
 
     max_times: dict[str, str]
     nodes: list[Node]
@@ -61,8 +60,7 @@ def _records(kind: str) -> list[dict[str, str]]:
 
 
 def minutes(max_time: str) -> float:
-    """scontrol's time limit (`[days-]hours:minutes:seconds`, `minutes:seconds`) in minutes;
-    infinite where it is UNLIMITED."""
+    """scontrol's time limit in minutes; infinite where it is UNLIMITED."""
     if max_time.upper() in ("UNLIMITED", "INFINITE"):
         return math.inf
     days, _, clock = max_time.rpartition("-")
@@ -75,8 +73,7 @@ def minutes(max_time: str) -> float:
 
 
 def gpu_types(gres: str) -> set[str]:
-    """The GPU types in a node's Gres (`gpu:a100:4(S:0-1),gpu:v100:2`; an untyped `gpu:4` has
-    none)."""
+    """The GPU types in a node's Gres (an untyped `gpu:4` has none)."""
     entries = re.sub(r"\([^)]*\)", "", gres).split(",")
     return {parts[1] for parts in (e.strip().split(":") for e in entries) if len(parts) == 3}
 
@@ -104,8 +101,7 @@ def read_cluster() -> Cluster:
 
 
 def mismatches(site: dict[str, Any], cluster: Cluster) -> list[str]:
-    """Each value of the site file the cluster does not have, one line each, starting with the
-    site file's key (`partitions.gpu_h100.max_runtime: ...`)."""
+    """Each value of the site file the cluster does not have, one line each."""
     lines: list[str] = []
     partitions = site.get("partitions") or {}
     for name, limits in partitions.items():

@@ -28,8 +28,7 @@ def read_metrics(path: str | Path) -> dict[str, Any]:
 
 
 def selection(curve: list[dict[str, Any]]) -> dict[str, Any]:
-    """The epoch of best validation accuracy (earliest of ties) and the test accuracy there;
-    nothing for a curve without validation."""
+    """The epoch of best validation accuracy and the test accuracy there."""
     evaluated = [point for point in curve if "val_accuracy" in point]
     if not evaluated:
         return {}
@@ -74,8 +73,7 @@ def tidy_curves(metrics: dict[str, dict[str, Any]]) -> pd.DataFrame:
 
 
 def tidy_runs(metrics: dict[str, dict[str, Any]]) -> pd.DataFrame:
-    """All runs (their metrics by path), with each M2 run's paired baseline accuracy (same
-    subset, labels, seed)."""
+    """All runs, with each M2 run's paired baseline accuracy."""
     runs = pd.DataFrame([run_row(path, run) for path, run in metrics.items()])
     baseline = runs.loc[runs["model"] == "baseline", [*PAIR, "test_accuracy"]].rename(
         columns={"test_accuracy": "baseline_accuracy"}

@@ -96,8 +96,7 @@ class _StepDataset(Dataset):
 
 
 class Batches:
-    """Yields each epoch's batches on `device`, from device-resident data or a DataLoader, as
-    `train` (ssvae.train: data_on_device, num_workers, pin_memory, persistent_workers) asks."""
+    """Yields each epoch's batches on `device`, from device-resident data or a DataLoader."""
 
     def __init__(self, images: torch.Tensor, device: torch.device, train: dict[str, Any]):
         self.device = device

@@ -42,8 +42,7 @@ def classifier_flops(hidden: int) -> float:
 
 
 def step_flops(model: str, hidden: int, latent: int, unlabelled: int, labelled: int) -> float:
-    """Training matmul FLOPs of one step of one run of `model` ('m2', or the baseline, which
-    trains its classifier on the labelled batch alone)."""
+    """Training matmul FLOPs of one step of one run of `model` ('m2' or the baseline)."""
     if model == "m2":
         return train_flops_per_example(hidden, latent, unlabelled, labelled) * (
             unlabelled + labelled

@@ -95,8 +95,7 @@ def _split(pair: object, name: str, path: Path) -> tuple[np.ndarray, np.ndarray]
 
 
 def load(path: str | Path) -> dict[str, np.ndarray]:
-    """x/y for train, val and test from the verified file: digest first, then the safe
-    unpickler, then shapes, dtypes and pixel levels."""
+    """x/y for train, val and test from the verified file, checked before use."""
     path = Path(path)
     try:
         raw = path.read_bytes()

@@ -59,8 +59,7 @@ class StackedClassifier(nn.Module):
 
 
 def class_rows(weight: torch.Tensor, labels: torch.Tensor | None) -> torch.Tensor:
-    """onehot(y) W_y without the matmul: the rows of `weight` [R, 10, n] for each example's
-    label (`labels` [R, B]) -> [R, B, 1, n], or for all 10 classes (None) -> [R, 1, 10, n]."""
+    """onehot(y) W_y without the matmul, for each example's label or all 10 classes."""
     if labels is None:
         return weight[:, None, :, :]
     index = labels[:, :, None].expand(-1, -1, weight.shape[2])
@@ -136,8 +135,7 @@ class StackedM2(nn.Module):
     def neg_elbo(
         self, x: torch.Tensor, eps: torch.Tensor, labels: torch.Tensor | None = None
     ) -> dict[str, torch.Tensor]:
-        """-log p(x|y,z) and KL(q(z|x,y)||p(z)) for each example's label (`labels` [R, B]) or
-        for all 10 classes (`labels` None)."""
+        """-log p(x|y,z) and KL(q(z|x,y)||p(z)) for each label (`labels` None: all 10)."""
         runs, batch, _ = x.shape
         k = eps.shape[2]
         h = F.softplus(self.enc_x(x)[:, :, None, :] + class_rows(self.enc_y.weight, labels))
@@ -158,8 +156,7 @@ class StackedM2(nn.Module):
         eps_l: torch.Tensor,
         eps_u: torch.Tensor,
     ) -> dict[str, torch.Tensor]:
-        """Per-example losses: labelled w (-L(x,y)) + alpha CE (w: the run's bound weight),
-        unlabelled -U(x); all [R, B]."""
+        """Per-example losses: labelled w (-L(x,y)) + alpha CE, unlabelled -U(x); all [R, B]."""
         labelled = self.labelled_terms(x_l, y_l, eps_l)
         unlabelled = self.unlabelled_terms(x_u, eps_u)
         return {

@@ -105,8 +105,7 @@ def _span(low: float, high: float) -> str:
 
 
 def selected_table(summary: pd.DataFrame, shared: list[int]) -> list[str]:
-    """Markdown lines: test error at each run's best validation epoch (early stopping judged
-    on the validation split) and at the last epoch, M2 and baseline."""
+    """Markdown lines: test error at each run's best validation epoch and at the last."""
     clean = summary[summary["corrupt"] == 0]
     lines = [
         "Test error at each run's epoch of best validation accuracy (and at the last epoch), "

@@ -39,8 +39,7 @@ class ArrayUnpickler(pickle.Unpickler):
 
 
 def load_arrays(raw: bytes, source: str | Path = "<bytes>") -> Any:
-    """The object pickled in `raw` (numpy 1 pickles of Python 2 read as latin-1), or DataError
-    naming `source` and the refused global or the damage."""
+    """The object pickled in `raw`, or DataError naming `source` and the problem."""
     try:
         return ArrayUnpickler(io.BytesIO(raw), encoding="latin1").load()
     except RefusedGlobal as error:

@@ -61,8 +61,7 @@ def job_work(
     settings: dict[str, Any],
     runs: int,
 ) -> Work:
-    """The work of `runs` stacked runs of `model` ('m2' or 'baseline') with `n_labelled` labels
-    of `n_sizes` (train, validation, test) examples; `settings`: config['ssvae'] (model, train)."""
+    """The work of `runs` stacked runs of `model` with `n_labelled` labels of `n_sizes`."""
     n_train, n_val, n_test = n_sizes
     hidden, latent = settings["model"]["hidden"], settings["model"]["latent"]
     train = settings["train"]
@@ -167,8 +166,7 @@ def step_trial(need: Need) -> Trial:
 
 
 def done(outputs: list[str], inputs: list[str]) -> Work | None:
-    """The work a finished job did, from its metrics files (None where they are unreadable):
-    its params do not fix its data's size."""
+    """The work a finished job did, from its metrics files (None where unreadable)."""
     try:
         metrics = [json.loads(Path(path).read_text(encoding="utf-8")) for path in outputs]
         first = metrics[0]

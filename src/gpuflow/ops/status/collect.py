@@ -98,8 +98,7 @@ def recorded_failure(outputs: list[Path], seen: Seen) -> str | None:
 
 
 def step_started(outputs: list[Path], marker: Marker) -> bool:
-    """Whether the job record of `outputs` says their step started since Snakemake marked them
-    (submitted the job) and has not ended."""
+    """Whether the job record of `outputs` says their step started since Snakemake marked them."""
     record = record_of(outputs)
     since = record.get("started")
     return (
@@ -195,8 +194,7 @@ def slurm_time(text: str) -> float | None:
 
 
 def job_hours(status: JobStatus, seen: Seen) -> float:
-    """Wall hours a finished job ran: SLURM's start to end, else its benchmark file, else
-    Snakemake's recorded start to end (local runs; remote jobs leave no times there)."""
+    """Wall hours a finished job ran: from SLURM, else its benchmark, else Snakemake's times."""
     if status.slurm is not None:
         start, end = slurm_time(status.slurm.started), slurm_time(status.slurm.ended)
         if start is not None and end is not None:
@@ -238,8 +236,7 @@ def account(status: JobStatus, seen: Seen, expected: Expected) -> None:
 
 
 def collect(planned: Dag, seen: Seen, expected: Expected) -> list[JobStatus]:
-    """The status of every job with outputs (target-only rules such as `all` are left out);
-    `expected` gives the expected time of jobs not yet running, as in `gpuflow plan`."""
+    """The status of every job with outputs; `expected` times the jobs not yet running."""
     statuses = []
     for job in planned.jobs:
         if not job.output:

@@ -44,8 +44,7 @@ def run_state(locked: bool, snakemake_since: float | None, slurm: dict[str, Slur
 
 
 def read_status(args: argparse.Namespace) -> dict[str, Any]:
-    """Every job of the targets with its state, from the DAG, Snakemake's records and SLURM
-    (where its controller answers within seconds)."""
+    """Every job of the targets with its state, from the DAG, Snakemake's records and SLURM."""
     planned = plan_jobs(args, every_job=True)
     directory = Path(args.directory).resolve()
     records = planned.records

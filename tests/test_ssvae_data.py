@@ -16,8 +16,8 @@ from gpuflow.ssvae.data import (
     prepare,
     read_idx,
     split_embedded,
-    write_idx,
 )
+from tests.idx_files import write_idx
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gpuflow.ssvae.data import IDX_NAMES, split_embedded, write_idx
+from gpuflow.ssvae.data import IDX_NAMES, split_embedded
 from tests.conftest import gpuflow
+from tests.idx_files import write_idx
 from tests.test_ssvae_train import step_arguments
 
 SETTINGS = {

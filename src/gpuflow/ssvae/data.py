@@ -57,18 +57,6 @@ def read_idx(path: str | Path) -> np.ndarray:
     return np.frombuffer(raw, dtype=np.uint8, offset=header).reshape(shape)
 
 
-def write_idx(path: str | Path, array: np.ndarray) -> None:
-    """Write a uint8 array as an IDX file (gzipped when the name ends in .gz), atomically."""
-    array = np.ascontiguousarray(array, dtype=np.uint8)
-    header = bytes([0, 0, _IDX_UBYTE, array.ndim]) + b"".join(
-        int(d).to_bytes(4, "big") for d in array.shape
-    )
-    target = Path(path)
-    opener = gzip.open if target.suffix == ".gz" else open
-    with atomic_path(target) as tmp, opener(tmp, "wb") as handle:
-        handle.write(header + array.tobytes())
-
-
 def find_idx_files(folder: str | Path) -> dict[str, Path]:
     """The four MNIST IDX files in `folder` (or its torchvision `MNIST/raw`), plain or .gz."""
     root = Path(folder)

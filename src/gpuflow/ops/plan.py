@@ -131,27 +131,12 @@ def summarise(
     for job in jobs:
         if job.rule == "all" and not job.output:
             continue
+        sums = ("expected_h", "low_h", "high_h", "gpu_h_requested", "gpu_h_expected", "limit_gpu_h")
         row = rows.setdefault(
             job.rule,
-            {
-                "rule": job.rule,
-                "jobs": 0,
-                "local": job.local,
-                "gpus_per_job": set(),
-                "expected_h": 0.0,
-                "low_h": 0.0,
-                "high_h": 0.0,
-                "sources": set(),
-                "basis": set(),
-                "notes": set(),
-                "stand_ins": set(),
-                "limits_min": set(),
-                "gpu_h_requested": 0.0,
-                "gpu_h_expected": 0.0,
-                "limit_jobs": 0,
-                "limit_gpu_h": 0.0,
-                "why": {},
-            },
+            {"rule": job.rule, "jobs": 0, "local": job.local, "limit_jobs": 0, "why": {}}
+            | {key: set() for key in ("gpus_per_job", "sources", "basis", "notes", "stand_ins")}
+            | {"limits_min": set(), **dict.fromkeys(sums, 0.0)},
         )
         predicted = expected.predict(job)
         row["jobs"] += 1

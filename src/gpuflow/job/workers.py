@@ -10,6 +10,7 @@ import traceback
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from multiprocessing import get_context
 from multiprocessing.connection import Connection, wait
 from typing import Any
@@ -37,8 +38,7 @@ class Done:
     where: str = ""
 
 
-def _log(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+_log = partial(print, file=sys.stderr, flush=True)
 
 
 def error_text() -> str:
@@ -210,16 +210,14 @@ class WorkerPool:
                 worker.conn.send(STOP)
 
     def _wait(self, report: Callable[[Done], None]) -> None:
-        by_handle: dict[Any, _Worker] = {}
-        for worker in self._workers.values():
-            by_handle[worker.conn] = worker
-            by_handle[worker.process.sentinel] = worker
-        gone: list[_Worker] = []
+        workers = self._workers.values()
+        by_handle = {h: w for w in workers for h in (w.conn, w.process.sentinel)}
+        gone: dict[int, _Worker] = {}
         for handle in wait(list(by_handle), timeout=POLL_S):
             worker = by_handle[handle]
-            if not self._drain(worker, report) and worker not in gone:
-                gone.append(worker)
-        for worker in gone:
+            if not self._drain(worker, report):
+                gone[worker.wid] = worker
+        for worker in gone.values():
             self._bury(worker, report)
 
     def _drain(self, worker: _Worker, report: Callable[[Done], None]) -> bool:
@@ -295,9 +293,8 @@ class WorkerPool:
         report(Done(key, error=error, worker=-1, where=f"{self.name} pool"))
 
     def _stop_all(self) -> None:
+        self._stop_handing_out()
         for worker in self._workers.values():
-            with contextlib.suppress(OSError):
-                worker.conn.send(STOP)
             worker.tasks.put(None)
         for worker in self._workers.values():
             _end(worker)

@@ -13,7 +13,8 @@ from typing import Any
 
 from gpuflow.errors import GpuflowError
 from gpuflow.job.atomic import write_json
-from gpuflow.job.paths import RECORD, job_file
+from gpuflow.job.paths import PROGRESS, RECORD, STATE, job_file
+from gpuflow.job.record_attempts import attempt_entry, earlier_attempts, measured_gpus, visible_gpus
 from gpuflow.job.stopping import Stopped
 from gpuflow.job.telemetry.job import STARTED, JobTelemetry, job_gpus, node_count, tree_root
 from gpuflow.job.telemetry.sampler import Sampler
@@ -51,11 +52,13 @@ def ended(record: dict[str, Any]) -> bool:
 @contextmanager
 def job_record(step: str, outputs: list[Path], interval_s: float) -> Iterator[JobTelemetry | None]:
     """Sample this job every `interval_s` seconds while the block runs; write its record at the
-    end."""
+    start and at the end. The top-level fields are this attempt's; `attempts` lists the ones
+    before it that it continues (gpuflow.job.record_attempts) and then this one."""
     if not outputs or os.environ.get("RANK", "0") != "0":
         yield None
         return
-    telemetry = JobTelemetry(Sampler(tree_root(), interval_s, job_gpus(), node_count()).start())
+    visible = job_gpus()
+    telemetry = JobTelemetry(Sampler(tree_root(), interval_s, visible, node_count()).start())
     JobTelemetry.active = telemetry
     identity = {
         "step": step,
@@ -64,8 +67,12 @@ def job_record(step: str, outputs: list[Path], interval_s: float) -> Iterator[Jo
         "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
         "started": time.time(),
     }
+    kept = any(job_file(outputs[0], kind).exists() for kind in (STATE, PROGRESS))
+    earlier = earlier_attempts(read_record(record_path(outputs[0])), kept)
+    attempt = attempt_entry(identity, visible_gpus(visible), earlier)
     try:
-        _write(outputs[0], {**identity, "status": STARTED}, quiet=True)
+        first = {**identity, "status": STARTED, "attempts": [*earlier, attempt]}
+        _write(outputs[0], first, quiet=True)
         yield telemetry
         if telemetry.status == STARTED:
             telemetry.status = "finished"
@@ -79,7 +86,11 @@ def job_record(step: str, outputs: list[Path], interval_s: float) -> Iterator[Jo
     finally:
         JobTelemetry.active = None
         telemetry.sampler.stop()
-        record = {**identity, "ended": time.time(), **telemetry.summary()}
+        summary = telemetry.summary()
+        ended_at = time.time()
+        gpus = measured_gpus(summary["gpu"]) or attempt["gpus"]
+        attempt = {**attempt, "ended": ended_at, "status": telemetry.status, "gpus": gpus}
+        record = {**identity, "ended": ended_at, **summary, "attempts": [*earlier, attempt]}
         _write(outputs[0], record, quiet=telemetry.status != "finished")
 
 

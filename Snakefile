@@ -36,6 +36,7 @@ include: "workflow/rules/fluency.smk"
 include: "workflow/rules/ssvae.smk"
 include: "workflow/rules/scaling.smk"
 include: "workflow/rules/sweep.smk"
+include: "workflow/rules/timeline.smk"
 
 
 onstart:
@@ -54,3 +55,4 @@ rule all:
     default_target: True
     input:
         all_targets,
+        TIMELINE,

@@ -45,6 +45,7 @@ TABLE_STEPS = (
     "fluency-texts", "fluency-merge", "fluency-stats", "fluency-figures", "fluency-report",
     "ssvae-aggregate", "ssvae-figures", "ssvae-report", "scaling-data", "scaling-summary",
     "scaling-figures", "scaling-report", "sweep-aggregate", "sweep-figures", "report-tables",
+    "timeline",
 )  # fmt: skip
 
 

@@ -280,54 +280,54 @@ RESULTS_CHANGES = [
         {"fluency": {"stats": {"seed": 1}}},
         {
             "fluency_stats": 1, "fluency_figures": 1, "fluency_report": 1, "fluency_tables": 1,
-            "all": 1,
+            "timeline": 1, "all": 1,
         },
     ),
     (
         {"fluency": {"perplexity": {"stride": 20}}},
         {
             "fluency_perplexity": 2, "fluency_merge": 1, "fluency_stats": 1,
-            "fluency_figures": 1, "fluency_report": 1, "fluency_tables": 1, "all": 1,
+            "fluency_figures": 1, "fluency_report": 1, "fluency_tables": 1, "timeline": 1, "all": 1,
         },
     ),
     (
         {"ssvae": {"data": {"split_seed": 1}}},
         {
             "ssvae_data": 1, "ssvae_train": 2, "ssvae_baseline": 2, "ssvae_aggregate": 1,
-            "ssvae_figures": 1, "ssvae_report": 1, "ssvae_tables": 1, "all": 1,
+            "ssvae_figures": 1, "ssvae_report": 1, "ssvae_tables": 1, "timeline": 1, "all": 1,
         },
     ),
     (
         {"ssvae": {"train": {"labelled_bound_weight": "label_share"}}},  # M2's bound alone
         {
             "ssvae_train": 2, "ssvae_aggregate": 1, "ssvae_figures": 1, "ssvae_report": 1,
-            "ssvae_tables": 1, "all": 1,
+            "ssvae_tables": 1, "timeline": 1, "all": 1,
         },
     ),
     (
         {"scaling": {"configurations": {"short": {"train": {"learning_rate": 0.01}}}}},
         {
             "scaling_train": 2, "scaling_summary": 1, "scaling_figures": 1,
-            "scaling_report": 1, "scaling_tables": 1, "all": 1,
+            "scaling_report": 1, "scaling_tables": 1, "timeline": 1, "all": 1,
         },
     ),
     (
         {"scaling": {"tf32": True}},
         {
             "scaling_train": 4, "scaling_summary": 1, "scaling_figures": 1,
-            "scaling_report": 1, "scaling_tables": 1, "all": 1,
+            "scaling_report": 1, "scaling_tables": 1, "timeline": 1, "all": 1,
         },
     ),
-    ({"scaling": {"efficiency_target": 0.5}}, {"scaling_report": 1, "all": 1}),
+    ({"scaling": {"efficiency_target": 0.5}}, {"scaling_report": 1, "timeline": 1, "all": 1}),
     (
         {"telemetry": {"low_utilisation_percent": 10}},
-        {"fluency_report": 1, "ssvae_report": 1, "scaling_report": 1, "all": 1},
+        {"fluency_report": 1, "ssvae_report": 1, "scaling_report": 1, "timeline": 1, "all": 1},
     ),
     (
         {"sweep": {"gd": {"lr": 0.25}}},
         {
             "sweep_shard": 2, "sweep_aggregate": 1, "sweep_figures": 1, "sweep_tables": 1,
-            "all": 1,
+            "timeline": 1, "all": 1,
         },
     ),
 ]  # fmt: skip

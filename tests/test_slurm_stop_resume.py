@@ -11,7 +11,8 @@ One Snakemake run through the SLURM profile shows several things at once:
   rewritten (same inode and content), and only the failed shard is submitted again;
 - shard 3's job is cancelled after its step wrote its outputs (as a time limit or preemption
   can end a job in its last seconds): Snakemake removes the outputs of the failed job, and the
-  retry takes every seed from the progress the step kept instead of computing them again.
+  retry takes every seed from the progress the step kept instead of computing them again;
+- the job records keep every attempt, and `gpuflow timeline` draws each of them, marked.
 SLURM ends a job with SIGTERM (then SIGKILL after KillWait); the step finishes the epoch in
 progress, saves its state and stops.
 """
@@ -29,9 +30,9 @@ from typing import Any
 import pandas as pd
 import pytest
 
+from gpuflow.job.paths import RECORD, job_file
 from gpuflow.job.paths import STATE as STATE_KIND
-from gpuflow.job.paths import job_file
-from tests.conftest import snakemake, tiny_config
+from tests.conftest import gpuflow, snakemake, tiny_config
 from tests.slurm import grid_faults, harness
 
 pytestmark = [pytest.mark.slurm, pytest.mark.workflow]
@@ -131,8 +132,15 @@ def runs(slurm_cluster, tmp_path_factory) -> dict[str, Any]:
     assert requeued, "the training job was never requeued"
     assert lingering, "shard 3's job was never cancelled after writing its outputs"
     jobs = harness.workdir_jobs(cluster)
+    restarts = {job["id"]: harness.slurm_job(job["id"])["Restarts"] for job in jobs}
+    timeline = cluster / "results/timeline"
+    figure, table = str(timeline / "timeline.png"), str(timeline / "attempts.csv")
+    gpuflow(
+        "timeline", "--results", str(cluster / "results"), "--out", figure, "--out-table", table
+    )
     return {"local": local, "cluster": cluster, "result": result, "seen": seen,
-            "attempts": attempts, "jobs": jobs, "requeued": requeued[0]}  # fmt: skip
+            "attempts": attempts, "jobs": jobs, "requeued": requeued[0], "restarts": restarts,
+            "timeline": pd.read_csv(table, keep_default_na=False)}  # fmt: skip
 
 
 def jobs_of(runs: dict[str, Any], comment_start: str) -> list[dict[str, str]]:
@@ -237,3 +245,46 @@ def test_grid_tables_equal_the_local_run_except_wall_time(runs):
         on_cluster = pd.read_csv(runs["cluster"] / table).drop(columns="wall_s")
         local = pd.read_csv(runs["local"] / table).drop(columns="wall_s")
         pd.testing.assert_frame_equal(on_cluster, local)
+
+
+def test_the_training_job_s_record_keeps_each_attempt_once(runs):
+    """One attempt per start of the step: each SLURM job of the rule once per restart (the
+    requeued one twice, restart 0 and 1), all stopped by SIGTERM but the last."""
+    record = json.loads(job_file(runs["cluster"] / SSVAE, RECORD).read_text())
+    attempts = [(a["slurm_job_id"], a["restart"]) for a in record["attempts"]]
+    expected = [
+        (job["id"], restart)
+        for job in jobs_of(runs, "rule_ssvae_train")
+        for restart in range(int(runs["restarts"][job["id"]]) + 1)
+    ]
+    assert sorted(attempts) == sorted(expected)
+    assert (runs["requeued"], 1) in attempts
+    statuses = [a["status"] for a in record["attempts"]]
+    # an attempt that trained the last epoch may reach its limit after its step finished
+    assert statuses[-1] == "finished" and set(statuses[:-1]) <= {"stopped", "finished"}, statuses
+    assert (record["started"], record["status"]) == (record["attempts"][-1]["started"], "finished")
+
+
+def test_the_timeline_draws_every_attempt_of_the_requeued_job_marked(runs):
+    """`gpuflow timeline` over the run's records: a bar per attempt of the training job on the
+    lane of the GPU SLURM gave it; the requeued attempt is marked requeued and stopped, the
+    time-limited ones stopped; the shard that failed once is marked failed; bars of CPU jobs
+    on one CPU slot never overlap."""
+    bars = runs["timeline"]
+    record = json.loads(job_file(runs["cluster"] / SSVAE, RECORD).read_text())
+    training = bars[bars["job"] == SSVAE]
+    assert list(training["attempt"]) == list(range(1, len(record["attempts"]) + 1))
+    for (_, bar), attempt in zip(training.iterrows(), record["attempts"], strict=True):
+        [gpu] = attempt["gpus"]
+        assert attempt["node"] and bar["lane"] == f"{attempt['node']} GPU {gpu['device']}"
+        assert bar["start"] == pytest.approx(attempt["started"])
+        requeued = (attempt["slurm_job_id"], attempt["restart"]) == (runs["requeued"], 0)
+        assert bar["marks"] == ("stopped;requeued" if requeued else "stopped" if
+                                attempt["status"] == "stopped" else ""), bar.to_dict()  # fmt: skip
+    shard = bars[bars["job"] == f"{SHARDS}/shard~1.csv"]
+    assert [m.split(";")[0] for m in shard["marks"]] == ["failed", ""]
+    assert shard["lane"].str.contains(" CPU slot ").all()
+    for _, lane in bars[bars["lane"].str.contains(" CPU slot ")].groupby("lane"):
+        lane = lane.sort_values("start")
+        assert (lane["start"].to_numpy()[1:] >= lane["end"].to_numpy()[:-1]).all()
+    assert (runs["cluster"] / "results/timeline/timeline.png").stat().st_size > 10_000

@@ -1,4 +1,4 @@
-"""The operator tools' steps: doctor, plan, status, calibrate, ledger, probe and more."""
+"""The operator tools' steps: doctor, plan, status, calibrate, ledger, timeline and more."""
 
 from __future__ import annotations
 
@@ -153,6 +153,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     tables.add_argument("--title", required=True, help="heading of the page")
     tables.add_argument("--out", required=True, help="HTML file to write")
     tables.set_defaults(run=lazy("gpuflow.ops.report_tables:main", outputs=("out",)))
+
+    timeline = subparsers.add_parser(
+        "timeline",
+        help="the run's jobs over time from their job records, one lane per GPU or CPU slot",
+    )
+    timeline.add_argument(
+        "--results",
+        default="results",
+        help="folder whose job records to draw (default %(default)s)",
+    )
+    timeline.add_argument(
+        "--rules",
+        default=None,
+        help="JSON {rule: [regex of an output, ...]} naming each job's rule (the workflow passes"
+        " it); without it a bar is named by its step",
+    )
+    timeline.add_argument("--out", required=True, help="figure to write (PNG, SVG or PDF)")
+    timeline.add_argument(
+        "--out-table", required=True, help="CSV to write: one row per bar (job, rule, lane, times)"
+    )
+    timeline.set_defaults(run=lazy("gpuflow.ops.timeline:main", outputs=("out", "out_table")))
 
     config_doc = subparsers.add_parser(
         "config-doc",

@@ -216,9 +216,9 @@ def snakefile_include(copy: Path) -> None:
 
 
 def plan_takes_it(copy: Path) -> None:
-    """`gpuflow plan` of the default target plans the toy job."""
+    """`gpuflow plan` of the default target plans the toy job (and the run's timeline)."""
     rows = plan_rows(copy)
-    assert list(rows) == [RULE], f"expected {RULE} alone in the plan: {sorted(rows)}"
+    assert sorted(rows) == sorted([RULE, "timeline"]), f"expected {RULE} in the plan: {rows}"
     assert (rows[RULE]["jobs"], rows[RULE]["why"]) == (1, {"missing": 1}), rows[RULE]
     assert rows[RULE]["source"] == "r", "no work model: planned at its runtime limit"
 

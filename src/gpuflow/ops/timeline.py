@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -57,10 +58,31 @@ def bar_style(bar: Bar) -> dict[str, Any]:
     return style
 
 
+# One colour map per family (the part of a rule's name before its first '_', '-' or ':'), a
+# shade of it per rule: rules of one family look alike, and 30 rules stay apart.
+FAMILY_MAPS = ("Blues", "Oranges", "Greens", "Purples", "Reds", "Greys", "YlOrBr", "PuRd")
+
+
+def rule_colours(rules: list[str]) -> dict[str, Any]:
+    """A colour for each of `rules` (sorted): its family's map, shaded by its place in it."""
+    families: dict[str, list[str]] = {}
+    for rule in rules:
+        families.setdefault(re.split(r"[_:-]", rule, maxsplit=1)[0], []).append(rule)
+    colours = {}
+    for index, members in enumerate(families.values()):
+        shades = plt.get_cmap(FAMILY_MAPS[index % len(FAMILY_MAPS)])
+        for place, rule in enumerate(members):
+            colours[rule] = shades(0.35 + 0.55 * place / max(len(members) - 1, 1))
+    return colours
+
+
 def figure(bars: list[Bar]) -> plt.Figure:
     """The timeline of `bars`: one row per lane, time since the first start along x."""
     lanes = lane_order(bars)
-    fig, ax = plt.subplots(figsize=(11, 1.6 + 0.34 * max(len(lanes), 1)))
+    colour = rule_colours(sorted({bar.rule for bar in bars}))
+    legend_rows = len(colour) + len({mark for bar in bars for mark in bar.marks})
+    height = max(1.6 + 0.34 * len(lanes), 0.6 + 0.19 * legend_rows)
+    fig, ax = plt.subplots(figsize=(11, height))
     if not bars:
         ax.text(0.5, 0.5, "no job records", ha="center", va="center", transform=ax.transAxes)
         ax.set_axis_off()
@@ -68,9 +90,6 @@ def figure(bars: list[Bar]) -> plt.Figure:
     row = {lane: index for index, lane in enumerate(lanes)}
     t0 = min(bar.start for bar in bars)
     unit, seconds = time_unit(max(bar.end for bar in bars) - t0)
-    rules = sorted({bar.rule for bar in bars})
-    palette = plt.get_cmap("tab20" if len(rules) > 10 else "tab10")
-    colour = {rule: palette(index % palette.N) for index, rule in enumerate(rules)}
     for bar in bars:
         left, width = (bar.start - t0) / seconds, (bar.end - bar.start) / seconds
         ax.barh(

@@ -4,7 +4,8 @@
   installs only by luck: as a dependency of a dependency, until that one drops it);
 - uv.lock, which `make install` installs from, still answers pyproject.toml (`make lock`
   rewrites it after a dependency changed);
-- envs/gpuflow.yaml, the conda environment, declares the same packages with the same ranges.
+- envs/gpuflow.yaml, the conda environment, declares the same packages with the same ranges,
+  and those of the extras a job may use (`tracking`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 OWN = {"gpuflow", "snakemake_executor_plugin_gpuflow_slurm"}  # src/'s own top-level packages
 CONDA_NAMES = {"pytorch": "torch"}  # conda-forge's name -> PyPI's, where they differ
 CONDA_ONLY = {"python", "cuda-version", "pip"}  # the environment's own, not gpuflow's
+JOB_EXTRAS = ("tracking",)  # extras the workflow's jobs use: the conda environment holds them
 CONDA_LINE = re.compile(r"([A-Za-z0-9_.\-]+)(?:\[([^\]]*)\])?(.*)")  # name, [keys], range
 
 
@@ -35,10 +37,13 @@ def canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def declared() -> dict[str, SpecifierSet]:
-    """pyproject.toml's dependencies: canonical name -> range."""
+def declared(extras: tuple[str, ...] = ()) -> dict[str, SpecifierSet]:
+    """pyproject.toml's dependencies and those of `extras`: canonical name -> range."""
     project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    requirements = [Requirement(line) for line in project["dependencies"]]
+    lines = [*project["dependencies"]]
+    for extra in extras:
+        lines += project["optional-dependencies"][extra]
+    requirements = [Requirement(line) for line in lines]
     return {canonical(r.name): r.specifier for r in requirements}
 
 
@@ -104,7 +109,7 @@ def conda_requirements() -> dict[str, str]:
 
 def test_the_conda_environment_declares_pyprojects_packages_and_ranges():
     conda = conda_requirements()
-    wanted = declared()
+    wanted = declared(JOB_EXTRAS)
     assert sorted(conda) == sorted(wanted), "the same packages in both"
     differ = {n: (str(wanted[n]), conda[n]) for n in wanted if SpecifierSet(conda[n]) != wanted[n]}
     assert not differ, f"pyproject.toml's range against envs/gpuflow.yaml's: {differ}"

@@ -51,7 +51,7 @@ MUST_STAY_RUNTIME = {
         "configurations.*.train.num_workers",
     ],
     "sweep": ["device", "cpu_workers"],
-    "telemetry": ["interval_s"],
+    "telemetry": ["interval_s", "tracker", "tracker_folder"],
 }  # fmt: skip
 RESOURCE_KEYS = ("gpu", "cpus_per_task", "cpus_per_gpu", "mem_mb", "runtime")  # of every rule
 

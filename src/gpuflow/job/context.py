@@ -18,6 +18,7 @@ from gpuflow.job.paths import PROGRESS, STATE, job_file
 from gpuflow.job.record import job_record
 from gpuflow.job.state import State, make_fingerprint
 from gpuflow.job.telemetry.job import note
+from gpuflow.job.tracking import TrackedRun, Tracking
 from gpuflow.settings.blocks import family_settings
 
 
@@ -37,6 +38,7 @@ class Job:
         self.settings = dict(settings) if settings is not None else family_settings("telemetry")
         self.writer = locks_this_process()  # False in torchrun ranks but 0: rank 0 writes
         self.telemetry: Any = None
+        self.tracking = Tracking(self.settings, step, self.outputs, self.writer)
         self._stack = ExitStack()
         self._state: State | None = None
 
@@ -59,6 +61,7 @@ class Job:
             stack.enter_context(gpus_for_this_process())
             interval_s = float(self.settings["interval_s"])
             self.telemetry = stack.enter_context(job_record(self.step, self.outputs, interval_s))
+            stack.callback(self.tracking.close)
             self._stack = stack.pop_all()
         Job.active = self
         return self
@@ -139,6 +142,14 @@ class Job:
         """Stop (TrainingDivergedError) when `run` skipped too many overflowing fp16 steps in a
         row with the loss scale at its floor (gpuflow.job.divergence)."""
         check_skipped(run, epoch, skipped, self._state.path if self._state else None)
+
+    # --- tracker --------------------------------------------------------------------------
+    def track(self, params: Mapping[str, Any], output: str | Path | None = None) -> TrackedRun:
+        """A training run in the experiment tracker (config `telemetry.tracker`), named by
+        `output` (default: the first output) and tagged with the job's step, wildcards, SLURM
+        job id, host and GPUs; `params`: its results settings and what tells it from the job's
+        other runs. Only the writing process logs; with no tracker its calls do nothing."""
+        return self.tracking.run(params, output)
 
     # --- record ---------------------------------------------------------------------------
     def note(self, **timings: float) -> None:

@@ -258,6 +258,7 @@ FINISHED_ALL_MODULES = (
     "test_settings_workflow.py",
     "test_ledger.py",
     "test_timeline_workflow.py",
+    "test_tracking.py",
 )
 # gpu-check's smoke test first (file order), then the perplexity compile tests on its model's shape.
 TORCH_COMPILE_MODULES = ("test_gpu_check.py", "test_perplexity_compile.py")

@@ -16,10 +16,11 @@ from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 from gpuflow.fluency.lm_shape import check_heads
 from gpuflow.fluency.lm_tokens import END_OF_TEXT, train_bpe, training_texts
 from gpuflow.fluency.texts import read_texts
-from gpuflow.job import atomic_path
+from gpuflow.job import atomic_path, current
 from gpuflow.settings.blocks import block_settings
 
 VALIDATION_SHARE = 0.05
+LOG_EVERY = 50  # steps between two points of the training loss (printed and tracked)
 
 
 def lm_settings(text: str) -> dict[str, Any]:
@@ -155,12 +156,14 @@ def train_lm(excluded: list[str], settings: Mapping[str, Any], out: Path) -> dic
     valid, train = blocks[order[:n_valid]], blocks[order[n_valid:]]
     model, optimizer = build_lm(tokenizer, settings)
     sampler = torch.Generator().manual_seed(settings["seed"] + 1)
+    tracked = current([out]).track(settings)
     started = time.perf_counter()
     for step in range(settings["steps"]):
         rows = train[torch.randint(len(train), (settings["batch_size"],), generator=sampler)]
         loss = train_step(model, optimizer, rows, learning_rate(step, settings))
-        if step % 50 == 0 or step == settings["steps"] - 1:
+        if step % LOG_EVERY == 0 or step == settings["steps"] - 1:
             print(f"step {step:5d}  train loss {loss.item():.3f}", flush=True)
+            tracked.log(step + 1, {"train_loss": loss.item()})
     summary = {
         "settings": dict(settings),
         "training_texts": len(texts),
@@ -174,6 +177,8 @@ def train_lm(excluded: list[str], settings: Mapping[str, Any], out: Path) -> dic
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         (tmp / "training_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    final = ("validation_perplexity", "train_seconds", "parameters")
+    tracked.final(settings["steps"], {key: summary[key] for key in final})
     return summary
 
 

@@ -246,6 +246,8 @@ class Trainer:
         )
         self.history: list[dict[str, Any]] = []
         self.resumed_at: list[int] = []
+        run = {"configuration": files.name, "world_size": ctx.world_size, "nodes": ctx.nodes}
+        self.tracked = self.job.track({**results, **run, "precision": self.precision})
 
     @property
     def run_name(self) -> str:
@@ -402,9 +404,14 @@ class Trainer:
                 self.run_name, epoch, {k: v for k, v in losses.items() if v is not None}
             )
             self.history.append(record)
+            self.tracked.log(epoch, {k: v for k, v in record.items() if k != "epoch"})
             if self.ctx.rank == 0:
                 rounded = {k: round(v, 4) if isinstance(v, float) else v for k, v in record.items()}
                 print(json.dumps(rounded), flush=True)
+        measured = [e for e in self.history if e["measured"]] or self.history
+        final = {key: self.history[-1][key] for key in ("val_loss", "val_accuracy")}
+        rate = sum(e["tokens_per_second"] for e in measured) / len(measured)
+        self.tracked.final(len(self.history), {**final, "tokens_per_second": rate})
         return self.history
 
     def note_timings(self) -> None:

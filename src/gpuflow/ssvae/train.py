@@ -331,6 +331,10 @@ def train(
     state = resume_state(job, runs, settings, data_path, trainer.device.type)
     epochs, every = train["epochs"], train["eval_frequency"]
     last_eval: dict[str, np.ndarray] = {}
+    results = training_results(settings)
+    tracked = [
+        job.track({**results, **run.describe()}, out) for run, out in zip(runs, outs, strict=True)
+    ]
     for _ in job.loop(state, epochs, "epochs", load=trainer.load_state, save=trainer.state):
         t0 = time.perf_counter()
         row = trainer.train_epoch()
@@ -343,7 +347,9 @@ def train(
             row.update(last_eval := trainer.evaluate())
             row.update(trainer.validate())
         for r, curve in enumerate(trainer.curve):
-            curve.append({"epoch": trainer.epoch, **{k: float(v[r]) for k, v in row.items()}})
+            values = {k: float(v[r]) for k, v in row.items()}
+            curve.append({"epoch": trainer.epoch, **values})
+            tracked[r].log(trainer.epoch, values)
         accuracy = f" test accuracy {np.round(row['test_accuracy'], 4)}" if evaluated else ""
         print(
             f"epoch {trainer.epoch}/{epochs} loss {np.round(row['train_loss'], 3)}{accuracy}",
@@ -356,6 +362,8 @@ def train(
             if k.startswith("test_")
         }
     metrics = write_metrics(job, trainer, settings, outs, last_eval, started)
+    for run, written in zip(tracked, metrics, strict=True):
+        run.final(trainer.epoch, {k: written[k] for k in ("test_accuracy", "test_elbo")})
     job.release(outputs=outs)
     return metrics
 

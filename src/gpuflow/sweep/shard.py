@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import math
 import sys
 import time
 from typing import Any
@@ -52,6 +53,21 @@ def table_text(rows: list[dict[str, Any]]) -> str:
     return buffer.getvalue()
 
 
+def cell_summary(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """The shard's seeds in three numbers: the share that reached the threshold, the mean test
+    and train error (NaN where no row holds one)."""
+
+    def mean(key: str) -> float:
+        values = [float(row[key]) for row in rows if row.get(key) is not None]
+        return sum(values) / len(values) if values else math.nan
+
+    return {
+        "reached_share": mean("reached_threshold"),
+        "mean_test_error": mean("test_error"),
+        "mean_train_error": mean("train_error"),
+    }
+
+
 def log(message: str) -> None:
     """A line in the job's log (stderr), printed above the progress bar."""
     tqdm.write(message, file=sys.stderr)
@@ -69,7 +85,8 @@ def main(args: argparse.Namespace) -> int:
     settings = cell_settings(sweep, args.method, args.teacher_rank, args.student_width)
     devices = worker_devices(sweep["device"], sweep["cpu_workers"])
     job = current([args.out, args.run_out])
-    state = job.state(**state_key(args, sweep, devices[0].type))
+    key = state_key(args, sweep, devices[0].type)
+    state = job.state(**key)
     rows: dict[int, dict[str, Any]] = {}
     failed: dict[int, str] = {}
 
@@ -78,6 +95,7 @@ def main(args: argparse.Namespace) -> int:
         return len(rows)
 
     units = job.units(state, len(seeds), "seeds", restore, lambda: {"rows": rows, "failed": failed})
+    tracked = job.track({**key["identity"], **key["settings"], "seeds": args.seeds})
     started = time.perf_counter()
     todo = [s for s in seeds if s not in rows]
     name = f"{args.method} rank={args.teacher_rank} width={args.student_width}"
@@ -90,6 +108,7 @@ def main(args: argparse.Namespace) -> int:
     def report(outcome: Outcome) -> None:
         if outcome.row is not None:
             rows[outcome.seed] = outcome.row
+            tracked.log(len(rows) + len(failed), outcome.row)
         else:
             failed[outcome.seed] = outcome.error or "unknown error"
             log(f"seed {outcome.seed} failed:\n{outcome.error}")
@@ -105,7 +124,10 @@ def main(args: argparse.Namespace) -> int:
             f"{len(failed)} of {len(seeds)} seed(s) failed: {sorted(failed)}"
             " (errors above; a re-run retries only them)"
         )
-    write_text(args.out, table_text([rows[s] for s in seeds]))
+    table = [rows[s] for s in seeds]
+    write_text(args.out, table_text(table))
+    tracked.table(len(seeds), "seeds", [{k: row.get(k) for k in COLUMNS} for row in table])
+    tracked.final(len(seeds), cell_summary(table))
     write_json(
         args.run_out,
         {

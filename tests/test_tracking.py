@@ -115,7 +115,8 @@ def test_tensorboard_finds_every_training_run_with_its_parameters_and_curves(tra
                 assert params[f"tag.{key}"] == value, (name, key)
         if family == "ssvae":
             epochs = TINY["ssvae"]["train"]["epochs"]
-            assert params["seed"] == float(params["tag.seed"]) and params["train.epochs"] == epochs
+            assert params["run.seed"] == float(params["tag.seed"]) and params["model.hidden"] > 0
+            assert params["train.epochs"] == epochs
             assert steps(runs, name, "train_loss") == list(range(1, epochs + 1)), name
             assert steps(runs, name, "final/test_accuracy") == [epochs], name
         elif family == "scaling":

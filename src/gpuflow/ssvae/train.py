@@ -333,7 +333,8 @@ def train(
     last_eval: dict[str, np.ndarray] = {}
     results = training_results(settings)
     tracked = [
-        job.track({**results, **run.describe()}, out) for run, out in zip(runs, outs, strict=True)
+        job.track({**results, "run": run.describe()}, out)
+        for run, out in zip(runs, outs, strict=True)
     ]
     for _ in job.loop(state, epochs, "epochs", load=trainer.load_state, save=trainer.state):
         t0 = time.perf_counter()

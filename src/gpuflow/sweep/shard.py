@@ -22,6 +22,7 @@ from gpuflow.sweep.pool import Outcome, SeedPool
 from gpuflow.sweep.work import cell_settings, seed_settings
 
 TARGET = "gpuflow.sweep.experiment:run_seed"
+CURVE = ("seed", "reached_threshold", "train_error", "test_error", "steps", "guesses", "wall_s")
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -108,7 +109,8 @@ def main(args: argparse.Namespace) -> int:
     def report(outcome: Outcome) -> None:
         if outcome.row is not None:
             rows[outcome.seed] = outcome.row
-            tracked.log(len(rows) + len(failed), outcome.row)
+            curve = {k: outcome.row.get(k) for k in CURVE}
+            tracked.log(len(rows) + len(failed), curve)
         else:
             failed[outcome.seed] = outcome.error or "unknown error"
             log(f"seed {outcome.seed} failed:\n{outcome.error}")

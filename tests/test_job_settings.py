@@ -34,7 +34,12 @@ def test_the_telemetry_part_goes_to_the_job_and_the_step_reads_only_its_familys_
         runtime=json.dumps({"cpu_workers": 2, "telemetry": {"interval_s": 0.5}}),
     )
     job_settings = take_job_settings(args)
-    assert job_settings == {"interval_s": 0.5, "low_utilisation_percent": 50}
+    assert job_settings == {
+        "interval_s": 0.5,
+        "low_utilisation_percent": 50,
+        "tracker": "none",
+        "tracker_folder": "results/tracking",
+    }
     assert json.loads(args.runtime) == {"cpu_workers": 2}
     assert json.loads(args.settings) == {"perplexity": {"stride": 8}}
     fluency = family_settings("fluency", args.settings, args.runtime)
@@ -43,9 +48,15 @@ def test_the_telemetry_part_goes_to_the_job_and_the_step_reads_only_its_familys_
 
 def test_without_a_telemetry_part_the_job_takes_the_schemas_defaults():
     args = argparse.Namespace(settings="{}", runtime="not json")
-    assert take_job_settings(args) == {"interval_s": 5, "low_utilisation_percent": 50}
+    defaults = {
+        "interval_s": 5,
+        "low_utilisation_percent": 50,
+        "tracker": "none",
+        "tracker_folder": "results/tracking",
+    }
+    assert take_job_settings(args) == defaults
     assert args.runtime == "not json"  # left for the step, which names the error
-    assert current().settings == {"interval_s": 5, "low_utilisation_percent": 50}
+    assert current().settings == defaults
 
 
 def test_a_job_key_in_the_wrong_half_is_refused_by_its_dotted_name():
@@ -97,6 +108,6 @@ def test_every_gpuflow_step_of_the_workflow_gets_the_jobs_settings(tmp_path):
     }
     assert {"ssvae-fetch", "ssvae-report", "perplexity", "scaling-train", "sweep-shard"} <= steps
     for command in commands:
-        assert '"telemetry":{"interval_s":2}' in command, command
+        assert '"telemetry":{"interval_s":2,"tracker":"none"}' in command, command
         report = re.search(r"gpuflow (fluency|ssvae|scaling)-report ", command)
         assert ('"telemetry":{"low_utilisation_percent":30}' in command) == bool(report), command

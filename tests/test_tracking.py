@@ -17,6 +17,7 @@ import pytest
 from tensorboard.backend.event_processing.event_multiplexer import EventMultiplexer
 from tensorboard.plugins.hparams import metadata
 
+from benchmarks.tracking_cost import TRAINING_RULES
 from gpuflow.job import Job
 from gpuflow.job.state import State
 from gpuflow.settings.blocks import family_settings
@@ -27,13 +28,6 @@ from tests.test_ssvae_train import data_path, tiny
 __all__ = ["data_path"]  # the fixture, shared with the SSVAE training tests
 
 TINY = tiny_config("all")
-TRAINING_RULES = (
-    "fluency_train_lm",
-    "ssvae_train",
-    "ssvae_baseline",
-    "scaling_train",
-    "sweep_shard",
-)
 NOTHING_TO_DO = "Nothing to be done"
 
 

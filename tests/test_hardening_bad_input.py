@@ -22,8 +22,8 @@ import pytest
 from gpuflow.cli import main as gpuflow_main
 from gpuflow.errors import ConfigError
 from gpuflow.settings.validate import load_config, validate_config
-from gpuflow.ssvae.data import write_idx
 from tests.conftest import REPO, snakemake
+from tests.idx_files import write_idx
 
 # --- config values: checked by the schema before any job -------------------------------------
 

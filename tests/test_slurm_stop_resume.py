@@ -248,17 +248,22 @@ def test_grid_tables_equal_the_local_run_except_wall_time(runs):
 
 
 def test_the_training_job_s_record_keeps_each_attempt_once(runs):
-    """One attempt per start of the step: each SLURM job of the rule once per restart (the
-    requeued one twice, restart 0 and 1), all stopped by SIGTERM but the last."""
+    """One attempt per start of the step, oldest first: each a SLURM job of the rule at one
+    restart (the requeued one at restart 0 and 1), none twice, none lost of a run whose log
+    shows the step at work, all stopped by SIGTERM but the last. A SLURM job that reaches its
+    limit before its step starts (on a loaded machine Snakemake starts twice inside the job
+    first; seen once in CI) holds no attempt: there was none."""
     record = json.loads(job_file(runs["cluster"] / SSVAE, RECORD).read_text())
     attempts = [(a["slurm_job_id"], a["restart"]) for a in record["attempts"]]
-    expected = [
+    slurm_runs = [
         (job["id"], restart)
         for job in jobs_of(runs, "rule_ssvae_train")
         for restart in range(int(runs["restarts"][job["id"]]) + 1)
     ]
-    assert sorted(attempts) == sorted(expected)
-    assert (runs["requeued"], 1) in attempts
+    assert attempts == [run for run in slurm_runs if run in attempts], (attempts, slurm_runs)
+    at_work = [t for t in runs["attempts"] if re.search(r"^(epoch \d+/|resumed from )", t, re.M)]
+    assert len(attempts) >= len(at_work), (attempts, [t[-300:] for t in at_work])
+    assert {(runs["requeued"], 0), (runs["requeued"], 1), slurm_runs[-1]} <= set(attempts)
     statuses = [a["status"] for a in record["attempts"]]
     # an attempt that trained the last epoch may reach its limit after its step finished
     assert statuses[-1] == "finished" and set(statuses[:-1]) <= {"stopped", "finished"}, statuses

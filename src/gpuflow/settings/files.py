@@ -11,6 +11,9 @@ import yaml
 
 from gpuflow.errors import ConfigError, DataError
 
+# libyaml's parser where PyYAML was built with it (its wheels are): ten times the pure one.
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 
 def duplicate_key(node: yaml.Node | None, prefix: str = "") -> tuple[str, int, int] | None:
     """(dotted key, first line, repeated line) of the first key given twice, else None."""
@@ -46,11 +49,15 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
         ) from None
     except OSError as error:
         raise DataError(path, f"cannot read ({error.strerror})") from None
+    loader = SAFE_LOADER(text)
     try:
-        repeated = duplicate_key(yaml.compose(text, Loader=yaml.SafeLoader))
-        loaded = yaml.safe_load(text)
+        node = loader.get_single_node()
+        repeated = duplicate_key(node)
+        loaded = None if node is None else loader.construct_document(node)
     except yaml.YAMLError as error:
         raise DataError(path, f"not valid YAML ({' '.join(str(error).split())})") from None
+    finally:
+        loader.dispose()
     if repeated is not None:
         key, first, again = repeated
         raise DataError(

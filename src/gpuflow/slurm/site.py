@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import copy
 import getpass
 import os
 import shlex
 import shutil
 import subprocess
 from collections.abc import Iterator
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from gpuflow.errors import ConfigError, DataError
+from gpuflow.settings.files import SAFE_LOADER
 
 SITE_ENV = "GPUFLOW_SLURM_SITE"
 DEFAULT_SITE = "profiles/slurm/site.yaml"
@@ -70,14 +73,21 @@ def named_partitions(config: Any, key: str = "") -> Iterator[tuple[str, str]]:
 def read_site(site_file: str | Path) -> dict[str, Any]:
     """The site file's values (profiles/slurm/site.yaml or GPUFLOW_SLURM_SITE)."""
     try:
-        with open(site_file, encoding="utf-8") as handle:
-            return yaml.safe_load(handle) or {}
+        stat = os.stat(site_file)
+        return copy.deepcopy(_parsed_site(str(site_file), stat.st_mtime_ns, stat.st_size))
     except FileNotFoundError:
         raise DataError(
             site_file,
             "no SLURM site file here",
             expected=f"the workflow's folder as the current one, or the file named in ${SITE_ENV}",
         ) from None
+
+
+@cache
+def _parsed_site(site_file: str, mtime_ns: int, size: int) -> dict[str, Any]:
+    """The site file parsed once per version of it (a plan reads it for every rule)."""
+    with open(site_file, encoding="utf-8") as handle:
+        return yaml.load(handle, Loader=SAFE_LOADER) or {}
 
 
 def charges(site: dict[str, Any]) -> dict[str, float]:

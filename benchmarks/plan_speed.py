@@ -1,7 +1,8 @@
 """Planning speed at paper scale: `snakemake -n`, `gpuflow status` and `gpuflow plan`.
 
 Usage: python benchmarks/plan_speed.py [--runs 5] [--keep DIR] [--checkout PATH]
-                                       [--fixed-minutes 240] [--save-record [PATH]]
+                                       [--baseline PATH] [--fixed-minutes 240]
+                                       [--save-record [PATH]]
 
 Copies the checkout's tracked files (`git ls-files`, as they are in its working tree) into a
 fresh folder, links in inputs of the paper's sizes (benchmarks/paper_inputs.py: aclImdb, AG
@@ -31,6 +32,9 @@ tokenizers that work models train use every core).
 later runs; each run still makes a fresh copy of the checkout beside them. --checkout PATH
 benchmarks another checkout's code (its tracked files, Snakefile and src/), so code before
 and after a change is measured by the same script, with the same inputs under --keep.
+--baseline PATH copies a second checkout (say `git worktree add /tmp/before HEAD~1`) beside
+the first and times its `gpuflow status` in every round with the other four, then prints
+status / baseline status: a change's effect, interleaved.
 --save-record writes the figures as JSON (default benchmarks/records/<date>-<cpu>-plan-speed
 .json; the name is not one of the ignored CPU patterns of .gitignore, and the record has no
 `rows`, so gpuflow's rate and timings readers pass it by).
@@ -74,6 +78,9 @@ def main() -> None:
     parser.add_argument("--keep", type=Path, help="folder whose inputs/ to write once and reuse")
     parser.add_argument("--checkout", type=Path, default=HERE, help="checkout to benchmark")
     parser.add_argument(
+        "--baseline", type=Path, help="another checkout whose `gpuflow status` runs beside"
+    )
+    parser.add_argument(
         "--fixed-minutes", type=int, default=240, help="runtime of the auto rules in fixed.yaml"
     )
     parser.add_argument(
@@ -91,17 +98,10 @@ def main() -> None:
     work = args.keep.resolve() if args.keep else Path(tempfile.mkdtemp(prefix="plan-speed-"))
     inputs = write_inputs(work / "inputs")
     copy = Path(tempfile.mkdtemp(prefix="copy-", dir=work))
+    baseline = Path(tempfile.mkdtemp(prefix="baseline-", dir=work)) if args.baseline else None
     try:
-        copy_checkout(checkout, copy)
-        link_tree(inputs / "data", copy / "data")
+        env = copied(checkout, copy, inputs)
         fixed_rules = write_fixed(copy / CONFIG, copy / FIXED, args.fixed_minutes)
-        env = {
-            **{k: v for k, v in os.environ.items() if not k.startswith("GPUFLOW_")},
-            "HF_HOME": str(inputs / "hf"),
-            "PYTHONPATH": os.pathsep.join(
-                filter(None, [str(checkout / "src"), os.environ.get("PYTHONPATH")])
-            ),
-        }
         run = ["--profile", PROFILE, "--configfile", CONFIG]
         commands = {
             "dry_run_auto": [str(BIN / "snakemake"), "-n", *run],
@@ -109,6 +109,14 @@ def main() -> None:
             "status": [str(BIN / "gpuflow"), "status", *run],
             "plan": [str(BIN / "gpuflow"), "plan", *run],
         }
+        places = dict.fromkeys(commands, (copy, env))
+        if baseline:
+            commands["status_baseline"] = commands["status"]
+            places["status_baseline"] = (
+                baseline,
+                copied(args.baseline.resolve(), baseline, inputs),
+            )
+            print(f"baseline {args.baseline} at {commit_of(args.baseline)}", flush=True)
         load_before = os.getloadavg()
         print(f"checkout {checkout} at {commit_of(checkout)}; copy in {copy}", flush=True)
         print(f"fixed.yaml: {args.fixed_minutes} min for {', '.join(fixed_rules)}", flush=True)
@@ -118,11 +126,13 @@ def main() -> None:
         for index in range(args.runs):
             order = list(commands) if index % 2 == 0 else list(reversed(commands))
             for name in order:
-                times[name].append(timed(commands[name], copy, env))
+                times[name].append(timed(commands[name], *places[name]))
             print(f"round {index + 1}: " + ", ".join(f"{n} {times[n][-1][0]:.1f} s" for n in order))
         load_after = os.getloadavg()
     finally:
         shutil.rmtree(copy, ignore_errors=True)
+        if baseline:
+            shutil.rmtree(baseline, ignore_errors=True)
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
     ratios = report(times, cold, args.runs, load_before, load_after)
@@ -134,6 +144,7 @@ def main() -> None:
             "cpu": cpu_model(),
             "cores": os.cpu_count(),
             "commit": commit_of(checkout),
+            "baseline_commit": commit_of(args.baseline) if args.baseline else None,
             "benchmark_commit": commit_of(HERE),
             "profile": PROFILE,
             "configfile": CONFIG,
@@ -153,6 +164,19 @@ def main() -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
         print(f"record: {path}")
+
+
+def copied(checkout: Path, copy: Path, inputs: Path) -> dict[str, str]:
+    """Copy `checkout` into `copy` with the inputs linked in; the environment to run its code."""
+    copy_checkout(checkout, copy)
+    link_tree(inputs / "data", copy / "data")
+    return {
+        **{k: v for k, v in os.environ.items() if not k.startswith("GPUFLOW_")},
+        "HF_HOME": str(inputs / "hf"),
+        "PYTHONPATH": os.pathsep.join(
+            filter(None, [str(checkout / "src"), os.environ.get("PYTHONPATH")])
+        ),
+    }
 
 
 def write_inputs(folder: Path) -> Path:
@@ -284,13 +308,21 @@ def report(
         "dry_run_fixed": "snakemake -n (fixed)",
         "status": "gpuflow status",
         "plan": "gpuflow plan",
+        "status_baseline": "gpuflow status (baseline)",
     }
     for name, label in labels.items():
-        print(f"{label:26}{line(times[name])}")
+        if name in times:
+            print(f"{label:26}{line(times[name])}")
     ratios = {
         "auto_vs_fixed": ratio(times["dry_run_auto"], times["dry_run_fixed"]),
         "plan_vs_dry_run": ratio(times["plan"], times["dry_run_auto"]),
     }
+    if "status_baseline" in times:
+        ratios["status_vs_baseline"] = found = ratio(times["status"], times["status_baseline"])
+        print(
+            f"{'status / baseline':26}median of round ratios {found['median_of_rounds']:.2f}x, "
+            f"ratio of medians {found['of_medians']:.2f}x, CPU {found['cpu_of_medians']:.2f}x"
+        )
     status = statistics.median(w for w, _ in times["status"])
     for name, label in (
         ("auto_vs_fixed", "dry run auto / fixed"),

@@ -239,6 +239,20 @@ def test_work_is_counted_once_and_read_back_until_an_input_changes(tmp_path, mon
         planned_work("fluency_toxicity", config, {"shard": "0"})
 
 
+def test_counting_a_training_job_s_tokens_counts_its_baseline_s_texts_too(tmp_path, monkeypatch):
+    """A dry run counts scaling_train's work (`runtime: auto`), not scaling_baseline's, which
+    `gpuflow status` and `plan` ask for: the splits, built once for the first, count both (at
+    paper scale a first status after a dry run took 11 s, 5 of them rebuilding the splits)."""
+    from gpuflow.scaling import data
+
+    monkeypatch.chdir(tmp_path)
+    config = load_config(EMBEDDED)
+    planned_work("scaling_train", config, {"cfg": "short", "world": "2"})
+    forget_counts()
+    monkeypatch.setattr(data, "build_splits", refuse)
+    assert planned_work("scaling_baseline", config, {"cfg": "short"})
+
+
 def test_a_ddp_job_s_all_reduce_is_measured_else_the_site_s_bandwidth_else_named_missing():
     """Four GPUs all-reduce a step's gradients: at a rate `gpuflow calibrate` measured on a node
     of four GPUs (`w`), else at the site file's NCCL bus bandwidth (a ring moves 2 (n - 1) / n

@@ -72,6 +72,16 @@ def splits(data: dict[str, Any]) -> tuple[list[str], list[int], list[str], int]:
     return _splits(json.dumps(data, sort_keys=True))
 
 
+def split_sizes(data: dict[str, Any]) -> dict[str, int]:
+    """Texts and UTF-8 bytes of a configuration's two splits, counted once."""
+
+    def size() -> dict[str, int]:
+        train, _, val, _ = splits(data)
+        return {"texts": len(train) + len(val), "bytes": sum(len(t.encode()) for t in train + val)}
+
+    return counted("scaling-bytes", data, data_files(data), size)
+
+
 @dataclass(frozen=True)
 class Tokens:
     """Token counts of a configuration's splits, as scaling-tokenize writes them."""
@@ -96,6 +106,7 @@ def _tokens(settings_json: str, folder: str) -> Tokens:
         from gpuflow.scaling.tokens import train_tokenizer
 
         train, _, val, classes = splits(data)
+        split_sizes(data)  # the baseline's count too, while the splits are built
         sizes = [len(text.encode()) for text in train]
         sample = train[
             : max(1, bisect.bisect_right(list(itertools.accumulate(sizes)), SAMPLE_BYTES))
@@ -243,11 +254,7 @@ def baseline(config: dict[str, Any], wildcards: dict[str, str]) -> Work:
     scaling = config["scaling"]
     data = scaling["configurations"][wildcards["cfg"]]["data"]
 
-    def size() -> dict[str, int]:
-        train, _, val, _ = splits(data)
-        return {"texts": len(train) + len(val), "bytes": sum(len(t.encode()) for t in train + val)}
-
-    found = counted("scaling-bytes", data, data_files(data), size)
+    found = split_sizes(data)
     settings = scaling["baseline"]
     at = f"{settings['classifier']} ngram{settings['ngram_max']}"
     return Work(

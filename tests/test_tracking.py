@@ -9,6 +9,7 @@ import copy
 import json
 import math
 import re
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -82,10 +83,12 @@ def expected_runs(config: dict[str, Any]) -> dict[str, int]:
 
 
 @pytest.fixture(scope="module")
-def tracked(tmp_path_factory) -> Path:
-    """The training rules of `.test/all` (and what they need), run with the tracker on."""
-    workdir = tmp_path_factory.mktemp("tracked")
-    snakemake(workdir, tracker_on(TINY), "--until", *TRAINING_RULES)
+def tracked(finished_all, tmp_path_factory) -> Path:
+    """The training rules of `.test/all` run again with the tracker on, over a copy of the
+    session's finished run (tracker off), which holds the data they need."""
+    workdir = tmp_path_factory.mktemp("tracked") / "run"
+    shutil.copytree(finished_all, workdir, symlinks=True)
+    snakemake(workdir, tracker_on(TINY), "--forcerun", *TRAINING_RULES, "--until", *TRAINING_RULES)
     return workdir
 
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -115,10 +117,18 @@ def workflow_env() -> dict[str, str]:
 def snakemake(
     workdir: Path, config: dict[str, Any], *args: str, check: bool = True, timeout: int = 900
 ) -> subprocess.CompletedProcess[str]:
-    """Run the repository's Snakefile in `workdir` with `config` (schema defaults fill the rest)."""
+    """Run the repository's Snakefile in `workdir` with `config` (schema defaults fill the rest).
+
+    The config goes to a file named by its content, so tests that dry-run the session's shared
+    finished run at once never read each other's (a shared name raced: seen once in a full run);
+    `test-config.yaml` holds the last one, for tests that run Snakemake in their own folder."""
     workdir.mkdir(parents=True, exist_ok=True)
-    configfile = workdir / "test-config.yaml"
-    configfile.write_text(yaml.safe_dump(config), encoding="utf-8")
+    text = yaml.safe_dump(config)
+    configfile = workdir / f"test-config-{hashlib.sha256(text.encode()).hexdigest()[:12]}.yaml"
+    for path in (configfile, workdir / "test-config.yaml"):
+        written = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
+        written.write_text(text, encoding="utf-8")
+        os.replace(written, path)
     command = [
         str(BIN / "snakemake"),
         "--snakefile",

@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+import yaml
 
 from gpuflow.job.paths import RECORD, job_file
 from gpuflow.settings.validate import schema_families
@@ -193,10 +194,13 @@ def kill_tree(root: int) -> None:
 
 
 def start(workdir: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
-    """Snakemake on the workdir's config in a session of its own; `env` adds to the environment."""
+    """Snakemake on TINY_ALL in a session of its own; `env` adds to the environment. The config
+    is written here: a copy of the shared run holds whichever config a test last dry-ran it with."""
+    configfile = workdir / "test-config.yaml"
+    configfile.write_text(yaml.safe_dump(TINY_ALL), encoding="utf-8")
     command = [
         str(BIN / "snakemake"), "--snakefile", str(REPO / "Snakefile"), "--directory",
-        str(workdir), "--configfile", str(workdir / "test-config.yaml"), "--cores", "2", *args,
+        str(workdir), "--configfile", str(configfile), "--cores", "2", *args,
     ]  # fmt: skip
     log = open(workdir / f"driver-{time.monotonic_ns()}.log", "w")  # noqa: SIM115
     return subprocess.Popen(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import yaml
 
@@ -13,6 +13,15 @@ from gpuflow.errors import ConfigError, DataError
 
 # libyaml's parser where PyYAML was built with it (its wheels are): ten times the pure one.
 SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def safe_yaml(source: str | IO[str]) -> Any:
+    """YAML text or a stream read by SAFE_LOADER (`yaml.safe_load`, through libyaml)."""
+    loader = SAFE_LOADER(source)
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
 
 
 def duplicate_key(node: yaml.Node | None, prefix: str = "") -> tuple[str, int, int] | None:

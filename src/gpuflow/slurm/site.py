@@ -13,10 +13,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from gpuflow.errors import ConfigError, DataError
-from gpuflow.settings.files import SAFE_LOADER
+from gpuflow.settings.files import safe_yaml
 
 SITE_ENV = "GPUFLOW_SLURM_SITE"
 DEFAULT_SITE = "profiles/slurm/site.yaml"
@@ -87,7 +85,7 @@ def read_site(site_file: str | Path) -> dict[str, Any]:
 def _parsed_site(site_file: str, mtime_ns: int, size: int) -> dict[str, Any]:
     """The site file parsed once per version of it (a plan reads it for every rule)."""
     with open(site_file, encoding="utf-8") as handle:
-        return yaml.load(handle, Loader=SAFE_LOADER) or {}
+        return safe_yaml(handle) or {}
 
 
 def charges(site: dict[str, Any]) -> dict[str, float]:

@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -18,6 +17,7 @@ import pytest
 import yaml
 
 from gpuflow.job import stopping  # imports no torch, reads no variable: the lines below still lead
+from gpuflow.job.atomic import write_text
 from tests.slurm import cluster
 
 REPO = Path(__file__).resolve().parents[1]
@@ -114,21 +114,22 @@ def workflow_env() -> dict[str, str]:
     return env
 
 
+def config_file(workdir: Path, config: dict[str, Any]) -> Path:
+    """`config` written (atomically) into `workdir` under a name taken from its content, so
+    tests that dry-run the session's shared finished run at once never read each other's (one
+    shared name raced: seen once in a full run)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    text = yaml.safe_dump(config)
+    path = workdir / f"test-config-{hashlib.sha256(text.encode()).hexdigest()[:12]}.yaml"
+    write_text(path, text)
+    return path
+
+
 def snakemake(
     workdir: Path, config: dict[str, Any], *args: str, check: bool = True, timeout: int = 900
 ) -> subprocess.CompletedProcess[str]:
-    """Run the repository's Snakefile in `workdir` with `config` (schema defaults fill the rest).
-
-    The config goes to a file named by its content, so tests that dry-run the session's shared
-    finished run at once never read each other's (a shared name raced: seen once in a full run);
-    `test-config.yaml` holds the last one, for tests that run Snakemake in their own folder."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    text = yaml.safe_dump(config)
-    configfile = workdir / f"test-config-{hashlib.sha256(text.encode()).hexdigest()[:12]}.yaml"
-    for path in (configfile, workdir / "test-config.yaml"):
-        written = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
-        written.write_text(text, encoding="utf-8")
-        os.replace(written, path)
+    """Run the repository's Snakefile in `workdir` with `config` (schema defaults fill the rest)."""
+    configfile = config_file(workdir, config)
     command = [
         str(BIN / "snakemake"),
         "--snakefile",

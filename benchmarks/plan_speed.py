@@ -361,10 +361,10 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def default_record() -> Path:
-    """benchmarks/records/<date>-<cpu slug>-plan-speed.json of this checkout."""
+def default_record(benchmark: str = "plan-speed") -> Path:
+    """benchmarks/records/<date>-<cpu slug>-<benchmark>.json of this checkout."""
     slug = re.sub(r"[^a-z0-9]+", "-", cpu_model().lower()).strip("-")
-    return HERE / "benchmarks" / "records" / f"{datetime.date.today()}-{slug}-plan-speed.json"
+    return HERE / "benchmarks" / "records" / f"{datetime.date.today()}-{slug}-{benchmark}.json"
 
 
 def commit_of(checkout: Path) -> str:

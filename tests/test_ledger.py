@@ -19,7 +19,7 @@ from gpuflow.ops.calibrate import measure, needs
 from gpuflow.ops.ledger import Line
 from gpuflow.slurm.queue import Allocation
 from gpuflow.work import STARTUP, Need, Term
-from tests.conftest import BIN, REPO, tiny_config, workflow_env
+from tests.conftest import BIN, REPO, config_file, tiny_config, workflow_env
 from tests.test_plan import SNAKEFILE, write_probe_config
 
 pytestmark = pytest.mark.workflow
@@ -171,8 +171,7 @@ def test_the_same_params_on_other_data_are_scaled_from_the_folder_s_benchmark(
         assert [(n - round(fraction * n)) // batch for n in (4000, 2000)] == [7, 3]
     mean = sum(seconds) / len(seconds)
     assert train["expected_h_per_job"] * 3600 == pytest.approx(mean * 3 / 7)
-    same = tmp_path / "same.yaml"  # not the run's own: other tests dry-run it with theirs
-    same.write_text(json.dumps(tiny_config("all")))
+    same = config_file(tmp_path, tiny_config("all"))  # not in the run: others dry-run it
     again = rows_of(run_gpuflow, "plan", *options, "--configfile", str(same))
     assert "ssvae_train" not in again, "the same data: nothing to run"
 

@@ -7,8 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from gpuflow.fluency.ppl_head import PaddedHead, pad_lm_head
-from gpuflow.fluency.ppl_model import prepare_for_scoring
+from gpuflow.fluency.ppl_model import PaddedHead, pad_lm_head, prepare_for_scoring
 from gpuflow.fluency.ppl_scoring import model_forward
 
 

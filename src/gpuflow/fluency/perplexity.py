@@ -16,7 +16,6 @@ import torch
 from tqdm import tqdm
 
 from gpuflow.errors import ConfigError, DataError
-from gpuflow.fluency.identity import model_identity, texts_digest
 from gpuflow.fluency.merge import PERPLEXITY_COLUMNS, corpus_perplexity
 from gpuflow.fluency.placement import choose_placement, sized_token_budget
 from gpuflow.fluency.ppl_model import (
@@ -24,12 +23,13 @@ from gpuflow.fluency.ppl_model import (
     load_config,
     load_tokenizer,
     model_context,
+    model_identity,
     start_token_id,
 )
 from gpuflow.fluency.ppl_scoring import Forward, SegmentScores
 from gpuflow.fluency.ppl_segments import make_segments, plan_batches, sort_longest_first
 from gpuflow.fluency.ppl_workers import WorkerJob, score_batches, worker_threads
-from gpuflow.fluency.texts import read_texts
+from gpuflow.fluency.texts import read_texts, texts_digest
 from gpuflow.job import (
     ChunkedScores,
     current,
@@ -140,10 +140,8 @@ def score_token_ids(
         )
     scores.stop_if_requested()
     text_index = np.array([s.text for s in ordered], dtype=np.int64)
-    nll = np.zeros(len(token_ids), dtype=np.float64)
-    n_tokens = np.zeros(len(token_ids), dtype=np.int64)
-    np.add.at(nll, text_index, scores.values["nll"])
-    np.add.at(n_tokens, text_index, scores.values["n_tokens"])
+    nll = np.bincount(text_index, scores.values["nll"], len(token_ids))  # summed in order
+    n_tokens = np.bincount(text_index, scores.values["n_tokens"], len(token_ids)).astype(np.int64)
     stats = {
         "segments": len(ordered),
         "ids": sum(len(segment.ids) for segment in ordered),  # through the model, context too

@@ -66,10 +66,8 @@ def pad_right(
 
 def scored_positions(mask: torch.Tensor, first: torch.Tensor) -> torch.Tensor:
     """Which logits positions are scored (batch x length, bool), from the mask."""
-    length = mask.shape[1]
-    following = torch.arange(1, length + 1, device=mask.device)
-    real_next = torch.zeros_like(mask)
-    real_next[:, :-1] = mask[:, 1:]
+    following = torch.arange(1, mask.shape[1] + 1, device=mask.device)
+    real_next = F.pad(mask[:, 1:], (0, 1))  # whether the next position holds a real id
     return (mask * real_next).bool() & (following[None, :] >= first[:, None])
 
 

@@ -285,7 +285,9 @@ def _reading_lines(
     binned: pd.DataFrame,
     confidence: float,
 ) -> list[str]:
-    lines = [f"All texts (strength words for |r|: {_thresholds()}; none for Kendall's τ):", ""]
+    bounds = [f"< {bound} {word}" for bound, word in STRENGTH if math.isfinite(bound)]
+    words = ", ".join(bounds) + f", otherwise {STRENGTH[-1][1]}"
+    lines = [f"All texts (strength words for |r|: {words}; none for Kendall's τ):", ""]
     lines += [f"- {reading(overall[method], confidence)}" for method in (*PLAIN, *PARTIAL)]
     pearson = overall["pearson"]["estimate"]
     lines += ["", f"Direction (Pearson r): {direction(overall['pearson'])}."]
@@ -312,11 +314,6 @@ def _reading_lines(
             f"it rises in {rises} of the {len(binned) - 1} steps between adjacent bins.",
         ]
     return lines
-
-
-def _thresholds() -> str:
-    bounds = [f"< {bound} {word}" for bound, word in STRENGTH if math.isfinite(bound)]
-    return ", ".join(bounds) + f", otherwise {STRENGTH[-1][1]}"
 
 
 def main(args: argparse.Namespace) -> int:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -170,6 +173,12 @@ def _text_id(path: str, row: int, value: object) -> str:
 def group_label(value: object) -> str:
     """A group cell as written ("NA", "None" and "null" stay labels)."""
     return "" if value is None else str(value)
+
+
+def texts_digest(text_ids: Sequence[Any], texts: Sequence[str]) -> str:
+    """A hash of the texts and their ids, in order (what a scoring step's resume state is of)."""
+    text = json.dumps([[str(i) for i in text_ids], list(texts)], ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def deal_into_shards(texts: pd.DataFrame, n_shards: int) -> list[pd.DataFrame]:

@@ -13,8 +13,8 @@ import pandas as pd
 import torch
 
 from gpuflow.errors import ConfigError, GpuflowError
-from gpuflow.fluency.identity import model_identity, texts_digest
-from gpuflow.fluency.texts import read_texts
+from gpuflow.fluency.ppl_model import model_identity
+from gpuflow.fluency.texts import read_texts, texts_digest
 from gpuflow.job import (
     ChunkedScores,
     Done,

@@ -42,25 +42,15 @@ def train_tokenizer(texts: list[str], vocab_size: int) -> PreTrainedTokenizerFas
     )
 
 
-def gpt2_config(
-    tokenizer: PreTrainedTokenizerFast,
-    n_positions: int,
-    n_embd: int,
-    n_layer: int,
-    n_head: int,
-    **extra: Any,
-) -> GPT2Config:
-    """A GPT-2 shape for `tokenizer`, with its end-of-text token as BOS, EOS and padding."""
+def gpt2_config(tokenizer: PreTrainedTokenizerFast, **shape: Any) -> GPT2Config:
+    """A GPT-2 of `shape` (GPT2Config keys) for `tokenizer`, its end-of-text token as BOS, EOS and
+    padding."""
     return GPT2Config(
         vocab_size=len(tokenizer),
-        n_positions=n_positions,
-        n_embd=n_embd,
-        n_layer=n_layer,
-        n_head=n_head,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
-        **extra,
+        **shape,
     )
 
 
@@ -79,7 +69,12 @@ def save_untrained_lm(
     tokenizer = train_tokenizer(texts, vocab_size)
     torch.manual_seed(seed)
     config = gpt2_config(
-        tokenizer, n_positions, n_embd, n_layer, n_head, initializer_range=initializer_range
+        tokenizer,
+        n_positions=n_positions,
+        n_embd=n_embd,
+        n_layer=n_layer,
+        n_head=n_head,
+        initializer_range=initializer_range,
     )
     with atomic_path(folder) as tmp:
         GPT2LMHeadModel(config).save_pretrained(tmp)

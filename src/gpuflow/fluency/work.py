@@ -9,8 +9,9 @@ import shutil
 import struct
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,32 @@ class LM:
         """FLOPs of a forward pass over `ids` scoring `targets` (the head only at targets)."""
         head = self.vocab * self.width
         return 2.0 * (self.parameters - head) * ids + 2.0 * head * targets
+
+    def weight_bytes(self, dtype: str) -> int:
+        """Bytes of the weights in `dtype`."""
+        return self.parameters * DTYPE_BYTES.get(dtype, 4)
+
+    def scoring(
+        self, dtype: str, ids: int, tokens: int, parallel: int, texts: int | None = None
+    ) -> Work:
+        """Loading the LM, then `ids` through it scoring `tokens`; described for `texts` texts."""
+        size, described = self.weight_bytes(dtype), texts is not None
+        return Work(
+            (
+                *self.startups(parallel),
+                Term("lm.load", size, "", f"load {count(size)}B of weights" if described else ""),
+                Term(
+                    "lm.forward.flop",
+                    self.forward_flops(ids, tokens),
+                    self.shape(dtype),
+                    f"{count(ids)} ids through a {count(self.parameters)}-parameter model"
+                    f" ({texts} texts, {count(tokens)} tokens)"
+                    if described
+                    else "",
+                    parallel,
+                ),
+            ),
+        )
 
 
 def lm_shape(layers: int, width: int, vocab: int, context: int, dtype: str) -> str:
@@ -217,23 +244,8 @@ def perplexity(config: dict[str, Any], wildcards: dict[str, str]) -> Work:
     lm = planned_lm(fluency)
     token_counts = shard_tokens(fluency)["shards"][int(wildcards["shard"])]
     dtype, parallel = fluency["perplexity"]["dtype"], workers(fluency, "fluency_perplexity")
-    model_bytes = lm.parameters * DTYPE_BYTES.get(dtype, 4)
     ids = ids_through(token_counts, lm.context, fluency["perplexity"]["stride"])
-    tokens = sum(token_counts)
-    return Work(
-        (
-            *lm.startups(parallel),
-            Term("lm.load", model_bytes, "", f"load {count(model_bytes)}B of weights"),
-            Term(
-                "lm.forward.flop",
-                lm.forward_flops(ids, tokens),
-                lm.shape(dtype),
-                f"{count(ids)} ids through a {count(lm.parameters)}-parameter model"
-                f" ({len(token_counts)} texts, {count(tokens)} tokens)",
-                parallel,
-            ),
-        ),
-    )
+    return lm.scoring(dtype, ids, sum(token_counts), parallel, len(token_counts))
 
 
 def toxicity_work(scorer: str, texts: int, size: int) -> Work:
@@ -294,6 +306,13 @@ def _untrained_lm(chosen_json: str) -> str:
     return str(save_untrained_lm(Path(folder) / "lm", texts, **{key: train[key] for key in keys}))
 
 
+def timed(action: Callable[[], object]) -> float:
+    """Seconds `action` takes to run."""
+    began = time.perf_counter()
+    action()
+    return time.perf_counter() - began
+
+
 def forward_trial(need: Need) -> Trial:
     """FLOP/s of the job's scorer on random ids of the lengths of its shard's texts."""
     import numpy as np
@@ -315,17 +334,15 @@ def forward_trial(need: Need) -> Trial:
     segments = sort_longest_first(make_segments(token_ids, 0, lm.context, stride))
     chosen = segments[:: max(1, len(segments) // 16)]  # every length class, longest first
 
-    def score() -> float:
-        began = time.perf_counter()
+    def score() -> None:
         score_segments(chosen, forward, device, settings["token_budget"])
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-        return time.perf_counter() - began
 
-    repeats = max(1, round(TRIAL_S / max(score(), 1e-3)))
+    repeats = max(1, round(TRIAL_S / max(timed(score), 1e-3)))
     flops = lm.forward_flops(sum(len(s.ids) for s in chosen), sum(s.n_targets for s in chosen))
     what = f"scoring {len(chosen)} windows x {repeats}"
-    run = lambda: repeats * flops / sum(score() for _ in range(repeats))  # noqa: E731
+    run = lambda: repeats * flops / sum(timed(score) for _ in range(repeats))  # noqa: E731
     return Trial(need.term.kind, "FLOP/s", what, run)
 
 
@@ -342,16 +359,10 @@ def train_trial(need: Need) -> Trial:
     model, optimizer = build_lm(train_tokenizer(texts, train["vocab_size"]), train)
     model.to(need.device)
     rows = torch.randint(1, lm.vocab, (train["batch_size"], lm.context), device=need.device)
-    began = time.perf_counter()
-    train_step(model, optimizer, rows, train["learning_rate"])
-    steps = 1 if time.perf_counter() - began > SLOW_STEP_S else 2
+    step = partial(train_step, model, optimizer, rows, train["learning_rate"])
+    steps = 1 if timed(step) > SLOW_STEP_S else 2
     flops = 6.0 * lm.parameters * rows.numel()
-
-    def run() -> float:
-        began = time.perf_counter()
-        for _ in range(steps):
-            train_step(model, optimizer, rows, train["learning_rate"])
-        return steps * flops / (time.perf_counter() - began)
+    run = lambda: steps * flops / timed(lambda: [step() for _ in range(steps)])  # noqa: E731
 
     what = f"{steps} training step{'s' if steps > 1 else ''} of {rows.shape[0]} rows"
     return Trial(need.term.kind, "FLOP/s", what, run)
@@ -365,13 +376,9 @@ def load_trial(need: Need) -> Trial:
 
     fluency = need.config["fluency"]
     dtype, folder = fluency["perplexity"]["dtype"], lm_folder(fluency)
-    size = planned_lm(fluency).parameters * DTYPE_BYTES.get(dtype, 4)
-
-    def run() -> float:
-        began = time.perf_counter()
-        load_causal_lm(folder, dtype, torch.device(need.device))
-        return size / (time.perf_counter() - began)
-
+    size = planned_lm(fluency).weight_bytes(dtype)
+    load = partial(load_causal_lm, folder, dtype, torch.device(need.device))
+    run = lambda: size / timed(load)  # noqa: E731
     run()
     return Trial(need.term.kind, "bytes/s", "loading the LM", run)
 
@@ -387,12 +394,7 @@ def toxicity_trial(need: Need) -> Trial | None:
     score, _ = profanity_scorer()
     score(texts[:8])
     size = sum(len(text.encode()) for text in texts)
-
-    def run() -> float:
-        began = time.perf_counter()
-        score(texts)
-        return size / (time.perf_counter() - began)
-
+    run = lambda: size / timed(partial(score, texts))  # noqa: E731
     return Trial(need.term.kind, "bytes/s", f"scoring {len(texts)} texts", run)
 
 
@@ -406,18 +408,7 @@ def done(outputs: list[str], inputs: list[str]) -> Work | None:
             return (
                 None
                 if lm is None
-                else Work(
-                    (
-                        *lm.startups(parallel),
-                        Term("lm.load", lm.parameters * DTYPE_BYTES.get(run["dtype"], 4)),
-                        Term(
-                            "lm.forward.flop",
-                            lm.forward_flops(run["ids"], run["tokens"]),
-                            lm.shape(run["dtype"]),
-                            parallel=parallel,
-                        ),
-                    )
-                )
+                else lm.scoring(run["dtype"], run["ids"], run["tokens"], parallel)
             )
         from gpuflow.fluency.texts import read_texts
 

@@ -147,9 +147,3 @@ class Ranks:
     def any(self, flag: bool) -> bool:
         """Whether `flag` holds on any rank."""
         return all_reduce([float(flag)], self.ctx, op="max")[0] > 0
-
-
-def register_hook(ddp: torch.nn.parallel.DistributedDataParallel, compression: str) -> None:
-    """Install DDP's gradient compression hook (none: DDP's own all-reduce, overlap intact)."""
-    if compression != "none":
-        ddp.register_comm_hook(dist.group.WORLD, COMPRESSION_HOOKS[compression])

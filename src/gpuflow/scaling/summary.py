@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from gpuflow.errors import DataError
@@ -132,8 +131,7 @@ def cost_table(summary: pd.DataFrame) -> pd.DataFrame:
     """GPU-hours per run and the speedup each extra GPU-hour buys (seed 004's cost analysis)."""
     runs = summary[summary["method"] == "transformer-ddp"]
     extra = runs["gpu_hours"] - runs["reference_gpu_hours"]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        per_hour = np.where(extra > 0, (runs["speedup"] - 1) / extra, np.nan)
+    per_hour = ((runs["speedup"] - 1) / extra).where(extra > 0)
     return pd.DataFrame(
         {
             **{c: runs[c] for c in RUN_ID},

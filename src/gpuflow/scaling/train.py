@@ -115,8 +115,7 @@ def evaluate(
             totals[0] += loss.double()
             totals[1] += (logits.argmax(-1) == batch["labels"]).sum().double()
             totals[2] += len(batch["labels"])
-    dist.all_reduce(totals)
-    loss_sum, correct, count = totals.tolist()
+    loss_sum, correct, count = distributed.all_reduce(totals.tolist(), ctx)
     model.train()
     return loss_sum / count, correct / count
 
@@ -219,7 +218,9 @@ class Trainer:
                 gradient_as_bucket_view=ddp["gradient_as_bucket_view"],
                 bucket_cap_mb=ddp["bucket_cap_mb"],
             )
-            distributed.register_hook(self.ddp, ddp["compression"])
+            if ddp["compression"] != "none":  # else DDP's own all-reduce, overlap intact
+                hook = distributed.COMPRESSION_HOOKS[ddp["compression"]]
+                self.ddp.register_comm_hook(dist.group.WORLD, hook)
         self.optimizer = adamw(
             self.model.parameters(),
             use_fused_adamw(settings["fused_adamw"], ctx.device),

@@ -136,64 +136,6 @@ def _tokens(settings_json: str, folder: str) -> Tokens:
     return Tokens(train, sum(min(n, cut) for n in found["val"]), found["vocab"], found["classes"])
 
 
-@dataclass(frozen=True)
-class Run:
-    """What one run's work depends on."""
-
-    model: dict[str, Any]
-    total: int  # parameters
-    dense: int  # parameters outside the token embedding
-    epochs: int
-    steps: int  # optimizer steps per epoch
-    train_tokens: float  # per epoch
-    val_tokens: float  # per epoch
-    probes: int  # extra steps per epoch timing communication
-    world: int
-    nodes: int
-    backend: str
-    at: str  # shape of the step rate
-
-    def work(self) -> Work:
-        """Start-up, training, evaluation, state saves and, above one process, all-reduces."""
-        per_token = flops_per_token(self.model, self.dense)
-        per_step = self.train_tokens / max(1, self.steps)
-        state = STATE_COPIES * 4 * self.total
-        terms = [
-            startup("gpuflow.job.gpulock"),
-            startup("torch.distributed.run"),
-            startup("gpuflow.scaling.train", processes=self.world, at_once=True),
-            Term(
-                "scaling.train.flop",
-                self.epochs * (self.train_tokens + self.probes * per_step) * per_token,
-                self.at,
-                f"{self.epochs} epochs x {count(self.train_tokens)} tokens"
-                f" x {count(per_token)}FLOP",
-                self.world,
-            ),
-            Term(
-                "scaling.train.flop",
-                self.epochs * self.val_tokens * per_token / 3,
-                self.at,
-                f"{self.epochs} evaluations x {count(self.val_tokens)} tokens (forward)",
-                self.world,
-            ),
-            Term(
-                "state.write", self.epochs * state, "", f"{self.epochs} states of {count(state)}B"
-            ),
-        ]
-        if self.world > 1:
-            terms.append(
-                Term(
-                    "allreduce.bytes",
-                    self.epochs * (self.steps + self.probes) * 4.0 * self.total,
-                    f"{self.backend} x{self.world} n{self.nodes}",
-                    f"{self.epochs} epochs x {self.steps + self.probes} steps"
-                    f" x {count(4.0 * self.total)}B of gradients",
-                )
-            )
-        return Work(tuple(terms), units=self.epochs, unit="epochs")
-
-
 def gpu_run(scaling: dict[str, Any]) -> bool:
     """Whether runs train on GPUs: their rule asks for GPUs (as the workflow's rules decide)."""
     return scaling["resources"]["scaling_train"]["gpu"] > 0 and scaling["device"] != "cpu"
@@ -231,22 +173,47 @@ def train(config: dict[str, Any], wildcards: dict[str, str]) -> Work:
     total, embedding = parameters(model, tokens.vocab, tokens.classes)
     on_gpu = gpu_run(scaling)
     threads = None if on_gpu else train_threads(scaling, world // nodes)
-    return Run(
-        model=model,
-        total=total,
-        dense=total - embedding,
-        epochs=settings["epochs"],
-        steps=steps,
-        train_tokens=sum(tokens.train[: steps * plan.global_batch_size]),
-        val_tokens=tokens.val,
-        probes=2 * scaling["ddp"]["comm_probe_steps"] if world > 1 else 0,
-        world=world,
-        nodes=nodes,
-        backend="nccl" if on_gpu else "gloo",
-        at=shape(
-            model, plan.per_gpu_batch_size, PRECISION[scaling["amp"]] if on_gpu else "fp32", threads
+    epochs = settings["epochs"]
+    train_tokens = sum(tokens.train[: steps * plan.global_batch_size])  # per epoch
+    probes = 2 * scaling["ddp"]["comm_probe_steps"] if world > 1 else 0  # timing communication
+    at = shape(
+        model, plan.per_gpu_batch_size, PRECISION[scaling["amp"]] if on_gpu else "fp32", threads
+    )
+    # Start-up, training, evaluation, state saves and, above one process, all-reduces.
+    per_token = flops_per_token(model, total - embedding)
+    per_step = train_tokens / max(1, steps)
+    state = STATE_COPIES * 4 * total
+    terms = [
+        startup("gpuflow.job.gpulock"),
+        startup("torch.distributed.run"),
+        startup("gpuflow.scaling.train", processes=world, at_once=True),
+        Term(
+            "scaling.train.flop",
+            epochs * (train_tokens + probes * per_step) * per_token,
+            at,
+            f"{epochs} epochs x {count(train_tokens)} tokens x {count(per_token)}FLOP",
+            world,
         ),
-    ).work()
+        Term(
+            "scaling.train.flop",
+            epochs * tokens.val * per_token / 3,
+            at,
+            f"{epochs} evaluations x {count(tokens.val)} tokens (forward)",
+            world,
+        ),
+        Term("state.write", epochs * state, "", f"{epochs} states of {count(state)}B"),
+    ]
+    if world > 1:
+        backend = "nccl" if on_gpu else "gloo"
+        terms.append(
+            Term(
+                "allreduce.bytes",
+                epochs * (steps + probes) * 4.0 * total,
+                f"{backend} x{world} n{nodes}",
+                f"{epochs} epochs x {steps + probes} steps x {count(4.0 * total)}B of gradients",
+            )
+        )
+    return Work(tuple(terms), units=epochs, unit="epochs")
 
 
 def baseline(config: dict[str, Any], wildcards: dict[str, str]) -> Work:
@@ -320,12 +287,9 @@ def step_trial(need: Need) -> Trial:
         epoch = trainer.train_epoch(next(epochs), False)
         return epoch["tokens"] * per_token / epoch["train_seconds"]
 
-    def close() -> None:
-        folder.cleanup()
-
     threads = settings["cpu_threads_per_process"]
     what = f"{STEPS} steps of {plan.per_gpu_batch_size}"
-    return Trial(need.term.kind, "FLOP/s", what, rate, close, threads=threads)
+    return Trial(need.term.kind, "FLOP/s", what, rate, folder.cleanup, threads=threads)
 
 
 def reduce_rank(rank: int, world: int, port: int, backend: str, pipe: Any, elements: int) -> None:
@@ -361,9 +325,8 @@ def allreduce_trial(need: Need) -> Trial | None:
     chosen = need.config["scaling"]["configurations"][need.wildcards["cfg"]]
     tokens = planned_tokens(chosen)
     elements = min(
-        4 * parameters(chosen["model"], tokens.vocab, tokens.classes)[0], MAX_REDUCE_BYTES
+        parameters(chosen["model"], tokens.vocab, tokens.classes)[0], MAX_REDUCE_BYTES // 4
     )
-    elements //= 4
     with socket.socket() as probe:  # a free port
         probe.bind(("127.0.0.1", 0))
         port = int(probe.getsockname()[1])

@@ -65,14 +65,10 @@ def epoch_indices(
 
 
 def _step(indices: dict[str, torch.Tensor], plan: Plan, step: int) -> dict[str, torch.Tensor]:
+    """One step's slice of each run's epoch indices."""
     bl, bu = plan.labelled_batch, plan.unlabelled_batch
-    out = {
-        "labelled": indices["labelled"][:, step * bl : (step + 1) * bl],
-        "labels": indices["labels"][:, step * bl : (step + 1) * bl],
-    }
-    if "unlabelled" in indices:
-        out["unlabelled"] = indices["unlabelled"][:, step * bu : (step + 1) * bu]
-    return out
+    sizes = {"labelled": bl, "labels": bl, "unlabelled": bu}
+    return {k: v[:, step * sizes[k] : (step + 1) * sizes[k]] for k, v in indices.items()}
 
 
 def _gather(images: torch.Tensor, step: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

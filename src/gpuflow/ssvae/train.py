@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,20 +36,15 @@ INIT_STREAM, ORDER_STREAM, NOISE_STREAM, EVAL_STREAM = 3, 4, 5, 6
 class Run:
     """One run of the grid."""
 
-    kind: str  # "m2" or "baseline"
-    fraction: float
-    corruption: float
+    model: str  # "m2" or "baseline"
+    frac: float
+    corrupt: float
     alpha: float | None
     seed: int
 
     def describe(self) -> dict[str, Any]:
-        return {
-            "model": self.kind,
-            "frac": self.fraction,
-            "corrupt": self.corruption,
-            "alpha": self.alpha,
-            "seed": self.seed,
-        }
+        """The run's fields by name, as metrics.json and the run's tracking record hold them."""
+        return asdict(self)
 
 
 def train_settings(settings: str = "{}", runtime: str = "{}") -> dict[str, Any]:
@@ -108,10 +103,10 @@ class StackTrainer:
         self.hidden, self.latent = settings["model"]["hidden"], settings["model"]["latent"]
         self.train_config = train = settings["train"]
         self.device = devices[0]
-        self.m2 = runs[0].kind == "m2"
+        self.m2 = runs[0].model == "m2"
         seeds = [r.seed for r in runs]
         self.splits: list[LabelSplit] = [
-            split_labels(data["y_train"], r.fraction, r.corruption, r.seed) for r in runs
+            split_labels(data["y_train"], r.frac, r.corrupt, r.seed) for r in runs
         ]
         self.index = RunIndex(
             labelled=torch.from_numpy(np.stack([s.labelled for s in self.splits])),
@@ -252,38 +247,32 @@ class StackTrainer:
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, np.ndarray]:
-        """Test accuracy per run; for M2 also the test ELBO terms (one seeded z sample)."""
+        """Test accuracy per run, for M2 also the test ELBO terms (one seeded z sample), and the
+        validation accuracy where the data has a validation split."""
         self.model.eval()
         out = {"test_accuracy": self._accuracy(self.x_test, self.y_test)}
-        if not self.m2:
-            return out
-        runs, n_test = len(self.runs), len(self.y_test)
-        rng = generators([r.seed for r in self.runs], EVAL_STREAM, self.device)
-        # drawn for the whole test set, so the batch size cannot change a sample
-        noise_l = self._noise(rng, n_test, self.latent)
-        noise_u = self._noise(rng, n_test, 10, self.latent)
-        keys = ("labelled_neg_elbo", "recon", "kl", "unlabelled_neg_bound")
-        sums = {key: torch.zeros(runs, device=self.device) for key in keys}
-        size = self.train_config["eval_batch_size"]
-        for start in range(0, n_test, size):
-            x = self.x_test[start : start + size].expand(runs, -1, -1)
-            y = self.y_test[start : start + size].expand(runs, -1)
-            lab = self.model.labelled_terms(x, y, noise_l[:, start : start + size])
-            unlab = self.model.unlabelled_terms(x, noise_u[:, start : start + size])
-            sums["labelled_neg_elbo"] += lab["neg_elbo"].sum(1)
-            sums["recon"] += lab["recon"].sum(1)
-            sums["kl"] += lab["kl"].sum(1)
-            sums["unlabelled_neg_bound"] += unlab["neg_bound"].sum(1)
-        out.update({f"test_{k}": (v / n_test).cpu().numpy() for k, v in sums.items()})
+        if self.m2:
+            runs, n_test = len(self.runs), len(self.y_test)
+            rng = generators([r.seed for r in self.runs], EVAL_STREAM, self.device)
+            # drawn for the whole test set, so the batch size cannot change a sample
+            noise_l = self._noise(rng, n_test, self.latent)
+            noise_u = self._noise(rng, n_test, 10, self.latent)
+            keys = ("labelled_neg_elbo", "recon", "kl", "unlabelled_neg_bound")
+            sums = {key: torch.zeros(runs, device=self.device) for key in keys}
+            size = self.train_config["eval_batch_size"]
+            for start in range(0, n_test, size):
+                x = self.x_test[start : start + size].expand(runs, -1, -1)
+                y = self.y_test[start : start + size].expand(runs, -1)
+                lab = self.model.labelled_terms(x, y, noise_l[:, start : start + size])
+                unlab = self.model.unlabelled_terms(x, noise_u[:, start : start + size])
+                sums["labelled_neg_elbo"] += lab["neg_elbo"].sum(1)
+                sums["recon"] += lab["recon"].sum(1)
+                sums["kl"] += lab["kl"].sum(1)
+                sums["unlabelled_neg_bound"] += unlab["neg_bound"].sum(1)
+            out.update({f"test_{k}": (v / n_test).cpu().numpy() for k, v in sums.items()})
+        if self.validation is not None:
+            out["val_accuracy"] = self._accuracy(*self.validation)
         return out
-
-    @torch.no_grad()
-    def validate(self) -> dict[str, np.ndarray]:
-        """Validation accuracy per run, where the data has a validation split (else nothing)."""
-        if self.validation is None:
-            return {}
-        self.model.eval()
-        return {"val_accuracy": self._accuracy(*self.validation)}
 
     def examples_per_epoch(self) -> int:
         """Examples one run processes per epoch (labelled + unlabelled)."""
@@ -330,7 +319,6 @@ def train(
     trainer = StackTrainer(runs, data, settings, devices)
     state = resume_state(job, runs, settings, data_path, trainer.device.type)
     epochs, every = train["epochs"], train["eval_frequency"]
-    last_eval: dict[str, np.ndarray] = {}
     results = training_results(settings)
     tracked = [
         job.track({**results, "run": run.describe()}, out)
@@ -345,8 +333,7 @@ def train(
         check_runs_finite(job, runs, trainer.epoch, row)
         evaluated = trainer.epoch % every == 0 or trainer.epoch == epochs
         if evaluated:
-            row.update(last_eval := trainer.evaluate())
-            row.update(trainer.validate())
+            row.update(trainer.evaluate())
         for r, curve in enumerate(trainer.curve):
             values = {k: float(v[r]) for k, v in row.items()}
             curve.append({"epoch": trainer.epoch, **values})
@@ -356,13 +343,7 @@ def train(
             f"epoch {trainer.epoch}/{epochs} loss {np.round(row['train_loss'], 3)}{accuracy}",
             flush=True,
         )
-    if not last_eval:  # resumed after the last epoch's checkpoint: the curve holds it
-        last_eval = {
-            k: np.array([c[-1][k] for c in trainer.curve])
-            for k in trainer.curve[0][-1]
-            if k.startswith("test_")
-        }
-    metrics = write_metrics(job, trainer, settings, outs, last_eval, started)
+    metrics = write_metrics(job, trainer, settings, outs, started)
     for run, written in zip(tracked, metrics, strict=True):
         run.final(trainer.epoch, {k: written[k] for k in ("test_accuracy", "test_elbo")})
     job.release(outputs=outs)
@@ -374,9 +355,10 @@ def write_metrics(
     trainer: StackTrainer,
     settings: dict[str, Any],
     outs: list[str | Path],
-    final: dict[str, np.ndarray],
     started: float,
 ) -> list[dict[str, Any]]:
+    """Write each run's metrics.json; its test results are the last epoch's, which is always
+    evaluated (also where a resume found every epoch done: its curve holds them)."""
     examples = trainer.examples_per_epoch() * trainer.epoch
     per_run_rate = examples / trainer.train_time_s if trainer.train_time_s else None
     job.note(
@@ -387,8 +369,8 @@ def write_metrics(
     record = run_record(trainer.devices)
     written = []
     for r, (run, out) in enumerate(zip(trainer.runs, outs, strict=True)):
-        split = trainer.splits[r]
-        accuracy = float(final["test_accuracy"][r])
+        split, last = trainer.splits[r], trainer.curve[r][-1]
+        accuracy = last["test_accuracy"]
         metrics = {
             "family": "ssvae",
             **run.describe(),
@@ -403,9 +385,9 @@ def write_metrics(
             "test_accuracy": accuracy,
             "test_error": 1.0 - accuracy,
             "test_elbo": {
-                k.removeprefix("test_"): float(v[r])
-                for k, v in final.items()
-                if k != "test_accuracy"
+                k.removeprefix("test_"): v
+                for k, v in last.items()
+                if k.startswith("test_") and k != "test_accuracy"
             },
             "curve": trainer.curve[r],
             "settings": training_results(settings),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -112,18 +113,14 @@ def runs_per_job(ssvae: dict[str, Any], model: str) -> int:
     return len(ssvae["grid"]["seeds"]) if stacked else 1
 
 
-def planned(model: str):
-    """The work function of the rule training `model`: (config, wildcards) -> Work or None."""
-
-    def work(config: dict[str, Any], wildcards: dict[str, str]) -> Work:
-        ssvae = config["ssvae"]
-        sizes = data_sizes(ssvae["data"])
-        if sizes is None:
-            raise NotHere([f"MNIST IDX files in {ssvae['data']['path'] or '.'}"])
-        n_labelled = round(float(wildcards["frac"]) * sizes[0])
-        return job_work(model, sizes, n_labelled, ssvae, runs_per_job(ssvae, model))
-
-    return work
+def planned(model: str, config: dict[str, Any], wildcards: dict[str, str]) -> Work:
+    """The work of a job of the rule training `model` (NotHere where the IDX files are not)."""
+    ssvae = config["ssvae"]
+    sizes = data_sizes(ssvae["data"])
+    if sizes is None:
+        raise NotHere([f"MNIST IDX files in {ssvae['data']['path'] or '.'}"])
+    n_labelled = round(float(wildcards["frac"]) * sizes[0])
+    return job_work(model, sizes, n_labelled, ssvae, runs_per_job(ssvae, model))
 
 
 def step_trial(need: Need) -> Trial:
@@ -178,6 +175,6 @@ def done(outputs: list[str], inputs: list[str]) -> Work | None:
         return None
 
 
-WORK = {"ssvae_train": planned("m2"), "ssvae_baseline": planned("baseline")}
+WORK = {"ssvae_train": partial(planned, "m2"), "ssvae_baseline": partial(planned, "baseline")}
 DONE = {"ssvae_train": done, "ssvae_baseline": done}
 TRIALS = {"ssvae.m2.flop": step_trial, "ssvae.baseline.flop": step_trial}

@@ -142,9 +142,6 @@ def run_seed(settings: dict[str, Any], seed: int, device: torch.device) -> dict[
         "seed": seed,
         **result,
         "loss_threshold": settings[method]["loss_threshold"],
-        "n_train": data["n_train"],
-        "input_dim": data["input_dim"],
-        "output_dim": data["output_dim"],
-        "label_noise": data["label_noise"],
+        **{name: data[name] for name in ("n_train", "input_dim", "output_dim", "label_noise")},
         "wall_s": time.perf_counter() - start,
     }

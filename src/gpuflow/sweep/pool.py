@@ -4,7 +4,7 @@ that die: a dead worker's seeds go to the others, a seed that killed two workers
 
 from __future__ import annotations
 
-import importlib
+import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -29,9 +29,7 @@ def _seed_runner(
     import torch
 
     torch.set_num_threads(1)
-    module_name, function_name = target.split(":")
-    run = getattr(importlib.import_module(module_name), function_name)
-    return partial(run, settings, device=torch.device(device))
+    return partial(pkgutil.resolve_name(target), settings, device=torch.device(device))
 
 
 class SeedPool:

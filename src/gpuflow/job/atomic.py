@@ -13,6 +13,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import psutil
+
 from gpuflow.errors import WRITE_ERRNOS, cannot_write
 from gpuflow.job import attempt
 from gpuflow.job.outputlock import exclusive_output
@@ -36,15 +38,7 @@ def _writer_alive(temporary: Path) -> bool:
         return False  # an older name (pid only): its writer held no lock we now hold
     if not host_part.endswith(f".tmp-{socket.gethostname().replace('/', '_')}"):
         return False  # another host: the lock we hold proves its writer is gone
-    if pid_number == os.getpid():
-        return False
-    try:
-        os.kill(pid_number, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return pid_number != os.getpid() and psutil.pid_exists(pid_number)
 
 
 def _remove(path: Path) -> None:

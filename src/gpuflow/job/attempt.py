@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import time
@@ -59,8 +60,6 @@ def release() -> None:
     if _mine is not None:
         path, text = _mine
         _mine = None
-        try:
+        with contextlib.suppress(FileNotFoundError):
             if path.read_text(encoding="utf-8").strip() == text:
                 path.unlink()
-        except FileNotFoundError:
-            pass

@@ -49,8 +49,8 @@ class ChunkedScores:
         self.values = {name: np.zeros(n_items, dtype=dtype) for name, dtype in columns.items()}
         self.done = np.zeros(n_items, dtype=bool)
         self.batch_done = np.zeros(len(self.batches), dtype=bool)
-        total = int(self.weights.sum())
-        self.units = self.job.units(self.state, total, unit, self._restore, self._snapshot)
+        self.total = int(self.weights.sum())
+        self.units = self.job.units(self.state, self.total, unit, self._restore, self._snapshot)
         self.resumed_chunks, self.resumed_weight = self.chunks_done(), self.weight_done()
 
     def todo(self) -> list[int]:
@@ -126,11 +126,10 @@ class ChunkedScores:
 
     def record_fields(self, unit: str) -> dict[str, Any]:
         """For the run record: chunks and `unit` resumed from a state vs scored in this run."""
-        total = int(self.weights.sum())
         return {
             "chunks": len(self.chunks),
             "chunks_resumed": self.resumed_chunks,
             "chunks_scored": len(self.chunks) - self.resumed_chunks,
             f"{unit}_resumed": self.resumed_weight,
-            f"{unit}_scored": total - self.resumed_weight,
+            f"{unit}_scored": self.total - self.resumed_weight,
         }

@@ -7,7 +7,8 @@ import os
 import signal
 import subprocess
 import sys
-from pathlib import Path
+
+import psutil
 
 FORWARDED = (
     signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGINT, signal.SIGHUP, signal.SIGCONT,
@@ -15,30 +16,11 @@ FORWARDED = (
 PR_SET_CHILD_SUBREAPER = 36
 
 
-def descendants(root: int) -> list[int]:
-    """The processes below `root` (children, theirs, ...), from /proc."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(parent, []).append(int(entry.name))
-    found, todo = [], [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
 def forward(signum: int) -> None:
-    """Send `signum` to every process below this one."""
-    for pid in descendants(os.getpid()):
+    """Send `signum` to every process below this one (children, theirs, ...)."""
+    for child in psutil.Process().children(recursive=True):
         try:
-            os.kill(pid, signum)
+            os.kill(child.pid, signum)
         except ProcessLookupError:
             continue
 

@@ -86,16 +86,10 @@ def _take(path: Path, output: Path) -> IO[bytes]:
             holder = handle.read().decode("utf-8", "replace").strip() or "holder not recorded"
             handle.close()
             raise OutputTakenError(output, holder) from None
-        if _same_file(handle, path):
-            return handle
+        with contextlib.suppress(FileNotFoundError):
+            if os.fstat(handle.fileno()).st_ino == path.stat().st_ino:
+                return handle
         handle.close()
-
-
-def _same_file(handle: IO[bytes], path: Path) -> bool:
-    try:
-        return os.fstat(handle.fileno()).st_ino == path.stat().st_ino
-    except FileNotFoundError:
-        return False
 
 
 def _record_holder(handle: IO[bytes]) -> None:

@@ -13,24 +13,19 @@ import gpuflow
 from gpuflow.job.paths import STATE, job_file
 
 
-def file_digest(paths: Iterable[str | Path]) -> str:
-    """A hash of the files' content, in order."""
-    digest = hashlib.sha256()
-    for path in paths:
-        with open(path, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-        digest.update(b"\0")
-    return digest.hexdigest()
-
-
 def make_fingerprint(
     inputs: Iterable[str | Path] = (), settings: Any = None, identity: Any = None
 ) -> str:
     """What a state must match to be resumed: inputs, results settings, identity, version."""
+    digest = hashlib.sha256()  # of the inputs' content, in order
+    for path in inputs:
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+        digest.update(b"\0")
     text = json.dumps(
         {
-            "inputs": file_digest(inputs),
+            "inputs": digest.hexdigest(),
             "settings": settings,
             "identity": identity,
             "gpuflow": gpuflow.__version__,

@@ -23,12 +23,13 @@ from gpuflow.job.paths import RECORD, STATE, job_file
 from gpuflow.job.record import job_record
 from gpuflow.job.record_attempts import NO_END
 from gpuflow.job.stopping import Stopped
-from gpuflow.ops.timeline import STYLES, figure
-from gpuflow.ops.timeline_bars import (
+from gpuflow.ops.timeline import (
     FAILED,
     REQUEUED,
     STOPPED,
+    STYLES,
     UNENDED,
+    figure,
     read_records,
     rule_namer,
     timeline_bars,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from gpuflow.job.record_attempts import recorded_attempts
-from gpuflow.ops.timeline_bars import read_records
+from gpuflow.ops.timeline import read_records
 from tests.conftest import job_counts, snakemake, tiny_config
 
 TIMELINE = Path("results/timeline")

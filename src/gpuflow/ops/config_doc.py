@@ -42,12 +42,9 @@ class Key:
 
 
 @dataclass
-class Group:
+class Group(Key):
     """Blocks with the same keys under one object, e.g. `fluency.resources.<rule>`."""
 
-    path: str
-    schema: dict[str, Any]
-    affects: str
     blocks: list[str] = field(default_factory=list)
 
 

@@ -7,10 +7,9 @@ import glob
 import json
 import math
 import os
-import re
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import chdir, contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,32 +37,24 @@ class Job(DagJob):
         return runtime_s(self) / 3600
 
 
-def wildcard_pattern(path: str, wildcards: dict[str, str]) -> tuple[str, re.Pattern[str]]:
-    """A glob over `path` for any wildcard values, and a regex reading them back."""
-    pattern, regex = path, re.escape(path)
+def wildcard_pattern(path: str, wildcards: dict[str, str]) -> str:
+    """A glob over `path` for any wildcard values."""
+    pattern = path
     for name, value in wildcards.items():
         token = f"{name}~{value}"
         if path.count(token) == 1:
-            old, prefix = token, f"{name}~"
+            pattern = pattern.replace(token, f"{name}~*")
         elif value and path.count(value) == 1:
-            old, prefix = value, ""
-        else:
-            continue
-        pattern = pattern.replace(old, f"{prefix}*")
-        regex = regex.replace(re.escape(old), re.escape(prefix) + f"(?P<{name}>[^/]+)")
-    return pattern, re.compile(regex + "$")
+            pattern = pattern.replace(value, "*")
+    return pattern
 
 
 @contextmanager
 def run_folder(args: argparse.Namespace) -> Iterator[None]:
     """Work in the run's folder (`--directory`), as the Snakemake that builds its DAG does."""
     args.timings = os.path.abspath(args.timings) if getattr(args, "timings", None) else None
-    started = os.getcwd()
-    os.chdir(args.directory)
-    try:
+    with chdir(args.directory):
         yield
-    finally:
-        os.chdir(started)
 
 
 def measured(dag: Dag) -> tuple[list[dict[str, Any]], int]:
@@ -111,7 +102,7 @@ def earlier_use(job: Job, threshold: float) -> dict[str, Any]:
     from gpuflow.job.record import ended, read_record
     from gpuflow.job.record_tables import rule_summary
 
-    globs = [wildcard_pattern(output, job.wildcards)[0] for output in job.output]
+    globs = [wildcard_pattern(output, job.wildcards) for output in job.output]
     paths = {p for g in globs for p in glob.glob(str(job_file(Path(g), RECORD)))}
     records = [r for r in map(read_record, sorted(paths)) if r is not None and ended(r)]
     return rule_summary(records, threshold)
@@ -123,8 +114,8 @@ def summarise(
     arrays: set[str],
     array_limit: int,
     per_node: int,
-    charge: Callable[[Job], float | None] | None = None,
-    telemetry: Callable[[Job], dict[str, Any]] | None = None,
+    charge: Callable[[Job], float | None] | None,
+    telemetry: Callable[[Job], dict[str, Any]],
 ) -> list[dict[str, Any]]:
     """One row per rule: counts, expected hours, limits, GPU-hours, units, submissions."""
     rows: dict[str, dict[str, Any]] = {}
@@ -185,10 +176,9 @@ def summarise(
             row = rows[job.rule]
             gpu_h = job.gpus * row["expected_h_per_job"]
             row["units_expected"] = row.get("units_expected", 0.0) + rate * gpu_h
-    if telemetry is not None:
-        for job in jobs:
-            if job.rule in rows and "telemetry" not in rows[job.rule]:
-                rows[job.rule]["telemetry"] = telemetry(job)
+    for job in jobs:
+        if job.rule in rows and "telemetry" not in rows[job.rule]:
+            rows[job.rule]["telemetry"] = telemetry(job)
     return list(rows.values())
 
 

@@ -12,12 +12,11 @@ import shlex
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from unittest import mock
 
 from gpuflow.errors import GpuflowError
 
@@ -156,17 +155,6 @@ def read_records(persistence: Any, backend: str, jobs: list[Any]) -> Records:
     return records
 
 
-@contextmanager
-def environment_kept() -> Iterator[None]:
-    """Restore this process's environment variables when the block ends."""
-    saved = dict(os.environ)
-    try:
-        yield
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
-
-
 def build_dag(args: argparse.Namespace, every_job: bool = False) -> Dag:
     """Build the DAG in-process through Snakemake's API, as `snakemake --dry-run` would."""
     check_version()
@@ -193,7 +181,8 @@ def build_dag(args: argparse.Namespace, every_job: bool = False) -> Dag:
     output = OutputSettings(dryrun=True, log_level_override=logging.WARNING)
 
     def read_once() -> Dag:
-        with environment_kept(), SnakemakeApi(output) as api:
+        # patch.dict: Snakemake's changes to the environment are undone when the block ends
+        with mock.patch.dict(os.environ), SnakemakeApi(output) as api:
             workflow_api = api.workflow(
                 resource_settings=ResourceSettings(
                     cores=cli.cores or 1,
@@ -251,7 +240,7 @@ def import_slurm_plugin_quickly() -> None:
     if "snakemake_executor_plugin_slurm" in sys.modules:
         return
     which = shutil.which("which")
-    with environment_kept(), tempfile.TemporaryDirectory() as bare:
+    with mock.patch.dict(os.environ), tempfile.TemporaryDirectory() as bare:
         if which:
             os.symlink(which, os.path.join(bare, "which"))
         os.environ["PATH"] = bare
@@ -395,7 +384,8 @@ def failed_jobs(log: Path | None) -> list[FailedJob]:
         return []
     failed: dict[tuple[str, ...], FailedJob] = {}
     current: FailedJob | None = None
-    for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
+    lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
+    for line in [*lines, ""]:  # the empty last line ends a report the log ends in
         start = re.match(r"^Error in rule (\S+):$", line)
         if start:
             current = FailedJob(rule=start[1], output=[])
@@ -409,15 +399,11 @@ def failed_jobs(log: Path | None) -> list[FailedJob]:
                 current = None
             continue
         key, value = match[1], match[2].strip()
-        if key == "output":
-            current.output = [v.strip() for v in value.split(", ") if v.strip()]
-        elif key == "log":
-            value = value.split(" (check log file")[0]
-            current.log = [v.strip() for v in value.split(", ") if v.strip()]
+        if key in ("output", "log"):  # a log's paths are followed by " (check log file(s) ...)"
+            paths = value.split(" (check log file")[0].split(", ")
+            setattr(current, key, [path.strip() for path in paths if path.strip()])
         elif key == "external_jobid":
             current.external_jobid = value
         else:
             current.message = "" if value == "None" else value
-    if current is not None:
-        failed[tuple(current.output) or (current.rule,)] = current
     return list(failed.values())

@@ -29,16 +29,12 @@ def lazy(target: str, outputs: tuple[str, ...] = ()) -> LazyStep:
 
 def add_settings_arguments(parser: argparse.ArgumentParser, family: str) -> None:
     """`--settings` (results keys) and `--runtime` (runtime keys) of config[family], as JSON."""
-    parser.add_argument(
-        "--settings",
-        default="{}",
-        help=f"JSON: results-affecting keys of config['{family}'] (nested as in the config)",
-    )
-    parser.add_argument(
-        "--runtime",
-        default="{}",
-        help=f"JSON: runtime-only keys of config['{family}'] (device, workers, batch sizes)",
-    )
+    for option, kind, example in (
+        ("settings", "results-affecting", "nested as in the config"),
+        ("runtime", "runtime-only", "device, workers, batch sizes"),
+    ):
+        text = f"JSON: {kind} keys of config['{family}'] ({example})"
+        parser.add_argument(f"--{option}", default="{}", help=text)
 
 
 def add_job_settings_arguments(parser: argparse.ArgumentParser) -> None:

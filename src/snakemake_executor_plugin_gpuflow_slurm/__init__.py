@@ -19,6 +19,8 @@ import snakemake_executor_plugin_slurm as base
 from snakemake_executor_plugin_slurm import common_settings, partitions
 from snakemake_interface_common.exceptions import WorkflowError
 
+from gpuflow.slurm.queue import ACTIVE
+
 __all__ = ["Executor", "ExecutorSettings", "common_settings", "gpus_per_node", "read_partitions"]
 
 SUPPORTED = ("2.8",)  # minor releases of snakemake-executor-plugin-slurm read here
@@ -30,10 +32,7 @@ TRANSIENT = re.compile(
     r"|Transport endpoint is not connected|backup controller in standby mode",
     re.IGNORECASE,
 )
-STILL_ON = {
-    "PENDING", "RUNNING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "RESIZING", "SUSPENDED",
-    "COMPLETING", "CONFIGURING", "SIGNALING", "STAGE_OUT", "STOPPED",
-}  # fmt: skip
+STILL_ON = ACTIVE | {"STOPPED"}
 ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
 NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 LONGEST_PAUSE_S = 30.0

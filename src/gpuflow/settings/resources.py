@@ -11,14 +11,9 @@ PER_TASK = "cpus_per_task"
 WHAT = {PER_GPU: "--cpus-per-gpu", PER_TASK: "--cpus-per-task"}
 
 
-def is_gpu_rule(block: dict[str, Any]) -> bool:
-    """Whether a rule's resources ask for GPUs."""
-    return int(block.get("gpu") or 0) > 0
-
-
 def cpus_key(block: dict[str, Any]) -> str:
     """The key that holds a rule's cores: cpus_per_gpu on a GPU rule, cpus_per_task on others."""
-    return PER_GPU if is_gpu_rule(block) else PER_TASK
+    return PER_GPU if int(block.get("gpu") or 0) > 0 else PER_TASK
 
 
 def cpus_of(block: dict[str, Any], key: str) -> int:

@@ -12,18 +12,12 @@ from types import ModuleType
 from typing import Any
 
 import jsonschema
-import yaml
 
 from gpuflow.errors import ConfigError
-from gpuflow.settings.files import check_finite_numbers, read_config_file
+from gpuflow.settings.files import check_finite_numbers, read_config_file, safe_yaml
 from gpuflow.settings.resources import check_resources
 
 SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"
-
-
-# libyaml's loader where PyYAML has it: the pure-Python one took 0.08 s of CPU per load of the
-# schema, paid by every Snakemake parse and every step that reads its settings.
-SCHEMA_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def load_schema(path: str | Path) -> dict[str, Any]:
@@ -54,12 +48,10 @@ def family_modules(name: str) -> list[ModuleType]:
 
 @cache
 def _inlined_schema(path: Path) -> str:
+    # through libyaml (safe_yaml): the pure-Python loader took 0.08 s of CPU per load of the
+    # schema, paid by every Snakemake parse and every step that reads its settings.
     with open(path, encoding="utf-8") as handle:
-        loader = SCHEMA_LOADER(handle)
-        try:
-            return json.dumps(_inline(loader.get_single_data(), path.parent))
-        finally:
-            loader.dispose()
+        return json.dumps(_inline(safe_yaml(handle), path.parent))
 
 
 def _inline(node: Any, base: Path) -> Any:

@@ -7,7 +7,6 @@ import getpass
 import os
 import shlex
 import shutil
-import subprocess
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any
 
 from gpuflow.errors import ConfigError, DataError
 from gpuflow.settings.files import safe_yaml
+from gpuflow.slurm.site_check import run_command
 
 SITE_ENV = "GPUFLOW_SLURM_SITE"
 DEFAULT_SITE = "profiles/slurm/site.yaml"
@@ -43,16 +43,7 @@ def default_account() -> str | None:
     if shutil.which("sacctmgr") is None:
         return None
     command = ["sacctmgr", "--noheader", "--parsable2", "show", "user", getpass.getuser()]
-    try:
-        result = subprocess.run(
-            [*command, "format=DefaultAccount"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
+    result = run_command([*command, "format=DefaultAccount"])
     lines = result.stdout.split() if result.returncode == 0 else []
     return lines[0] if lines else None
 

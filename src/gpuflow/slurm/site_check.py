@@ -41,7 +41,8 @@ class ClusterUnreachable(Exception):
     """SLURM's commands are missing or the controller does not answer."""
 
 
-def _run(command: list[str]) -> subprocess.CompletedProcess[str]:
+def run_command(command: list[str]) -> subprocess.CompletedProcess[str]:
+    """A SLURM command's result; a failed start or a timeout as a failed result (status 1)."""
     try:
         return subprocess.run(
             command, capture_output=True, text=True, timeout=TIMEOUT_S, check=False
@@ -52,7 +53,7 @@ def _run(command: list[str]) -> subprocess.CompletedProcess[str]:
 
 def _records(kind: str) -> list[dict[str, str]]:
     """Each `scontrol show <kind>` record as its key=value fields."""
-    done = _run(["scontrol", "show", kind, "--oneliner"])
+    done = run_command(["scontrol", "show", kind, "--oneliner"])
     if done.returncode != 0:
         why = (done.stderr.strip() or done.stdout.strip() or "failed").splitlines()[-1]
         raise ClusterUnreachable(f"scontrol show {kind}: {why}")
@@ -93,7 +94,7 @@ def read_cluster() -> Cluster:
         for r in _records("node")
     ]
     user = getpass.getuser()
-    assoc = _run(["sacctmgr", "-nP", "show", "assoc", f"user={user}", "format=Account"])
+    assoc = run_command(["sacctmgr", "-nP", "show", "assoc", f"user={user}", "format=Account"])
     if assoc.returncode != 0:
         why = (assoc.stderr.strip() or "failed").splitlines()[-1]
         return Cluster(max_times, nodes, None, f"sacctmgr: {why}")

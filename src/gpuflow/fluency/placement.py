@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from gpuflow.data.modelref import cached_snapshot
 from gpuflow.errors import ConfigError, GpuflowError
 
 if TYPE_CHECKING:  # torch is imported where a placement is computed, not by `gpuflow plan`
@@ -102,7 +101,12 @@ def config_file_here(model_path: str) -> bool:
     """Whether a model config is on this machine, looked up without torch or transformers."""
     if os.path.isdir(model_path):
         return os.path.isfile(os.path.join(model_path, "config.json"))
-    return cached_snapshot(model_path) is not None
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        return isinstance(try_to_load_from_cache(model_path, "config.json"), str)
+    except ValueError:  # not a valid model id either
+        return False
 
 
 def fluency_placement(fluency: dict[str, Any]) -> str:

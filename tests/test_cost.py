@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 
 import pytest
 
@@ -309,6 +311,19 @@ def test_a_perplexity_shard_s_forward_passes_are_shared_by_its_workers():
     assert predict(Work((forward[1],)), book).seconds == pytest.approx(
         predict(Work((forward[0],)), book).seconds / 2
     )
+
+
+def test_a_sweep_shard_s_priced_start_ups_import_torch_as_its_processes_do():
+    """A start-up is timed by importing its shape. A shard's process imports torch (its devices,
+    its seeds), so its shapes must too, or the plan prices a bare Python start (0.4 s for 2.9)."""
+    wildcards = {"method": "gd", "rank": "2", "width": "4", "shard": "0"}
+    work = planned_work("sweep_shard", load_config(EMBEDDED), wildcards)
+    shapes = [term.shape for term in work.terms if term.kind == STARTUP]
+    assert shapes
+    for shape in shapes:
+        code = f"import sys, {', '.join(shape.split('+'))}; print('torch' in sys.modules)"
+        found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        assert found.stdout.strip() == "True", (shape, found.stderr[-500:])
 
 
 def test_an_earlier_job_stands_for_another_by_the_ratio_of_their_predicted_times():

@@ -17,6 +17,7 @@ from gpuflow.job import current, write_json, write_text
 from gpuflow.settings.blocks import family_settings, results_of
 from gpuflow.sweep.checks import check_rank
 from gpuflow.sweep.columns import COLUMNS
+from gpuflow.sweep.experiment import METHODS
 from gpuflow.sweep.pool import Outcome, SeedPool
 from gpuflow.sweep.work import cell_settings, seed_settings
 
@@ -77,6 +78,8 @@ def main(args: argparse.Namespace) -> int:
     """Run the shard's missing seeds, then write its table and run record."""
     from gpuflow.job import run_record, worker_devices
 
+    if args.method not in METHODS:
+        raise ConfigError("--method", f"unknown method {args.method!r}", f"one of {METHODS}")
     seeds = parse_seeds(args.seeds)
     sweep = family_settings("sweep", args.settings, args.runtime)
     check_rank(args.teacher_rank, sweep["data"])

@@ -2,9 +2,10 @@
 
 One Snakemake run through the SLURM profile shows several things at once:
 - an SSVAE training job is requeued as on preemption (`scontrol requeue`, which sends SIGTERM)
-  once it has saved an epoch with time to spare, starts again in the same SLURM job and
-  resumes; its limit (1 minute, more on each retry) stops the attempts before and after
-  (SIGTERM), the profile retries them with more time (as often as needed), and each resumes.
+  once it has saved an epoch with time to spare (more left than it has run), starts again in
+  the same SLURM job and resumes; its limit (1 minute, more on each retry) stops the attempts
+  before and after (SIGTERM), the profile retries them with more time (as often as needed),
+  and each resumes.
   No epoch is lost or done twice, and the metrics equal an uninterrupted run's;
 - a grid of sweep shards (jobs of their own, arrays off) where shard 1 fails once and shard 0 is
   slower than the profile's latency-wait: no finished output of another shard is deleted or
@@ -113,10 +114,12 @@ def runs(slurm_cluster, tmp_path_factory) -> dict[str, Any]:
             cancel_rule="ssvae_train",
             cancel_after=STATE,
             cancel_command=("scontrol", "requeue"),
-            # a requeue in the job's last seconds races SLURM's own timeout and is lost: on a
-            # loaded machine the first attempt may save its first epoch too late, then a
-            # later attempt (2, 3 ... minutes) is requeued
+            # a requeue in the job's last seconds races SLURM's own timeout and is lost, and a
+            # restart needs time to start its step again: on a loaded machine the first
+            # attempt may save its first epoch too late, then a later attempt (2, 3 ...
+            # minutes) is requeued
             cancel_min_left_s=20,
+            cancel_left_over_used=True,
             watchers=[
                 lambda stop: watch_outputs(cluster, seen, stop),
                 lambda stop: harness.follow_log(cluster / LOG, attempts, stop),

@@ -65,24 +65,24 @@ def squeue(run_filter: str = "") -> list[dict[str, str]]:
 
 def workdir_jobs(workdir: Path) -> list[dict[str, str]]:
     """Jobs submitted from `workdir` that SLURM still lists (squeue keeps ended ones for its
-    MinJobAge): id, state, comment, start and end time, time left, oldest first (an array
-    task's id is <job>_<task>, a pending array's <job>_[<tasks>])."""
+    MinJobAge): id, state, comment, start and end time, time used and left, oldest first (an
+    array task's id is <job>_<task>, a pending array's <job>_[<tasks>])."""
     listed = subprocess.run(
-        ["squeue", "--states=all", "--noheader", "--format=%i|%T|%k|%S|%e|%L|%Z"],
+        ["squeue", "--states=all", "--noheader", "--format=%i|%T|%k|%S|%e|%M|%L|%Z"],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     jobs = []
     for line in listed.splitlines():
-        job_id, state, comment, start, end, left, directory = line.strip().split("|", 6)
+        job_id, state, comment, start, end, used, left, directory = line.strip().split("|", 7)
         if Path(directory) == workdir:
             fields = {"id": job_id, "state": state, "comment": comment}
-            jobs.append({**fields, "start": start, "end": end, "left": left})
+            jobs.append({**fields, "start": start, "end": end, "used": used, "left": left})
     return sorted(jobs, key=lambda job: [int(n) for n in re.findall(r"\d+", job["id"])])
 
 
 def seconds_left(left: str) -> float:
-    """squeue's time left (`[days-][hours:]minutes:seconds`) in seconds; infinite when the
-    job has no limit."""
+    """squeue's time left or used (`[days-][hours:]minutes:seconds`) in seconds; infinite when
+    the job has no limit."""
     days, _, clock = left.rpartition("-")
     if not re.fullmatch(r"[\d:]+", clock):
         return float("inf")
@@ -126,15 +126,20 @@ def cancel_when_running(
     stop: threading.Event,
     command: tuple[str, ...] = ("scancel",),
     min_left_s: float = 0,
+    left_over_used: bool = False,
 ) -> None:
     """End the first job of `rule` submitted from `workdir` with `command` (scancel; or
     `scontrol requeue`, as when SLURM preempts it) once it runs, (if given) `started` was
-    written since the job started, and at least `min_left_s` of its time limit remain.
+    written since the job started, and at least `min_left_s` of its time limit remain (with
+    `left_over_used`, also at least the time it has run).
 
     `started` is a file the step writes once it has begun (its log, its saved state): the job
     is ended in the middle of the step, not while Snakemake starts. `min_left_s` keeps the end
-    clear of the job's own limit (a requeue that races SLURM's timeout is lost): a job that
-    saved too late is let go and a later attempt is ended. Its id goes into `cancelled`.
+    clear of the job's own limit (a requeue that races SLURM's timeout is lost); a requeued job
+    starts again with its whole limit, so `left_over_used` gives its restart at least twice the
+    time this start took to write `started` (on a loaded machine a 1-minute restart can spend
+    its limit starting Snakemake and never run its step; seen in CI). A job that saved too late
+    is let go and a later attempt, with a longer limit, is ended. Its id goes into `cancelled`.
     Jobs of other folders (other test sessions share the cluster) are never touched.
     """
     while not stop.wait(0.5):
@@ -145,6 +150,7 @@ def cancel_when_running(
             and job["state"] == "RUNNING"
             and (started is None or written_since_start(started, job))
             and seconds_left(job["left"]) >= min_left_s + 1
+            and not (left_over_used and seconds_left(job["left"]) < seconds_left(job["used"]) + 1)
         ]
         if ready:
             time.sleep(1)
@@ -222,6 +228,7 @@ def run_profile(
     cancel_after: str | None = None,
     cancel_command: tuple[str, ...] = ("scancel",),
     cancel_min_left_s: float = 0,
+    cancel_left_over_used: bool = False,
     watchers: Iterable[Callable[[threading.Event], None]] = (),
     env: dict[str, str] | None = None,
     timeout: int = 600,
@@ -230,8 +237,9 @@ def run_profile(
 
     With `cancel_rule`, the first job of that rule that runs, has written the file
     `cancel_after` (relative to `workdir`, e.g. the step's log) and has at least
-    `cancel_min_left_s` of its time limit left is ended with `cancel_command` (scancel, or
-    `scontrol requeue` as on preemption). Each of `watchers` runs in a thread of its own while
+    `cancel_min_left_s` of its time limit left (with `cancel_left_over_used`, also at least the
+    time it has run) is ended with `cancel_command` (scancel, or `scontrol requeue` as on
+    preemption). Each of `watchers` runs in a thread of its own while
     Snakemake runs, until the event it is given is set. `env` adds to the environment.
     Returns the finished process and the ids of the cancelled jobs.
     """
@@ -245,7 +253,11 @@ def run_profile(
             threading.Thread(
                 target=cancel_when_running,
                 args=(workdir, cancel_rule, started, cancelled, stop),
-                kwargs={"command": cancel_command, "min_left_s": cancel_min_left_s},
+                kwargs={
+                    "command": cancel_command,
+                    "min_left_s": cancel_min_left_s,
+                    "left_over_used": cancel_left_over_used,
+                },
                 daemon=True,
             )
         )

@@ -10,6 +10,11 @@ from typing import Any
 
 import numpy as np
 import torch
+
+# Building a torch optimizer imports torch._dynamo (1.5-2.5 CPU-s on the 2-core machines, a fifth
+# of a short baseline job). Imported with this module, it is in the start-up that the plan times
+# by importing the module, instead of missing from every training job's price.
+import torch._dynamo
 from torch import nn
 
 from gpuflow.errors import ConfigError

@@ -331,7 +331,6 @@ def test_a_sweep_shard_s_priced_start_ups_import_torch_as_its_processes_do():
     [
         ("ssvae_train", POINT, "gpuflow.ssvae.train"),
         ("ssvae_baseline", {"frac": "0.025", "corrupt": "0.0"}, "gpuflow.ssvae.train"),
-        ("scaling_train", {"cfg": "short", "world": "2"}, "gpuflow.scaling.train"),
         ("fluency_train_lm", {}, "gpuflow.fluency.train_lm"),
     ],
 )

@@ -6,11 +6,6 @@ from typing import Any
 
 import torch
 
-# Building a torch optimizer imports torch._dynamo (1.5-2.5 CPU-s on the 2-core machines, in each
-# DDP worker). Imported with the training module, it is in the start-up that the plan times by
-# importing that module, instead of missing from every training job's price.
-import torch._dynamo
-
 
 def use_fused_adamw(choice: str, device: torch.device) -> bool:
     """Whether AdamW runs as one fused kernel (`auto`: on CUDA; `always`; `never`)."""

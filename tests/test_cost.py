@@ -313,6 +313,13 @@ def test_a_perplexity_shard_s_forward_passes_are_shared_by_its_workers():
     )
 
 
+def imported_with(shape: str) -> set[str]:
+    """The modules a fresh interpreter holds once it has imported a start-up shape's modules."""
+    code = f"import sys, {', '.join(shape.split('+'))}; print(*sys.modules)"
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return set(found.stdout.split())
+
+
 def test_a_sweep_shard_s_priced_start_ups_import_torch_as_its_processes_do():
     """A start-up is timed by importing its shape. A shard's process imports torch (its devices,
     its seeds), so its shapes must too, or the plan prices a bare Python start (0.4 s for 2.9)."""
@@ -321,9 +328,7 @@ def test_a_sweep_shard_s_priced_start_ups_import_torch_as_its_processes_do():
     shapes = [term.shape for term in work.terms if term.kind == STARTUP]
     assert shapes
     for shape in shapes:
-        code = f"import sys, {', '.join(shape.split('+'))}; print('torch' in sys.modules)"
-        found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-        assert found.stdout.strip() == "True", (shape, found.stderr[-500:])
+        assert imported_with(shape) & {"torch"}, shape
 
 
 @pytest.mark.parametrize(
@@ -343,9 +348,7 @@ def test_a_training_job_s_priced_start_up_imports_what_building_its_optimizer_im
     predicted for 9-12 s)."""
     work = planned_work(rule, load_config(EMBEDDED), wildcards)
     [shape] = [t.shape for t in work.terms if t.kind == STARTUP and trainer in t.shape.split("+")]
-    code = f"import sys, {', '.join(shape.split('+'))}; print('torch._dynamo' in sys.modules)"
-    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert found.stdout.strip() == "True", (shape, found.stderr[-500:])
+    assert imported_with(shape) & {"torch._dynamo"}, shape
 
 
 def test_an_earlier_job_stands_for_another_by_the_ratio_of_their_predicted_times():

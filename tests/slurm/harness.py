@@ -149,8 +149,7 @@ def cancel_when_running(
             if job["comment"].startswith(f"rule_{rule}")
             and job["state"] == "RUNNING"
             and (started is None or written_since_start(started, job))
-            and seconds_left(job["left"]) >= min_left_s + 1
-            and not (left_over_used and seconds_left(job["left"]) < seconds_left(job["used"]) + 1)
+            and seconds_left(job["left"]) >= max(min_left_s, ran_s(job, left_over_used)) + 1
         ]
         if ready:
             time.sleep(1)
@@ -159,6 +158,11 @@ def cancel_when_running(
             if command[0] == "scancel":
                 end_leftovers(ready[0]["id"])
             return
+
+
+def ran_s(job: dict[str, str], counted: bool) -> float:
+    """The seconds `job` has run (squeue's time used) if `counted`, else 0."""
+    return seconds_left(job["used"]) if counted else 0.0
 
 
 def job_processes(job_id: str) -> list[int]:
